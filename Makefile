@@ -1,0 +1,56 @@
+# Two commands on a fresh machine:
+#   make book   build the website (every notebook executed) -> _build/html/index.html
+#   make test   run every test: package, notebooks (nbmake), site build, browser
+# Both create .venv at the repository root on first use and reuse it afterwards.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# The torch release tested here; readers may override: make test TORCH_SPEC=torch
+TORCH_SPEC ?= torch==2.13.0
+STAGE := _build/stage
+STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
+JOBS ?= 2
+
+.PHONY: venv book test test-unit test-notebooks test-site lab stage clean student grade
+
+venv: $(STAMP)
+
+$(STAMP):
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	@# torch first and on its own, so no other requirement pulls a different build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" >/dev/null
+	@rm -f $(VENV)/.stamp-*
+	@touch $@
+
+## Copy the book's sources into $(STAGE): notebooks are executed there, never in place.
+stage: venv
+	$(PY) scripts/stage.py $(STAGE)
+
+book: stage
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	@echo "Website: _build/html/index.html"
+
+test-unit: venv
+	$(PY) -m pytest -n $(JOBS) -m "not notebooks and not browser" tests
+
+## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
+## so the site build below reuses them instead of executing again.
+test-notebooks: stage
+	$(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly $(STAGE)/notebooks
+
+test-site: test-notebooks
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(PY) -m pytest -m "browser" tests || test $$? -eq 5
+
+test: test-unit test-site
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks
+
+clean:
+	rm -rf _build

@@ -1,0 +1,71 @@
+"""Copy the book's sources into a staging directory, where notebooks get executed.
+
+Usage: python scripts/stage.py DEST
+
+Sources are never executed in place, so committed notebooks stay output-free.
+A staged notebook that already carries outputs from the *same* source (same
+SHA-1, recorded in its metadata) is kept, so a notebook executed by the test run
+is not executed again by the site build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ["_config.yml", "_toc.yml"]
+DIRS = ["book"]
+
+
+def source_hash(path: Path) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def has_outputs(nb: dict) -> bool:
+    return any(c.get("outputs") for c in nb.get("cells", []) if c.get("cell_type") == "code")
+
+
+def stage_notebook(src: Path, dest: Path) -> str:
+    digest = source_hash(src)
+    if dest.exists():
+        try:
+            staged = json.loads(dest.read_text(encoding="utf-8"))
+            same = staged.get("metadata", {}).get("attention_book", {}).get("source_sha1") == digest
+            if same and has_outputs(staged):
+                return "kept (already executed)"
+        except (json.JSONDecodeError, OSError):
+            pass
+    nb = json.loads(src.read_text(encoding="utf-8"))
+    nb.setdefault("metadata", {}).setdefault("attention_book", {})["source_sha1"] = digest
+    dest.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return "copied"
+
+
+def main(dest: str) -> None:
+    out = (ROOT / dest).resolve() if not Path(dest).is_absolute() else Path(dest)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copy2(ROOT / name, out / name)
+    for name in DIRS:
+        if (out / name).exists():
+            shutil.rmtree(out / name)
+        shutil.copytree(ROOT / name, out / name)
+    nb_out = out / "notebooks"
+    nb_out.mkdir(exist_ok=True)
+    sources = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    wanted = {p.name for p in sources}
+    for stale in nb_out.glob("*.ipynb"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for src in sources:
+        print(f"stage {src.name}: {stage_notebook(src, nb_out / src.name)}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

@@ -1,0 +1,168 @@
+"""Autograded assignments: checkers that explain, not just assert.
+
+Each chapter's checkers live in ``assignments/chNN.py`` and are collected here,
+so a notebook calls ``ab.assignments.check_masked_softmax(my_fn)``.
+
+A checker runs the learner's function on several :class:`Case` s and prints one
+line per case: a tick, or a cross with what was expected, what came back and a
+hint. It returns a :class:`Report` (truthy when every case passed) whose
+``score`` is the fraction of cases passed. A function that still raises
+``NotImplementedError`` is reported as "not implemented yet" (score 0) instead
+of a crash.
+
+When the environment variable ``ATTENTION_BOOK_GRADE_LOG`` names a file, every
+report is also appended to it as one JSON line (the grader reads these).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import pkgutil
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+__all__ = ["Case", "Report", "run_checks", "compare", "GRADE_LOG_ENV"]
+
+GRADE_LOG_ENV = "ATTENTION_BOOK_GRADE_LOG"
+
+
+@dataclass
+class Case:
+    """One test case: call ``fn(*args, **kwargs)``; ``check(got)`` returns ``None``
+    when the answer is right, else a sentence saying what is wrong.
+
+    Build ``check`` with :func:`compare` for the common "equal to a reference"
+    case. ``hint`` is shown when the case fails.
+    """
+
+    name: str
+    args: tuple = ()
+    check: Callable[[Any], str | None] = lambda got: None
+    kwargs: dict = field(default_factory=dict)
+    hint: str = ""
+
+
+@dataclass
+class Report:
+    assignment: str
+    results: list[tuple[str, bool, str]]
+    not_implemented: bool = False
+
+    @property
+    def passed(self) -> int:
+        return sum(ok for _, ok, _ in self.results)
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def score(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+    def __bool__(self) -> bool:
+        return self.total > 0 and self.passed == self.total
+
+    def to_json(self) -> dict:
+        return {
+            "assignment": self.assignment,
+            "passed": self.passed,
+            "total": self.total,
+            "score": self.score,
+            "not_implemented": self.not_implemented,
+            "failures": [{"case": n, "why": why} for n, ok, why in self.results if not ok],
+        }
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        if x.numel() <= 12:
+            vals = [round(v, 4) if isinstance(v, float) else v for v in x.detach().cpu().flatten().tolist()]
+            return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}, values {vals}"
+        return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}"
+    text = repr(x)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[Any], str | None]:
+    """A ``check`` that wants ``got`` equal to ``expected`` (tensors: same shape, close values, no NaN)."""
+
+    def check(got: Any) -> str | None:
+        if isinstance(expected, torch.Tensor):
+            if not isinstance(got, torch.Tensor):
+                return f"expected a tensor, got {type(got).__name__}: {_describe(got)}"
+            if tuple(got.shape) != tuple(expected.shape):
+                return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
+            if got.is_floating_point() and torch.isnan(got).any():
+                return f"the result contains NaN: {_describe(got)}"
+            if not torch.allclose(got.detach().to(expected.dtype).cpu(), expected.cpu(), atol=atol, rtol=rtol):
+                worst = (got.detach().to(expected.dtype).cpu() - expected.cpu()).abs().max().item()
+                return f"expected {_describe(expected)}, got {_describe(got)} (largest difference {worst:.3g})"
+            return None
+        if isinstance(expected, float):
+            if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
+                return f"expected {expected:.6g}, got {_describe(got)}"
+            return None
+        return None if got == expected else f"expected {_describe(expected)}, got {_describe(got)}"
+
+    return check
+
+
+def _log(report: Report) -> None:
+    path = os.environ.get(GRADE_LOG_ENV, "").strip()
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(report.to_json()) + "\n")
+
+
+def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bool = True) -> Report:
+    """Run ``fn`` on every case, print a line per case, return the :class:`Report`."""
+    if not callable(fn):
+        raise TypeError(f"{assignment}: expected your function, got {type(fn).__name__}")
+    results: list[tuple[str, bool, str]] = []
+    not_implemented = False
+    for case in cases:
+        try:
+            got = fn(*case.args, **case.kwargs)
+            why = case.check(got)
+        except NotImplementedError:
+            not_implemented = True
+            why = "not implemented yet"
+        except Exception as err:  # the learner's code raised: say where
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            why = f"raised {type(err).__name__}: {err} (line {frame.lineno} in {frame.name})"
+        results.append((case.name, why is None, "" if why is None else why + (f" — hint: {case.hint}" if case.hint and why != "not implemented yet" else "")))
+        if not_implemented:
+            break
+    report = Report(assignment, results, not_implemented)
+    if verbose:
+        if not_implemented:
+            print(f"{assignment}: not implemented yet — replace `raise NotImplementedError` with your code, then run this cell again.")
+        else:
+            for name, ok, why in results:
+                print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
+            verdict = "all cases passed" if report else f"{report.passed}/{report.total} cases passed"
+            print(f"{assignment}: {verdict}.")
+    _log(report)
+    return report
+
+
+def _collect() -> None:
+    """Import every ``chNN`` module and expose its ``check_*`` functions here."""
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("ch"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for name in dir(module):
+            if name.startswith("check_"):
+                globals()[name] = getattr(module, name)
+                __all__.append(name)
+
+
+_collect()

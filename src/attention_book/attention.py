@@ -1,0 +1,399 @@
+"""Attention: masked softmax, scoring functions and multi-head attention.
+
+Conventions (d2l's, so a d2l reader feels at home):
+
+* ``queries`` (batch, num_queries, query_size), ``keys`` (batch, num_keys,
+  key_size), ``values`` (batch, num_keys, value_size).
+* ``valid_lens``: ``None``; a 1-D tensor (batch,) — every query of example ``b``
+  may look at its first ``valid_lens[b]`` keys; or a 2-D tensor
+  (batch, num_queries) — one length per query. A boolean *mask* may be passed
+  instead, with ``True`` meaning "may attend" (the convention of
+  :func:`torch.nn.functional.scaled_dot_product_attention`; note that
+  :class:`torch.nn.MultiheadAttention` uses the opposite one).
+
+Fast by default, faithful when asked: every attention module keeps its weights
+in ``attention_weights`` when weights are *wanted*, and otherwise calls the fused
+``scaled_dot_product_attention`` kernel and sets ``attention_weights = None``.
+Weights are wanted when
+
+1. the call passes ``need_weights=True``, or else
+2. the module was built with ``need_weights=True``, or else
+3. :func:`keep_attention_weights` is active, or else
+4. the module is in eval mode (inspection, plotting and decoding).
+
+So training runs the fast kernel, and ``model.eval()`` followed by a forward
+pass leaves every map ready to plot. Both paths compute the same numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = [
+    "masked_softmax",
+    "key_mask",
+    "causal_mask",
+    "attend",
+    "keep_attention_weights",
+    "DotProductAttention",
+    "AdditiveAttention",
+    "MultiHeadAttention",
+    "transpose_qkv",
+    "transpose_output",
+]
+
+_KEEP_WEIGHTS: bool | None = None
+
+
+@contextlib.contextmanager
+def keep_attention_weights(flag: bool = True) -> Iterator[None]:
+    """Within this block every attention module keeps (or skips) its weights.
+
+    >>> with keep_attention_weights():
+    ...     model(X)          # every layer's attention_weights is filled in
+    """
+    global _KEEP_WEIGHTS
+    previous, _KEEP_WEIGHTS = _KEEP_WEIGHTS, bool(flag)
+    try:
+        yield
+    finally:
+        _KEEP_WEIGHTS = previous
+
+
+def _wants_weights(module: nn.Module, need_weights: bool | None) -> bool:
+    if need_weights is not None:
+        return bool(need_weights)
+    if getattr(module, "need_weights", None) is not None:
+        return bool(module.need_weights)
+    if _KEEP_WEIGHTS is not None:
+        return _KEEP_WEIGHTS
+    return not module.training
+
+
+def _shape(t) -> tuple:
+    return tuple(t.shape)
+
+
+def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=None) -> torch.Tensor | None:
+    """Boolean mask (batch, num_queries, num_keys), True where a key may be attended.
+
+    ``valid_lens`` may be ``None`` (returns ``None``), lengths of shape (batch,)
+    or (batch, num_queries), or already a boolean mask broadcastable to
+    (batch, num_queries, num_keys) — e.g. (batch, 1, num_keys) or (num_queries,
+    num_keys). Lengths must lie in ``[0, num_keys]``.
+    """
+    if valid_lens is None:
+        return None
+    if not isinstance(valid_lens, torch.Tensor):
+        valid_lens = torch.as_tensor(valid_lens, device=device)
+    needed = (batch, num_queries, num_keys)
+    if valid_lens.dtype == torch.bool:
+        mask = valid_lens
+        try:
+            torch.broadcast_shapes(_shape(mask), needed)
+            ok = mask.dim() <= 3
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"mask has shape {_shape(mask)}, which does not broadcast to (batch, queries, keys) = {needed}; "
+                "pass a boolean mask of shape (batch, queries, keys), (batch, 1, keys) or (queries, keys)"
+            )
+        return mask.expand(needed)
+    if valid_lens.is_floating_point():
+        if not torch.all(valid_lens == valid_lens.round()):
+            raise ValueError("valid_lens must hold whole numbers of keys, got fractional values")
+    elif valid_lens.is_complex():
+        raise ValueError("valid_lens must be integer lengths or a boolean mask, got a complex tensor")
+    if valid_lens.dim() == 1:
+        if valid_lens.shape[0] != batch:
+            raise ValueError(
+                f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
+            )
+        lens = valid_lens[:, None].expand(batch, num_queries)
+    elif valid_lens.dim() == 2:
+        if _shape(valid_lens) != (batch, num_queries):
+            raise ValueError(
+                f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
+            )
+        lens = valid_lens
+    else:
+        raise ValueError(
+            f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
+        )
+    if lens.device.type != "meta" and lens.numel() > 0:
+        low, high = int(lens.min()), int(lens.max())
+        if low < 0 or high > num_keys:
+            raise ValueError(
+                f"valid_lens must lie in [0, {num_keys}] (the number of keys), got values from {low} to {high}"
+            )
+    positions = torch.arange(num_keys, device=lens.device)
+    return positions[None, None, :] < lens[:, :, None].to(positions.dtype)
+
+
+def causal_mask(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
+    """Boolean (num_queries, num_keys) mask letting query i see keys up to its own position.
+
+    When there are fewer queries than keys (decoding with a key/value cache) the
+    queries are the *last* ``num_queries`` positions: query i sits at position
+    ``num_keys - num_queries + i``.
+    """
+    if num_queries > num_keys:
+        raise ValueError(f"a causal mask needs num_queries <= num_keys, got {num_queries} > {num_keys}")
+    offset = num_keys - num_queries
+    rows = torch.arange(num_queries, device=device)[:, None] + offset
+    cols = torch.arange(num_keys, device=device)[None, :]
+    return cols <= rows
+
+
+def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
+    """Softmax over the last axis of ``X`` (batch, queries, keys), ignoring masked keys.
+
+    ``valid_lens`` is ``None``, lengths of shape (batch,) or (batch, queries), or a
+    boolean mask (``True`` = keep) broadcastable to ``X``'s shape.
+
+    * Masked keys get exactly zero weight (and zero gradient).
+    * A row whose valid length is 0 has nothing to attend to: it returns **all
+      zeros**, not a uniform row and not NaN. Attention over such a row outputs
+      the zero vector.
+    * ``X`` is never modified in place.
+    * The fill value for masked scores is the most negative finite number of
+      ``X``'s dtype, so float16 and bfloat16 stay finite.
+    """
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(f"X must be a torch.Tensor, got {type(X).__name__}")
+    if X.dim() != 3:
+        raise ValueError(f"X must have shape (batch, queries, keys), got shape {_shape(X)}")
+    if not X.is_floating_point():
+        raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
+    mask = key_mask(valid_lens, *X.shape, device=X.device)
+    if mask is None:
+        return F.softmax(X, dim=-1)
+    mask = mask.to(X.device)
+    filled = X.masked_fill(~mask, torch.finfo(X.dtype).min)
+    return F.softmax(filled, dim=-1) * mask
+
+
+def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name} must have shape (batch, length, features), got shape {_shape(t)}")
+    if not (queries.shape[0] == keys.shape[0] == values.shape[0]):
+        raise ValueError(
+            f"batch sizes differ: queries {_shape(queries)}, keys {_shape(keys)}, values {_shape(values)}; "
+            "all three need the same first axis"
+        )
+    if keys.shape[1] != values.shape[1]:
+        raise ValueError(
+            f"keys {_shape(keys)} and values {_shape(values)} must have the same number of key-value pairs (axis 1)"
+        )
+    if same_qk_size and queries.shape[-1] != keys.shape[-1]:
+        raise ValueError(
+            f"dot-product attention needs queries and keys of the same feature size, got queries {_shape(queries)} "
+            f"and keys {_shape(keys)}; use AdditiveAttention or a bilinear score for different sizes"
+        )
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scaled dot-product attention on (..., queries, d) / (..., keys, d) / (..., keys, d_v).
+
+    ``mask`` is boolean, ``True`` = may attend, broadcastable to (..., queries, keys).
+    With ``need_weights=False`` this calls PyTorch's fused kernel and returns
+    ``(output, None)``; with ``need_weights=True`` it computes the weights
+    explicitly and returns ``(output, weights)``. Queries whose every key is
+    masked output zeros on both paths.
+    """
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    only_causal = causal and mask is None and n_q == n_k
+    if causal:
+        cm = causal_mask(n_q, n_k, device=q.device)
+        mask = cm if mask is None else (mask & cm)
+    empty_rows = None
+    if mask is not None and mask.device.type != "meta":
+        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., queries, 1)
+        if not bool(empty_rows.any()):
+            empty_rows = None
+    if not need_weights:
+        if mask is not None and empty_rows is not None:
+            # The fused kernel would produce NaN for rows with nothing to attend to:
+            # let them see everything, then zero their output.
+            safe = mask | empty_rows
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p, scale=scale)
+            return out.masked_fill(empty_rows, 0.0), None
+        if only_causal:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+        return out, None
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if mask is None:
+        weights = F.softmax(scores, dim=-1)
+    else:
+        weights = F.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1) * mask
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return torch.matmul(dropped, v), weights
+
+
+class DotProductAttention(nn.Module):
+    """Scaled dot-product attention: softmax(Q Kᵀ / √d) V.
+
+    ``forward(queries, keys, values, valid_lens=None)``; keeps
+    ``attention_weights`` (batch, queries, keys) when weights are wanted (see the
+    module docstring for when).
+    """
+
+    def __init__(self, dropout: float = 0.0, need_weights: bool | None = None):
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.dropout = dropout
+        self.need_weights = need_weights
+        self.attention_weights: torch.Tensor | None = None
+
+    def forward(self, queries, keys, values, valid_lens=None, need_weights: bool | None = None):
+        _check_qkv(queries, keys, values, same_qk_size=True)
+        mask = key_mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], device=queries.device)
+        p = self.dropout if self.training else 0.0
+        out, self.attention_weights = attend(
+            queries, keys, values, mask, dropout_p=p, need_weights=_wants_weights(self, need_weights)
+        )
+        return out
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention: score wᵥᵀ tanh(W_q q + W_k k).
+
+    Works for queries and keys of different sizes. ``query_size``/``key_size``
+    may be omitted; the projections are then created at the first call
+    (``nn.LazyLinear``), as in d2l.
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
+                 key_size: int | None = None):
+        super().__init__()
+        if num_hiddens < 1:
+            raise ValueError(f"num_hiddens must be positive, got {num_hiddens}")
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(num_hiddens, bias=False)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(num_hiddens, bias=False)
+        self.w_v = nn.Linear(num_hiddens, 1, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights: torch.Tensor | None = None
+
+    def forward(self, queries, keys, values, valid_lens=None):
+        _check_qkv(queries, keys, values, same_qk_size=False)
+        q, k = self.W_q(queries), self.W_k(keys)
+        # (batch, queries, 1, h) + (batch, 1, keys, h) -> (batch, queries, keys, h)
+        features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))
+        scores = self.w_v(features).squeeze(-1)  # (batch, queries, keys)
+        self.attention_weights = masked_softmax(scores, valid_lens)
+        return torch.bmm(self.dropout(self.attention_weights), values)
+
+
+def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(batch, length, num_hiddens) -> (batch, num_heads, length, num_hiddens / num_heads)."""
+    b, n, d = X.shape
+    return X.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
+
+
+def transpose_output(X: torch.Tensor) -> torch.Tensor:
+    """Undo :func:`transpose_qkv`: (batch, heads, length, d_head) -> (batch, length, heads * d_head)."""
+    b, h, n, d = X.shape
+    return X.transpose(1, 2).reshape(b, n, h * d)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al., 2017).
+
+    ``num_heads`` heads, each a scaled dot-product attention on its own
+    ``num_hiddens / num_heads``-dimensional projections, concatenated and mixed
+    by ``W_o``. ``forward(queries, keys, values, valid_lens=None, *,
+    attn_mask=None, causal=False, need_weights=None)`` returns
+    (batch, queries, num_hiddens); ``attention_weights`` is
+    (batch, heads, queries, keys) when weights are wanted, else ``None``.
+
+    ``query_size``/``key_size``/``value_size`` default to ``num_hiddens``.
+    ``attn_mask`` is boolean, ``True`` = may attend, of shape (queries, keys),
+    (batch, queries, keys) or (batch, heads, queries, keys). ``causal=True``
+    lets each query see only keys at its position or before.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
+                 query_size: int | None = None, key_size: int | None = None, value_size: int | None = None,
+                 need_weights: bool | None = None):
+        super().__init__()
+        if num_heads < 1 or num_hiddens < 1:
+            raise ValueError(f"num_hiddens and num_heads must be positive, got {num_hiddens} and {num_heads}")
+        if num_hiddens % num_heads != 0:
+            options = [h for h in range(1, num_hiddens + 1) if num_hiddens % h == 0]
+            raise ValueError(
+                f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}; "
+                f"head counts that work with num_hiddens={num_hiddens}: {options}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        self.num_hiddens, self.num_heads, self.dropout = num_hiddens, num_heads, dropout
+        self.need_weights = need_weights
+        self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.attention_weights: torch.Tensor | None = None
+
+    def _check(self, queries, keys, values) -> None:
+        _check_qkv(queries, keys, values, same_qk_size=False)
+        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k), ("values", values, self.W_v)):
+            if t.shape[-1] != layer.in_features:
+                raise ValueError(
+                    f"{name} have {t.shape[-1]} features (shape {_shape(t)}) but this layer expects "
+                    f"{layer.in_features}; set {name[:-1] if name != 'queries' else 'query'}_size accordingly"
+                )
+
+    def build_mask(self, batch: int, n_q: int, n_k: int, valid_lens=None, attn_mask=None, device=None):
+        """Combine ``valid_lens`` and ``attn_mask`` into one boolean (batch, 1|heads, q, k) mask."""
+        mask = key_mask(valid_lens, batch, n_q, n_k, device=device)
+        mask = None if mask is None else mask.unsqueeze(1)
+        if attn_mask is not None:
+            if attn_mask.dtype != torch.bool:
+                raise ValueError(f"attn_mask must be boolean (True = may attend), got dtype {attn_mask.dtype}")
+            allowed = {(n_q, n_k), (batch, n_q, n_k), (batch, self.num_heads, n_q, n_k), (batch, 1, n_q, n_k)}
+            if _shape(attn_mask) not in allowed:
+                raise ValueError(
+                    f"attn_mask has shape {_shape(attn_mask)}; it needs ({n_q}, {n_k}), ({batch}, {n_q}, {n_k}) "
+                    f"or ({batch}, {self.num_heads}, {n_q}, {n_k})"
+                )
+            am = attn_mask if attn_mask.dim() != 3 else attn_mask.unsqueeze(1)
+            mask = am if mask is None else (mask & am)
+        return mask
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
+                need_weights: bool | None = None):
+        self._check(queries, keys, values)
+        b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
+        mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
+        q = transpose_qkv(self.W_q(queries), self.num_heads)
+        k = transpose_qkv(self.W_k(keys), self.num_heads)
+        v = transpose_qkv(self.W_v(values), self.num_heads)
+        p = self.dropout if self.training else 0.0
+        out, self.attention_weights = attend(
+            q, k, v, mask, causal=causal, dropout_p=p, need_weights=_wants_weights(self, need_weights)
+        )
+        return self.W_o(transpose_output(out))

@@ -1,0 +1,172 @@
+"""Figures: one style for the whole book, attention heatmaps and learning curves.
+
+Every helper *returns* the :class:`matplotlib.figure.Figure` it draws, so a
+chapter can show it, save it, or test it.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "BOOK_CMAP"]
+
+BOOK_CMAP = "Reds"
+_STYLED = False
+
+
+def use_book_style() -> None:
+    """Apply the book's plotting style (seaborn's clean grid, readable fonts)."""
+    global _STYLED
+    import seaborn as sns
+
+    sns.set_theme(context="notebook", style="whitegrid", palette="deep")
+    matplotlib.rcParams.update(
+        {
+            "figure.dpi": 100,
+            "savefig.dpi": 110,
+            "savefig.bbox": "tight",
+            "figure.autolayout": False,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "xtick.labelsize": 9,
+            "ytick.labelsize": 9,
+            "legend.fontsize": 9,
+            "image.cmap": BOOK_CMAP,
+        }
+    )
+    _STYLED = True
+
+
+def _ensure_style() -> None:
+    if not _STYLED:
+        use_book_style()
+
+
+def to_numpy(x) -> np.ndarray:
+    """A NumPy copy of a tensor on any device (or of anything array-like)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach()
+        if x.device.type == "meta":
+            raise ValueError("cannot plot a tensor on the 'meta' device: it has no values")
+        if x.dtype in (torch.bfloat16, torch.float16):
+            x = x.float()
+        return x.cpu().numpy()
+    return np.asarray(x)
+
+
+def show_heatmaps(
+    matrices,
+    xlabel: str,
+    ylabel: str,
+    titles: Sequence[str] | None = None,
+    figsize: tuple[float, float] | None = None,
+    cmap: str = BOOK_CMAP,
+    xticklabels: Sequence[str] | None = None,
+    yticklabels: Sequence[str] | None = None,
+    row_titles: Sequence[str] | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+):
+    """Draw a grid of heatmaps with one shared colour bar.
+
+    ``matrices`` has four axes, as in d2l: (rows of plots, columns of plots,
+    queries, keys). Each small matrix is drawn with queries down and keys across.
+    ``titles`` label the columns of plots; ``row_titles`` the rows;
+    ``xticklabels``/``yticklabels`` name the keys/queries (tokens, say).
+    Returns the figure.
+    """
+    data = to_numpy(matrices)
+    if data.ndim != 4:
+        raise ValueError(
+            "show_heatmaps expects a 4-D input (rows of plots, columns of plots, "
+            f"queries, keys), got shape {tuple(data.shape)}; for one matrix M use "
+            "M.reshape(1, 1, *M.shape)"
+        )
+    if 0 in data.shape:
+        raise ValueError(f"show_heatmaps got an empty array of shape {tuple(data.shape)}")
+    if not np.all(np.isfinite(data)):
+        raise ValueError("show_heatmaps got NaN or infinite values; check the attention weights")
+    num_rows, num_cols, n_q, n_k = data.shape
+    if titles is not None and len(titles) != num_cols:
+        raise ValueError(f"titles has {len(titles)} entries but there are {num_cols} columns of plots")
+    if row_titles is not None and len(row_titles) != num_rows:
+        raise ValueError(f"row_titles has {len(row_titles)} entries but there are {num_rows} rows of plots")
+    if xticklabels is not None and len(xticklabels) != n_k:
+        raise ValueError(f"xticklabels has {len(xticklabels)} entries but there are {n_k} keys")
+    if yticklabels is not None and len(yticklabels) != n_q:
+        raise ValueError(f"yticklabels has {len(yticklabels)} entries but there are {n_q} queries")
+    _ensure_style()
+    if figsize is None:
+        cell = 2.6 if max(n_q, n_k) < 30 else 3.2
+        aspect = n_q / n_k
+        figsize = (min(1.0 + cell * num_cols, 14.0), min(0.6 + cell * num_rows * min(max(aspect, 0.4), 2.0), 14.0))
+    if vmin is None:
+        vmin = float(min(data.min(), 0.0))
+    if vmax is None:
+        vmax = float(data.max()) if data.max() > vmin else vmin + 1.0
+    fig, axes = plt.subplots(
+        num_rows, num_cols, figsize=figsize, sharex=True, sharey=True, squeeze=False,
+        layout="constrained",
+    )
+    image = None
+    for i in range(num_rows):
+        for j in range(num_cols):
+            ax = axes[i, j]
+            image = ax.imshow(data[i, j], cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+            ax.grid(False)
+            if xticklabels is not None:
+                ax.set_xticks(range(n_k))
+                ax.set_xticklabels(xticklabels, rotation=90)
+            if yticklabels is not None:
+                ax.set_yticks(range(n_q))
+                ax.set_yticklabels(yticklabels)
+            if i == num_rows - 1:
+                ax.set_xlabel(xlabel)
+            if j == 0:
+                ax.set_ylabel(ylabel if row_titles is None else f"{row_titles[i]}\n{ylabel}")
+            if titles is not None and i == 0:
+                ax.set_title(titles[j])
+    fig.colorbar(image, ax=axes, shrink=0.7)
+    return fig
+
+
+def plot_curves(
+    curves: dict[str, Sequence[float]],
+    xlabel: str = "epoch",
+    ylabel: str = "",
+    x: Sequence[float] | None = None,
+    logy: bool = False,
+    title: str | None = None,
+    figsize: tuple[float, float] = (5.5, 3.5),
+    ax=None,
+):
+    """Plot named curves (``{'train loss': [...], 'val loss': [...]}``) on one axis.
+
+    Curves may have different lengths; each is drawn against 1..len unless ``x``
+    is given. Returns the figure.
+    """
+    if not curves:
+        raise ValueError("plot_curves needs at least one named curve")
+    _ensure_style()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    else:
+        fig = ax.figure
+    for name, values in curves.items():
+        ys = to_numpy(values).astype(float).ravel()
+        xs = np.arange(1, len(ys) + 1) if x is None else to_numpy(x)[: len(ys)]
+        ax.plot(xs, ys, label=name, marker="o" if len(ys) <= 12 else None, markersize=3)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logy:
+        ax.set_yscale("log")
+    if title:
+        ax.set_title(title)
+    ax.legend()
+    return fig

@@ -1,0 +1,292 @@
+"""Text for the translation chapters: English–French pairs, vocabularies, BLEU.
+
+The format and preprocessing follow d2l's ``MTFraEng`` so results compare:
+lower-case, non-breaking spaces become spaces, a space goes before ``, . ! ?``,
+tokens are split on spaces, each sentence ends with ``<eos>``, target inputs
+start with ``<bos>``, and every sequence is padded or trimmed to ``num_steps``.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from .data import DataUnavailableError, extract_member, fetch, find_local
+
+__all__ = [
+    "PAD", "BOS", "EOS", "UNK",
+    "preprocess_nmt",
+    "tokenize_nmt",
+    "parse_pairs",
+    "synthetic_pairs",
+    "load_fra_eng_text",
+    "Vocab",
+    "TranslationData",
+    "load_translation",
+    "bleu",
+]
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+
+
+def preprocess_nmt(text: str) -> str:
+    """Lower-case, turn non-breaking spaces into spaces, and set punctuation apart."""
+    text = text.replace("\u202f", " ").replace("\xa0", " ").lower()
+    out = []
+    for i, ch in enumerate(text):
+        if ch in ",.!?" and i > 0 and text[i - 1] != " ":
+            out.append(" ")
+        out.append(ch)
+    return "".join(out)
+
+
+def tokenize_nmt(sentence: str) -> list[str]:
+    """Split a preprocessed sentence into tokens and append ``<eos>``."""
+    return [t for t in sentence.split(" ") if t] + [EOS]
+
+
+def parse_pairs(text: str, max_pairs: int | None = None, source: str = "text") -> list[tuple[str, str]]:
+    """Tab-separated ``english<TAB>french[<TAB>attribution]`` lines -> raw pairs.
+
+    Blank lines are skipped. A non-blank line without a tab, or with an empty
+    side, raises ``ValueError`` naming the line number (1-based) and ``source``.
+    """
+    pairs = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if max_pairs is not None and len(pairs) >= max_pairs:
+            break
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
+            raise ValueError(
+                f"{source}, line {number}: expected 'english<TAB>french', got {line[:80]!r}"
+            )
+        pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+_SUBJECTS = [("i", "je", "suis", "am"), ("you", "tu", "es", "are"), ("he", "il", "est", "is"),
+             ("she", "elle", "est", "is"), ("we", "nous", "sommes", "are"), ("they", "ils", "sont", "are")]
+_ADJECTIVES = [("calm", "calme", "calme"), ("tired", "fatigué", "fatiguée"), ("happy", "content", "contente"),
+               ("ready", "prêt", "prête"), ("sick", "malade", "malade"), ("busy", "occupé", "occupée"),
+               ("late", "en retard", "en retard"), ("home", "chez moi", "chez moi")]
+_VERBS = [("run", "cours", "court", "courons", "courent"), ("eat", "mange", "mange", "mangeons", "mangent"),
+          ("sing", "chante", "chante", "chantons", "chantent"), ("wait", "attends", "attend", "attendons", "attendent"),
+          ("swim", "nage", "nage", "nageons", "nagent"), ("work", "travaille", "travaille", "travaillons", "travaillent")]
+
+
+def synthetic_pairs(num_pairs: int = 640, seed: int = 0) -> list[tuple[str, str]]:
+    """A small English→French-style corpus generated from templates (offline fallback).
+
+    Sentences such as ``she is tired .`` → ``elle est fatiguée .`` and
+    ``we sing !`` → ``nous chantons !``, with agreement of adjectives and verbs.
+    The vocabulary is tiny, so models learn it quickly; it is *not* real French
+    usage data and the chapters say so when they use it.
+    """
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(num_pairs):
+        en_s, fr_s, fr_be, en_be = rng.choice(_SUBJECTS)
+        if rng.random() < 0.5:
+            en_a, fr_m, fr_f = rng.choice(_ADJECTIVES)
+            fr_a = fr_f if en_s == "she" else fr_m
+            if en_s in ("we", "they") and fr_a not in ("calme", "malade", "en retard", "chez moi"):
+                fr_a += "s"
+            if en_a == "home":
+                fr_a = {"i": "chez moi", "you": "chez toi", "he": "chez lui", "she": "chez elle",
+                        "we": "chez nous", "they": "chez eux"}[en_s]
+            en_be_full = "i'm" if en_s == "i" else f"{en_s} {en_be}"
+            pairs.append((f"{en_be_full} {en_a} .", f"{fr_s} {fr_be} {fr_a} ."))
+        else:
+            verb = rng.choice(_VERBS)
+            form = {"i": 1, "you": 1, "he": 2, "she": 2, "we": 3, "they": 4}[en_s]
+            en_v = verb[0] + ("s" if en_s in ("he", "she") else "")
+            end = rng.choice([" .", " !"])
+            pairs.append((f"{en_s} {en_v}{end}", f"{fr_s} {verb[form]}{end}"))
+    return pairs
+
+
+def load_fra_eng_text() -> tuple[str, str]:
+    """The raw English–French file and a note on where it came from.
+
+    Looks for ``fra-eng/fra.txt`` in the data directory first (used as is), then
+    for the verified d2l archive (downloading it when needed).
+    """
+    local = find_local("fra-eng")
+    if local is not None:
+        return local.read_text(encoding="utf-8"), f"local copy {local}"
+    archive = fetch("fra-eng")
+    member = extract_member(archive, "fra-eng/fra.txt", archive.parent / "fra-eng" / "fra.txt")
+    return member.read_text(encoding="utf-8"), f"d2l archive {archive.name} (sha1 verified)"
+
+
+class Vocab:
+    """Token ↔ index map. Index 0 is ``<unk>``; reserved tokens come next; then
+    tokens seen at least ``min_freq`` times, most frequent first (ties broken
+    alphabetically, so the order is reproducible)."""
+
+    def __init__(self, tokens: Iterable = (), min_freq: int = 1, reserved_tokens: Sequence[str] = ()):
+        if min_freq < 1:
+            raise ValueError(f"min_freq must be at least 1, got {min_freq}")
+        flat = [t for item in tokens for t in (item if isinstance(item, (list, tuple)) else [item])]
+        self.token_freqs = sorted(collections.Counter(flat).items(), key=lambda kv: (-kv[1], kv[0]))
+        self.idx_to_token = [UNK] + [t for t in reserved_tokens if t != UNK]
+        seen = set(self.idx_to_token)
+        for token, freq in self.token_freqs:
+            if freq >= min_freq and token not in seen:
+                self.idx_to_token.append(token)
+                seen.add(token)
+        self.token_to_idx = {t: i for i, t in enumerate(self.idx_to_token)}
+
+    def __len__(self) -> int:
+        return len(self.idx_to_token)
+
+    def __getitem__(self, tokens):
+        """Index of a token (``<unk>``'s index 0 for unknown ones), or a list of indices."""
+        if isinstance(tokens, (list, tuple)):
+            return [self.__getitem__(t) for t in tokens]
+        return self.token_to_idx.get(tokens, 0)
+
+    def to_tokens(self, indices):
+        if isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
+        if isinstance(indices, (list, tuple)):
+            return [self.idx_to_token[int(i)] for i in indices]
+        return self.idx_to_token[int(indices)]
+
+    @property
+    def unk(self) -> int:
+        return 0
+
+
+@dataclass
+class TranslationData:
+    """Padded index arrays for a train/validation split, plus the vocabularies.
+
+    ``arrays`` holds (src, tgt_input, src_valid_len, tgt_label) with shapes
+    (n, num_steps), (n, num_steps), (n,), (n, num_steps). ``tgt_input`` is
+    ``<bos>`` followed by the target shifted right.
+    """
+
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    arrays: tuple[torch.Tensor, ...]
+    num_train: int
+    num_val: int
+    num_steps: int
+    batch_size: int
+    source_note: str
+    raw_pairs: list
+
+    def _loader(self, start: int, stop: int, shuffle: bool, seed: int = 0):
+        from torch.utils.data import DataLoader, TensorDataset
+
+        dataset = TensorDataset(*(a[start:stop] for a in self.arrays))
+        gen = torch.Generator().manual_seed(seed)
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=gen)
+
+    def train_loader(self, seed: int = 0):
+        return self._loader(0, self.num_train, shuffle=True, seed=seed)
+
+    def val_loader(self):
+        return self._loader(self.num_train, self.num_train + self.num_val, shuffle=False)
+
+    def build(self, src_sentences: Sequence[str], tgt_sentences: Sequence[str] | None = None):
+        """Arrays for new raw sentences with the *existing* vocabularies.
+
+        Unknown words map to ``<unk>``. Sentences longer than ``num_steps``
+        tokens (``<eos>`` included) are trimmed; an empty sentence becomes just
+        ``<eos>``.
+        """
+        if tgt_sentences is None:
+            tgt_sentences = [""] * len(src_sentences)
+        if len(src_sentences) != len(tgt_sentences):
+            raise ValueError(f"got {len(src_sentences)} source but {len(tgt_sentences)} target sentences")
+        src = [tokenize_nmt(preprocess_nmt(s)) for s in src_sentences]
+        tgt = [tokenize_nmt(preprocess_nmt(t)) for t in tgt_sentences]
+        return _arrays(src, tgt, self.src_vocab, self.tgt_vocab, self.num_steps)
+
+
+def _pad(tokens: list[str], num_steps: int) -> list[str]:
+    return tokens[:num_steps] + [PAD] * max(0, num_steps - len(tokens))
+
+
+def _arrays(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab, num_steps: int):
+    src = torch.tensor([src_vocab[_pad(s, num_steps)] for s in src_tokens], dtype=torch.long)
+    tgt_full = torch.tensor([tgt_vocab[_pad([BOS] + t, num_steps + 1)] for t in tgt_tokens], dtype=torch.long)
+    valid = (src != src_vocab[PAD]).sum(dim=1)
+    return src, tgt_full[:, :-1], valid, tgt_full[:, 1:]
+
+
+def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int = 512, num_val: int = 128,
+                     min_freq: int = 2, pairs: Sequence[tuple[str, str]] | None = None,
+                     verbose: bool = True) -> TranslationData:
+    """English→French data in d2l's format: the first ``num_train`` pairs train,
+    the next ``num_val`` validate.
+
+    ``pairs`` overrides the corpus. Otherwise the real file is used (local copy
+    or verified download); if it cannot be had, a visible message says so and the
+    code-generated :func:`synthetic_pairs` corpus is used instead.
+    """
+    if num_steps < 2:
+        raise ValueError(f"num_steps must be at least 2, got {num_steps}")
+    need = num_train + num_val
+    if pairs is not None:
+        note = "pairs given by the caller"
+    else:
+        try:
+            text, note = load_fra_eng_text()
+            pairs = parse_pairs(text, max_pairs=need, source=note)
+        except (DataUnavailableError, OSError) as err:
+            pairs = synthetic_pairs(max(need, 640))
+            note = f"generated fallback corpus (real data unavailable: {str(err).splitlines()[0]})"
+    if len(pairs) < need:
+        raise ValueError(f"the corpus has {len(pairs)} pairs but num_train + num_val = {need}")
+    pairs = list(pairs[:need])
+    src_tokens = [tokenize_nmt(preprocess_nmt(en)) for en, _ in pairs]
+    tgt_tokens = [tokenize_nmt(preprocess_nmt(fr)) for _, fr in pairs]
+    reserved = (PAD, BOS, EOS)
+    src_vocab = Vocab([_pad(s, num_steps) for s in src_tokens[:num_train]], min_freq, reserved)
+    tgt_vocab = Vocab([_pad([BOS] + t, num_steps) for t in tgt_tokens[:num_train]], min_freq, reserved)
+    arrays = _arrays(src_tokens, tgt_tokens, src_vocab, tgt_vocab, num_steps)
+    if verbose:
+        print(f"Translation data: {note}; {num_train} train + {num_val} validation pairs, "
+              f"vocab sizes {len(src_vocab)} (en) / {len(tgt_vocab)} (fr)")
+    return TranslationData(src_vocab, tgt_vocab, arrays, num_train, num_val, num_steps, batch_size, note, pairs)
+
+
+def bleu(pred_seq: str, label_seq: str, k: int = 2) -> float:
+    """BLEU as defined in the chapter: a brevity penalty times n-gram precisions.
+
+        BLEU = exp(min(0, 1 - len_label / len_pred)) · Π_{n=1}^{k} p_n^(1 / 2^n)
+
+    where ``p_n`` is the fraction of the prediction's n-grams that also occur in
+    the label (each label n-gram matched at most as often as it occurs). Tokens
+    are separated by spaces. n runs up to ``min(k, len_pred)``; an empty
+    prediction scores 0.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    pred, label = pred_seq.split(), label_seq.split()
+    if not pred:
+        return 0.0
+    if not label:
+        raise ValueError("bleu needs a non-empty label sequence")
+    score = math.exp(min(0.0, 1.0 - len(label) / len(pred)))
+    for n in range(1, min(k, len(pred)) + 1):
+        available = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
+        matches = 0
+        for i in range(len(pred) - n + 1):
+            gram = tuple(pred[i:i + n])
+            if available[gram] > 0:
+                matches += 1
+                available[gram] -= 1
+        score *= (matches / (len(pred) - n + 1)) ** (0.5 ** n)
+    return score

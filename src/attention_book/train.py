@@ -1,0 +1,193 @@
+"""The one training loop every chapter uses.
+
+``fit`` knows nothing about a particular model: the chapter passes a
+``loss_fn(model, batch)`` that returns the loss of one batch. Everything else
+(devices, clipping, mixed precision, schedules, progress, history) lives here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+from torch import nn
+
+from .config import device as pick_device
+
+__all__ = ["History", "fit", "move_to", "grad_clipping"]
+
+
+def move_to(batch: Any, device: torch.device) -> Any:
+    """Move every tensor inside a (nested) tuple/list/dict to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: move_to(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to(v, device) for v in batch]
+        return type(batch)(moved) if not hasattr(batch, "_fields") else type(batch)(*moved)
+    return batch
+
+
+def grad_clipping(model: nn.Module, max_norm: float) -> float:
+    """Rescale all gradients so their global L2 norm is at most ``max_norm``.
+
+    Returns the norm before clipping (useful to watch for exploding gradients).
+    """
+    if max_norm <= 0:
+        raise ValueError(f"max_norm must be positive, got {max_norm}")
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+@dataclass
+class History:
+    """Per-epoch records of a training run.
+
+    ``train_loss[e]`` is the loss averaged over all units (tokens, examples…)
+    seen in epoch ``e``; ``metrics[name][e]`` holds what ``evaluate`` returned.
+    ``lr`` records the learning rate at every optimisation step.
+    """
+
+    train_loss: list[float] = field(default_factory=list)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    lr: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    steps: int = 0
+
+    def record(self, name: str, value: float) -> None:
+        self.metrics.setdefault(name, []).append(float(value))
+
+    def plot(self, logy: bool = False, title: str | None = None):
+        """Learning curves: training loss and every recorded metric. Returns the figure."""
+        from .plot import plot_curves
+
+        curves = {"train loss": self.train_loss, **self.metrics}
+        return plot_curves(curves, xlabel="epoch", logy=logy, title=title)
+
+    def summary(self) -> str:
+        parts = [f"{len(self.train_loss)} epochs, {self.steps} steps in {self.seconds:.1f}s"]
+        if self.train_loss:
+            parts.append(f"final train loss {self.train_loss[-1]:.4f}")
+        for name, values in self.metrics.items():
+            parts.append(f"{name} {values[-1]:.4f}")
+        return ", ".join(parts)
+
+
+def fit(
+    model: nn.Module,
+    train_data: Iterable,
+    loss_fn: Callable[[nn.Module, Any], Any],
+    *,
+    epochs: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    lr: float = 1e-3,
+    scheduler: Any = None,
+    clip_grad: float | None = None,
+    evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None,
+    device: torch.device | str | None = None,
+    amp: bool = False,
+    progress: bool = True,
+    desc: str = "training",
+) -> History:
+    """Train ``model`` for ``epochs`` passes over ``train_data``.
+
+    Parameters
+    ----------
+    loss_fn
+        ``loss_fn(model, batch)`` returns either a scalar loss (mean over the
+        batch) or a pair ``(mean_loss, count)``, where ``count`` is how many units
+        (e.g. unpadded tokens) the mean was taken over. Epoch losses are averaged
+        with these counts, so a short last batch or padding does not skew them.
+    optimizer
+        Defaults to Adam with learning rate ``lr`` over all parameters.
+    scheduler
+        A ``torch.optim.lr_scheduler`` object stepped once per optimisation step.
+    clip_grad
+        If given, the global gradient norm is clipped to this value.
+    evaluate
+        Called with the model (in eval mode, without gradients) after every
+        epoch; its ``{name: value}`` result is recorded in the history.
+    device
+        Defaults to :func:`attention_book.device`. The batches are moved there.
+    amp
+        Mixed precision (float16 autocast + gradient scaling) on CUDA; ignored
+        elsewhere.
+    """
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    dev = torch.device(device) if device is not None else pick_device(verbose=False)
+    model.to(dev)
+    if optimizer is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    use_amp = bool(amp) and dev.type == "cuda"
+    scaler = torch.amp.GradScaler("cuda") if use_amp else None
+    history = History()
+    start = time.perf_counter()
+
+    bar = None
+    epoch_iter: Iterable[int] = range(epochs)
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=epochs, desc=desc, unit="epoch")
+    for _epoch in epoch_iter:
+        model.train()
+        total, count = 0.0, 0.0
+        for batch in train_data:
+            batch = move_to(batch, dev)
+            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=use_amp):
+                out = loss_fn(model, batch)
+            loss, n = (out if isinstance(out, tuple) else (out, 1))
+            n = float(n)
+            if loss.dim() != 0:
+                raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"the loss became {loss.item()} at step {history.steps}; "
+                    "try a smaller learning rate or gradient clipping (clip_grad=1.0)"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                if clip_grad is not None:
+                    scaler.unscale_(optimizer)
+                    grad_clipping(model, clip_grad)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                if clip_grad is not None:
+                    grad_clipping(model, clip_grad)
+                optimizer.step()
+            history.lr.append(float(optimizer.param_groups[0]["lr"]))
+            if scheduler is not None:
+                scheduler.step()
+            history.steps += 1
+            total += float(loss.detach()) * n
+            count += n
+        if count == 0:
+            raise ValueError("train_data yielded no batches")
+        history.train_loss.append(total / count)
+        if evaluate is not None:
+            model.eval()
+            with torch.no_grad():
+                for name, value in evaluate(model).items():
+                    history.record(name, value)
+        if bar is not None:
+            post = {"loss": f"{history.train_loss[-1]:.3f}"}
+            post.update({k: f"{v[-1]:.3f}" for k, v in history.metrics.items()})
+            bar.set_postfix(post)
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    model.eval()
+    history.seconds = time.perf_counter() - start
+    if not all(math.isfinite(v) for v in history.train_loss):
+        raise FloatingPointError("training produced a non-finite epoch loss")
+    return history
