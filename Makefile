@@ -54,3 +54,15 @@ lab: venv
 
 clean:
 	rm -rf _build
+
+## Course editions (see book/instructors.md)
+## make student                      -> student/ : notebooks without solutions (ignored by git)
+## make grade SUBMISSIONS=dir [OUT=grades.csv] [TIMEOUT=600]
+student: venv
+	$(PY) scripts/student_edition.py notebooks student
+
+SUBMISSIONS ?= submissions
+OUT ?= grades.csv
+TIMEOUT ?= 600
+grade: venv
+	$(PY) scripts/grade.py $(SUBMISSIONS) --out $(OUT) --timeout $(TIMEOUT)
