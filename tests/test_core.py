@@ -1,0 +1,275 @@
+"""Tests of the package core: configuration, plotting, data registry, training loop."""
+
+import gzip
+import hashlib
+import io
+import zipfile
+from pathlib import Path
+
+import matplotlib.figure
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import attention_book as ab
+from attention_book import data as abdata
+
+
+# --- configuration -------------------------------------------------------------------
+
+def test_size_switch(monkeypatch):
+    monkeypatch.setenv(ab.SIZE_ENV, "full")
+    assert ab.experiment_size() == "full" and ab.sized(ci=1, full=2) == 2
+    monkeypatch.setenv(ab.SIZE_ENV, "ci")
+    assert ab.sized(ci=1, full=2) == 1
+    monkeypatch.setenv(ab.SIZE_ENV, "huge")
+    with pytest.raises(ValueError, match="ci, full"):
+        ab.experiment_size()
+    monkeypatch.delenv(ab.SIZE_ENV)
+    assert ab.experiment_size() == ("full" if torch.cuda.is_available() else "ci")
+
+
+def test_data_dir_follows_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    assert ab.data_dir() == tmp_path.resolve()
+    monkeypatch.delenv(ab.DATA_ENV)
+    assert "attention_book" in str(ab.data_dir())
+
+
+def test_describe_run_names_size_and_device(capsys):
+    line = ab.describe_run()
+    assert "Experiment size" in line and "device" in line
+    assert line in capsys.readouterr().out
+
+
+def test_seed_everything_repeats_and_rejects_bad_seed():
+    ab.seed_everything(3)
+    a = torch.rand(3)
+    ab.seed_everything(3)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(ValueError):
+        ab.seed_everything(-1)
+
+
+def test_device_is_usable():
+    dev = ab.device(verbose=False)
+    assert torch.zeros(1, device=dev).device.type == dev.type
+
+
+# --- plotting ---------------------------------------------------------------------------
+
+def test_show_heatmaps_grid_and_colourbar():
+    fig = ab.show_heatmaps(torch.rand(2, 3, 4, 5), "Keys", "Queries", titles=["a", "b", "c"])
+    assert isinstance(fig, matplotlib.figure.Figure)
+    # 6 heatmaps + 1 shared colour bar
+    assert len(fig.axes) == 7
+    assert fig.axes[0].get_title() == "a"
+
+
+def test_show_heatmaps_accepts_any_device_and_dtype():
+    ab.show_heatmaps(torch.eye(3, dtype=torch.bfloat16).reshape(1, 1, 3, 3), "k", "q")
+    ab.show_heatmaps(np.eye(3).reshape(1, 1, 3, 3), "k", "q")
+
+
+def test_show_heatmaps_labels_tokens():
+    fig = ab.show_heatmaps(torch.rand(1, 1, 2, 3), "keys", "queries",
+                           xticklabels=["a", "b", "c"], yticklabels=["x", "y"])
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (torch.eye(3), "4-D"),
+    (torch.rand(1, 3, 3), "4-D"),
+    (torch.full((1, 1, 2, 2), float("nan")), "NaN"),
+    (torch.rand(1, 1, 0, 2), "empty"),
+])
+def test_show_heatmaps_rejects_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ab.show_heatmaps(bad, "k", "q")
+
+
+def test_show_heatmaps_rejects_wrong_label_counts():
+    with pytest.raises(ValueError, match="titles"):
+        ab.show_heatmaps(torch.rand(1, 2, 2, 2), "k", "q", titles=["only one"])
+    with pytest.raises(ValueError, match="xticklabels"):
+        ab.show_heatmaps(torch.rand(1, 1, 2, 2), "k", "q", xticklabels=["a"])
+
+
+def test_plot_curves():
+    fig = ab.plot_curves({"train": [3, 2, 1], "val": [3.5, 2.5]}, ylabel="loss")
+    assert len(fig.axes[0].get_lines()) == 2
+    with pytest.raises(ValueError):
+        ab.plot_curves({})
+
+
+# --- data registry ----------------------------------------------------------------------
+
+@pytest.fixture
+def server(tmp_path):
+    """A real HTTP server on 127.0.0.1 serving tmp_path/server (stands in for a data host)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "server"
+    root.mkdir()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+def _register_fake(server, content: bytes, name="fake-data"):
+    root, url = server
+    digest = hashlib.sha1(content).hexdigest()
+    source = root / "fake.txt"
+    source.write_bytes(content)
+    ab.register(ab.Dataset(name, (ab.DataFile("fake.txt", (url + "fake.txt",), f"sha1:{digest}"),)))
+    return source
+
+
+def test_unknown_data_set_names_known_ones():
+    with pytest.raises(KeyError, match="fra-eng"):
+        ab.fetch("no-such-data")
+
+
+def test_bad_hash_spec_is_rejected():
+    with pytest.raises(ValueError, match="sha1"):
+        ab.DataFile("x", ("http://example.invalid/x",), "crc32:1234")
+
+
+def test_fetch_downloads_verifies_and_reuses(tmp_path, monkeypatch, server):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    _register_fake(server, b"hello attention\n")
+    path = ab.fetch("fake-data", progress=False)
+    assert path.read_bytes() == b"hello attention\n"
+    mtime = path.stat().st_mtime_ns
+    assert ab.fetch("fake-data", progress=False).stat().st_mtime_ns == mtime  # cached, not re-downloaded
+
+
+def test_corrupt_cache_is_redownloaded_never_used(tmp_path, monkeypatch, server):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    _register_fake(server, b"the real bytes\n")
+    cached = tmp_path / "cache" / "fake.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"corrupted!")
+    assert ab.fetch("fake-data", progress=False).read_bytes() == b"the real bytes\n"
+
+
+def test_corrupt_cache_without_source_gives_clear_error(tmp_path, monkeypatch, server):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    source = _register_fake(server, b"the real bytes\n")
+    source.unlink()  # the "server" is gone: offline
+    cached = tmp_path / "cache" / "fake.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"corrupted!")
+    with pytest.raises(ab.DataUnavailableError, match=r"(?s)does not match.*put it at"):
+        ab.fetch("fake-data", progress=False, retries=0)
+
+
+def test_offline_error_says_what_and_where(tmp_path, monkeypatch, server):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    source = _register_fake(server, b"x")
+    source.unlink()
+    with pytest.raises(ab.DataUnavailableError) as info:
+        ab.fetch("fake-data", progress=False, retries=0)
+    message = str(info.value)
+    assert "fake.txt" in message and str(tmp_path / "cache") in message and "Download it yourself" in message
+
+
+def test_local_file_is_used_as_is(tmp_path, monkeypatch):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    assert ab.find_local("fra-eng") is None
+    (tmp_path / "fra-eng").mkdir()
+    (tmp_path / "fra-eng" / "fra.txt").write_text("Go.\tVa !\n")
+    assert ab.find_local("fra-eng") == tmp_path / "fra-eng" / "fra.txt"
+
+
+def test_extract_member(tmp_path):
+    archive = tmp_path / "a.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("dir/file.txt", "content")
+    out = ab.extract_member(archive, "dir/file.txt", tmp_path / "out" / "file.txt")
+    assert out.read_text() == "content"
+    with pytest.raises(ab.DataUnavailableError, match="no member"):
+        ab.extract_member(archive, "missing.txt", tmp_path / "out" / "missing.txt")
+
+
+def test_registered_book_data_match_shared_copies():
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "timemachine.txt"
+    if not shared.exists():
+        pytest.skip("../shared/data is not present")
+    expected = ab.DATA_HUB["time-machine"].files[0].known_hash.split(":")[1]
+    assert ab.file_hash(shared) == expected
+
+
+# --- training loop ----------------------------------------------------------------------
+
+def _regression_problem():
+    ab.seed_everything(0)
+    X = torch.randn(64, 3)
+    y = X @ torch.tensor([1.0, -2.0, 0.5]) + 0.3
+    batches = [(X[i:i + 16], y[i:i + 16]) for i in range(0, 64, 16)]
+    return batches
+
+
+def test_fit_learns_and_records_history():
+    batches = _regression_problem()
+    model = nn.Linear(3, 1)
+
+    def loss_fn(m, batch):
+        x, y = batch
+        return nn.functional.mse_loss(m(x).squeeze(-1), y), len(y)
+
+    def evaluate(m):
+        return {"val mse": float(loss_fn(m, batches[0])[0])}
+
+    history = ab.fit(model, batches, loss_fn, epochs=40, lr=0.05, clip_grad=5.0, evaluate=evaluate, progress=False)
+    assert history.train_loss[-1] < 0.01 < history.train_loss[0]
+    assert len(history.metrics["val mse"]) == 40 and history.steps == 160
+    assert not model.training
+    assert len(history.plot().axes[0].get_lines()) == 2
+
+
+def test_fit_weights_epoch_loss_by_counts():
+    model = nn.Linear(1, 1)
+    batches = [torch.zeros(1), torch.ones(1)]
+    losses = iter([(torch.tensor(1.0, requires_grad=True), 1), (torch.tensor(4.0, requires_grad=True), 3)])
+
+    def loss_fn(m, batch):
+        loss, n = next(losses)
+        return loss * m.weight.sum() / m.weight.sum().detach(), n
+
+    h = ab.fit(model, batches, loss_fn, epochs=1, progress=False)
+    assert h.train_loss == [pytest.approx((1 * 1 + 4 * 3) / 4)]
+
+
+def test_fit_rejects_bad_arguments_and_divergence():
+    model = nn.Linear(1, 1)
+    with pytest.raises(ValueError, match="epochs"):
+        ab.fit(model, [torch.zeros(1)], lambda m, b: m(b).sum(), epochs=0)
+    with pytest.raises(ValueError, match="no batches"):
+        ab.fit(model, [], lambda m, b: m(b).sum(), epochs=1, progress=False)
+    with pytest.raises(FloatingPointError, match="learning rate"):
+        ab.fit(model, [torch.ones(1)], lambda m, b: m(b).sum() * float("nan"), epochs=1, progress=False)
+
+
+def test_grad_clipping_caps_norm():
+    model = nn.Linear(4, 1)
+    model(torch.full((2, 4), 100.0)).sum().backward()
+    before = ab.grad_clipping(model, 1.0)
+    after = torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters()))
+    assert before > 1.0 and float(after) == pytest.approx(1.0, rel=1e-4)
+
+
+def test_move_to_nested():
+    batch = {"a": (torch.zeros(1), [torch.ones(1)]), "b": 3}
+    moved = ab.move_to(batch, torch.device("cpu"))
+    assert moved["b"] == 3 and torch.equal(moved["a"][1][0], torch.ones(1))
