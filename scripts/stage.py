@@ -2,6 +2,10 @@
 
 Usage: python scripts/stage.py DEST
 
+The edition (``public`` by default, ``instructor`` with EDITION=instructor in
+the environment; see scripts/editions.py) decides what readers see of the
+exercise pages: the public site hides instructor answers and folds solutions.
+
 Sources are never executed in place, so committed notebooks stay output-free.
 A staged notebook that already carries outputs from the *same* source (same
 SHA-1, recorded in its metadata) is kept, so a notebook executed by the test run
@@ -13,8 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import os
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from editions import make_edition  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["_config.yml", "_toc.yml"]
@@ -29,8 +37,8 @@ def has_outputs(nb: dict) -> bool:
     return any(c.get("outputs") for c in nb.get("cells", []) if c.get("cell_type") == "code")
 
 
-def stage_notebook(src: Path, dest: Path) -> str:
-    digest = source_hash(src)
+def stage_notebook(src: Path, dest: Path, edition: str) -> str:
+    digest = f"{source_hash(src)}-{edition}"
     if dest.exists():
         try:
             staged = json.loads(dest.read_text(encoding="utf-8"))
@@ -39,7 +47,7 @@ def stage_notebook(src: Path, dest: Path) -> str:
                 return "kept (already executed)"
         except (json.JSONDecodeError, OSError):
             pass
-    nb = json.loads(src.read_text(encoding="utf-8"))
+    nb = make_edition(json.loads(src.read_text(encoding="utf-8")), edition)
     nb.setdefault("metadata", {}).setdefault("attention_book", {})["source_sha1"] = digest
     dest.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return "copied"
@@ -61,8 +69,9 @@ def main(dest: str) -> None:
     for stale in nb_out.glob("*.ipynb"):
         if stale.name not in wanted:
             stale.unlink()
+    edition = os.environ.get("EDITION", "public")
     for src in sources:
-        print(f"stage {src.name}: {stage_notebook(src, nb_out / src.name)}")
+        print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition)}")
 
 
 if __name__ == "__main__":
