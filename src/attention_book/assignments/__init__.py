@@ -16,6 +16,8 @@ report is also appended to it as one JSON line (the grader reads these).
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import importlib
 import json
 import math
@@ -30,6 +32,8 @@ import torch
 __all__ = ["Case", "Report", "run_checks", "compare", "GRADE_LOG_ENV"]
 
 GRADE_LOG_ENV = "ATTENTION_BOOK_GRADE_LOG"
+# The name of the check_<name> function running now: the grader files reports under it.
+_CHECKER = contextvars.ContextVar("checker", default="")
 
 
 @dataclass
@@ -117,8 +121,24 @@ def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[
 def _log(report: Report) -> None:
     path = os.environ.get(GRADE_LOG_ENV, "").strip()
     if path:
+        record = report.to_json()
+        record["assignment"] = _CHECKER.get() or report.assignment
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(report.to_json()) + "\n")
+            f.write(json.dumps(record) + "\n")
+
+
+def _as_checker(name: str, fn: Callable) -> Callable:
+    """Wrap ``check_<name>`` so its reports are filed under ``<name>`` for grading."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        token = _CHECKER.set(name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _CHECKER.reset(token)
+
+    return wrapper
 
 
 def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bool = True) -> Report:
@@ -160,8 +180,8 @@ def _collect() -> None:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for name in dir(module):
-            if name.startswith("check_"):
-                globals()[name] = getattr(module, name)
+            if name.startswith("check_") and callable(getattr(module, name)):
+                globals()[name] = _as_checker(name[len("check_"):], getattr(module, name))
                 __all__.append(name)
 
 

@@ -1,0 +1,171 @@
+"""Student edition, public edition and grading (scripts/editions.py, student_edition.py, grade.py)."""
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+editions = importlib.import_module("editions")
+student_edition = importlib.import_module("student_edition")
+grade = importlib.import_module("grade")
+
+SOLUTION = '''def f(x):
+    """Double x."""
+    # BEGIN SOLUTION
+    y = x * 2  # the distinctive solution line
+    return y
+    # END SOLUTION
+'''
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = list(cells)
+    return json.loads(nbformat.writes(nb))
+
+
+def _code(src, *tags):
+    return nbformat.v4.new_code_cell(src, metadata={"tags": list(tags)})
+
+
+def _md(src, *tags):
+    return nbformat.v4.new_markdown_cell(src, metadata={"tags": list(tags)})
+
+
+def test_scaffold_keeps_signature_and_indentation():
+    out = editions.scaffold(SOLUTION)
+    assert 'def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n    raise NotImplementedError' in out
+    assert "x * 2" not in out and "BEGIN SOLUTION" not in out
+
+
+def test_scaffold_without_markers_replaces_everything():
+    assert editions.scaffold("secret = 42") == "# YOUR CODE HERE\nraise NotImplementedError"
+
+
+@pytest.mark.parametrize("bad", [
+    "# BEGIN SOLUTION\nx = 1",
+    "x = 1\n# END SOLUTION",
+    "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION",
+])
+def test_unbalanced_markers_are_rejected(bad):
+    with pytest.raises(ValueError, match="SOLUTION"):
+        editions.scaffold(bad)
+
+
+def test_editions_treat_tags_as_documented():
+    nb = _nb(_md("# Title"), _md("The answer is 42 because ...", "instructor"), _code(SOLUTION, "solution"),
+             _code("check_double(f)", "checker"))
+    nb["cells"][2]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "done"}]
+    student = editions.make_edition(nb, "student")
+    texts = [editions.source(c) for c in student["cells"]]
+    assert len(texts) == 3 and "The answer is 42" not in "".join(texts)
+    assert "raise NotImplementedError" in texts[1] and "x * 2" not in texts[1]
+    assert texts[2] == "check_double(f)" and student["cells"][1]["outputs"] == []
+    public = editions.make_edition(nb, "public")
+    assert "hide-input" in editions.tags(public["cells"][1]) and "x * 2" in editions.source(public["cells"][1])
+    assert len(public["cells"]) == 3
+    assert editions.make_edition(nb, "instructor") == nb
+    with pytest.raises(ValueError, match="edition"):
+        editions.make_edition(nb, "teacher")
+
+
+def test_leak_detection_catches_surviving_solution():
+    nb = _nb(_code(SOLUTION, "solution"))
+    clean = editions.make_edition(nb, "student")
+    assert student_edition.leaked_lines(nb, clean) == []
+    leaky = json.loads(json.dumps(clean))
+    leaky["cells"].append(_code("    y = x * 2  # the distinctive solution line"))
+    assert student_edition.leaked_lines(nb, leaky)
+
+
+# --- the real notebooks ------------------------------------------------------------------
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EXERCISES = [p for p in NOTEBOOKS if p.stem.endswith("_exercises")]
+
+
+def test_student_edition_of_the_book_has_no_solutions(tmp_path):
+    written = student_edition.build(ROOT / "notebooks", tmp_path)
+    assert len(written) == len(NOTEBOOKS)
+    for path in written:
+        nb = json.loads(path.read_text())
+        for cell in nb["cells"]:
+            assert "instructor" not in editions.tags(cell), path.name
+            assert not cell.get("outputs"), path.name
+            assert "BEGIN SOLUTION" not in editions.source(cell), path.name
+
+
+def test_every_exercises_page_has_a_checked_assignment():
+    for path in EXERCISES:
+        nb = json.loads(path.read_text())
+        assert grade.expected_assignments(nb), f"{path.name} has no checker cell calling ab.assignments.check_*"
+        assert any("solution" in editions.tags(c) for c in nb["cells"]), f"{path.name} has no solution cell"
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_student_notebook_runs_to_its_first_assignment(path, tmp_path):
+    """Executed up to its first checker cell, a student notebook fails only in its own
+    scaffolds (NotImplementedError) and the checker reports 'not implemented yet'."""
+    from nbclient import NotebookClient
+
+    nb = editions.make_edition(json.loads(path.read_text()), "student")
+    first = next(i for i, c in enumerate(nb["cells"]) if "checker" in editions.tags(c))
+    nb["cells"] = nb["cells"][: first + 1]
+    node = nbformat.reads(json.dumps(nb), as_version=4)
+    NotebookClient(node, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    for cell in node.cells[:-1]:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                assert "solution" in editions.tags(cell) and out["ename"] == "NotImplementedError", (
+                    f"{path.name}: a cell that is not a scaffold failed: {out['ename']}: {out['evalue']}\n"
+                    f"{editions.source(cell)[:300]}"
+                )
+    checker_out = "".join(o.get("text", "") for o in node.cells[-1].get("outputs", []) if o["output_type"] == "stream")
+    errors = [o for o in node.cells[-1].get("outputs", []) if o["output_type"] == "error"]
+    assert not errors, f"{path.name}: the checker crashed: {errors[0]['ename']}: {errors[0]['evalue']}"
+    assert "not implemented yet" in checker_out, f"{path.name}: checker printed {checker_out!r}"
+
+
+# --- grading -----------------------------------------------------------------------------
+
+TOY_CHECKER = '''from attention_book.assignments import Case, compare, run_checks
+def check_double(fn):
+    return run_checks("double", fn, [Case("two", (2,), compare(4)), Case("zero", (0,), compare(0)),
+                                     Case("negative", (-3,), compare(-6))])
+'''
+
+
+def _write(path, nb):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb))
+
+
+def test_grader_scores_and_survives_bad_notebooks(tmp_path):
+    subs = tmp_path / "subs"
+    good = _nb(_code(TOY_CHECKER), _code("def f(x):\n    return 2 * x", "solution"), _code("check_double(f)", "checker"))
+    wrong = _nb(_code(TOY_CHECKER), _code("def f(x):\n    return x + 2", "solution"), _code("check_double(f)", "checker"))
+    todo = _nb(_code(TOY_CHECKER), _code(editions.scaffold(SOLUTION), "solution"), _code("check_double(f)", "checker"))
+    crash = _nb(_code("1 / 0"), _code(TOY_CHECKER), _code("def f(x):\n    return 2 * x"), _code("check_double(f)", "checker"))
+    loop = _nb(_code("while True:\n    pass"), _code("check_double(f)", "checker"))
+    for who, nb in [("ann", good), ("bob", wrong), ("cy", todo), ("di", crash), ("ed", loop)]:
+        _write(subs / who / "toy.ipynb", nb)
+    (subs / "fay").mkdir()
+    (subs / "fay" / "toy.ipynb").write_text("{not json")
+    out = tmp_path / "grades.csv"
+    grade.grade(subs, out, timeout=25, reference=None)
+    rows = {r["student"]: r for r in csv.DictReader(out.open())}
+    assert rows["ann"]["score"] == "1.0" and rows["ann"]["status"] == "graded"
+    assert float(rows["bob"]["score"]) == pytest.approx(1 / 3, abs=1e-3) and "expected" in rows["bob"]["reason"]
+    assert rows["cy"]["score"] == "0.0" and rows["cy"]["status"] == "not implemented"
+    # The error in the first cell does not stop the rest: the checker still ran and passed.
+    assert rows["di"]["score"] == "1.0"
+    assert rows["ed"]["status"] == "timeout" and rows["ed"]["score"] == "0.0" and rows["ed"]["assignment"] == "double"
+    assert rows["fay"]["status"] == "unreadable"
