@@ -23,7 +23,10 @@ $(STAMP):
 	@# torch first and on its own, so no other requirement pulls a different build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" >/dev/null
+	@# Inline figures in every kernel, even when the caller exports MPLBACKEND=Agg (as CI does):
+	@# the site shows what the kernel drew.
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" \
+		--env MPLBACKEND module://matplotlib_inline.backend_inline >/dev/null
 	@rm -f $(VENV)/.stamp-*
 	@touch $@
 

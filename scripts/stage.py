@@ -7,6 +7,8 @@ the environment; see scripts/editions.py) decides what readers see of the
 exercise pages: the public site hides instructor answers and folds solutions.
 
 Sources are never executed in place, so committed notebooks stay output-free.
+The site's JavaScript (widget manager, require.js, MathJax) is vendored into
+DEST/_vendor, which `_config.yml` lists in `html_static_path` (scripts/vendor_js.py).
 A staged notebook that already carries outputs from the *same* source (same
 SHA-1, recorded in its metadata) is kept, so a notebook executed by the test run
 is not executed again by the site build.
@@ -23,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from editions import make_edition  # noqa: E402
+import vendor_js  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["_config.yml", "_toc.yml"]
@@ -72,6 +75,11 @@ def main(dest: str) -> None:
     edition = os.environ.get("EDITION", "public")
     for src in sources:
         print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition)}")
+    try:
+        files = vendor_js.vendor(out / "_vendor")
+    except vendor_js.VendorError as err:
+        sys.exit(f"stage: cannot vendor the JavaScript: {err}")
+    print(f"stage _vendor: widget and MathJax JavaScript ({len(files)} files)")
 
 
 if __name__ == "__main__":
