@@ -1,0 +1,718 @@
+"""The vision Transformer (Dosovitskiy et al., 2021): images as sequences of patches.
+
+Pieces, in the order the chapter builds them:
+
+* :func:`patchify` cuts images (batch, channels, height, width) into a sequence
+  of flattened patches; :class:`PatchEmbedding` does the cut *and* the linear
+  projection in one strided convolution (the two agree exactly, see the tests).
+* :class:`ViTMLP`, :class:`ViTBlock` (pre-normalisation) and :class:`ViT`, with
+  a learned ``<cls>`` token (or mean pooling) and learned positional embeddings.
+  Attention is :class:`attention_book.MultiHeadAttention`, so in eval mode (or
+  under :func:`attention_book.keep_attention_weights`) every layer keeps its
+  weights; :meth:`ViT.attention_maps` collects them.
+* :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through
+  all layers back to the input patches.
+* Data: Fashion-MNIST through the data registry (four IDX files, read by our
+  own :func:`read_idx`) and scikit-learn's 8x8 digits for offline CPU runs,
+  both served by :class:`ImageBatches`, which resizes every batch on the fly.
+* :class:`SmallCNN`, the convolutional baseline trained on the same data.
+* Figures: :func:`patch_grid_figure` (the patch-size slider) and
+  :func:`cls_attention_figure` (where ``<cls>`` looks).
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .attention import MultiHeadAttention, keep_attention_weights
+from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
+
+__all__ = [
+    "patchify",
+    "PatchEmbedding",
+    "ViTMLP",
+    "ViTBlock",
+    "ViT",
+    "attention_rollout",
+    "cls_attention",
+    "read_idx",
+    "FASHION_MNIST_CLASSES",
+    "load_fashion_mnist",
+    "load_digits_images",
+    "ImageBatches",
+    "ImageData",
+    "load_image_data",
+    "SmallCNN",
+    "image_classification_loss",
+    "image_accuracy",
+    "count_parameters",
+    "sample_photo",
+    "attention_cost",
+    "patch_grid_figure",
+    "cls_attention_figure",
+]
+
+
+# --- patches ------------------------------------------------------------------------
+
+
+def _pair(value, name: str) -> tuple[int, int]:
+    """``7 -> (7, 7)``; ``(4, 6)`` stays; anything else is a clear error."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        pair = (int(value), int(value))
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
+    ):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise ValueError(f"{name} must be an int or a pair (height, width) of ints, got {value!r}")
+    if min(pair) < 1:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return pair
+
+
+def _check_divisible(img_size: tuple[int, int], patch_size: tuple[int, int]) -> None:
+    if img_size[0] % patch_size[0] or img_size[1] % patch_size[1]:
+        h, w = img_size
+        ph, pw = patch_size
+        fits_h = [p for p in range(1, h + 1) if h % p == 0]
+        fits_w = [p for p in range(1, w + 1) if w % p == 0]
+        raise ValueError(
+            f"image size (height, width) = {img_size} is not divisible by patch_size = {patch_size} "
+            f"(remainders {h % ph} and {w % pw}); patch heights that divide {h}: {fits_h}, "
+            f"patch widths that divide {w}: {fits_w} — or resize the images to "
+            f"({math.ceil(h / ph) * ph}, {math.ceil(w / pw) * pw})"
+        )
+
+
+def patchify(X: torch.Tensor, patch_size) -> torch.Tensor:
+    """Cut images into a sequence of flattened patches.
+
+    ``X`` (batch, channels, height, width) -> (batch, num_patches, channels * ph * pw).
+    Patches are numbered row by row (left to right, then top to bottom), and each
+    patch is flattened channel first, then patch row, then patch column — the
+    order in which a convolution kernel of size (ph, pw) is laid out, so that
+    ``patchify(X, p) @ conv.weight.reshape(d, -1).T + conv.bias`` equals the
+    strided convolution of :class:`PatchEmbedding`.
+    """
+    if not isinstance(X, torch.Tensor) or X.dim() != 4:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"X must have shape (batch, channels, height, width), got {got}")
+    ph, pw = _pair(patch_size, "patch_size")
+    b, c, h, w = X.shape
+    _check_divisible((h, w), (ph, pw))
+    rows, cols = h // ph, w // pw
+    # (b, c, rows, ph, cols, pw) -> (b, rows, cols, c, ph, pw)
+    patches = X.reshape(b, c, rows, ph, cols, pw).permute(0, 2, 4, 1, 3, 5)
+    return patches.reshape(b, rows * cols, c * ph * pw)
+
+
+class PatchEmbedding(nn.Module):
+    """Split an image into patches and project each one to ``num_hiddens`` features.
+
+    One convolution whose kernel size and stride both equal the patch size does
+    both steps at once: each output position sees exactly one patch, and its
+    ``num_hiddens`` output channels are ``num_hiddens`` linear functions of that
+    patch. ``img_size`` and ``patch_size`` are an int or a (height, width) pair;
+    the image size must be divisible by the patch size.
+
+    ``forward(X)``: (batch, in_channels, height, width) -> (batch, num_patches, num_hiddens).
+    """
+
+    def __init__(self, img_size=96, patch_size=16, num_hiddens: int = 512, in_channels: int = 1):
+        super().__init__()
+        self.img_size = _pair(img_size, "img_size")
+        self.patch_size = _pair(patch_size, "patch_size")
+        _check_divisible(self.img_size, self.patch_size)
+        if num_hiddens < 1 or in_channels < 1:
+            raise ValueError(f"num_hiddens and in_channels must be positive, got {num_hiddens} and {in_channels}")
+        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.in_channels, self.num_hiddens = in_channels, num_hiddens
+        self.conv = nn.Conv2d(in_channels, num_hiddens, kernel_size=self.patch_size, stride=self.patch_size)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        needed = (self.in_channels, *self.img_size)
+        if not isinstance(X, torch.Tensor) or X.dim() != 4 or tuple(X.shape[1:]) != needed:
+            got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+            raise ValueError(
+                f"X must have shape (batch, {needed[0]}, {needed[1]}, {needed[2]}) = (batch, in_channels, "
+                f"height, width), got {got}; resize the images to img_size={self.img_size}"
+            )
+        # (batch, num_hiddens, rows, cols) -> (batch, rows * cols, num_hiddens)
+        return self.conv(X).flatten(2).transpose(1, 2)
+
+
+# --- the encoder -----------------------------------------------------------------------
+
+
+class ViTMLP(nn.Module):
+    """The MLP of a ViT block: dense -> GELU -> dropout -> dense -> dropout.
+
+    ``num_inputs`` defaults to ``mlp_num_outputs`` (in a ViT both are ``num_hiddens``).
+    """
+
+    def __init__(self, mlp_num_hiddens: int, mlp_num_outputs: int, dropout: float = 0.5,
+                 num_inputs: int | None = None):
+        super().__init__()
+        self.dense1 = nn.Linear(num_inputs or mlp_num_outputs, mlp_num_hiddens)
+        self.gelu = nn.GELU()
+        self.dropout1 = nn.Dropout(dropout)
+        self.dense2 = nn.Linear(mlp_num_hiddens, mlp_num_outputs)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.dropout2(self.dense2(self.dropout1(self.gelu(self.dense1(X)))))
+
+
+class ViTBlock(nn.Module):
+    """A pre-normalisation encoder block:
+
+    X <- X + MultiHeadAttention(LN(X)),   X <- X + MLP(LN(X)).
+
+    The layer norm sits *before* each sub-layer, so the residual path from input
+    to output is a plain sum (post-normalisation, chapter 7, normalises after it).
+    ``attention_weights`` is the (batch, heads, tokens, tokens) map of the last
+    forward pass when weights were kept (eval mode or ``ab.keep_attention_weights()``).
+    """
+
+    def __init__(self, num_hiddens: int, norm_shape, mlp_num_hiddens: int, num_heads: int,
+                 dropout: float, use_bias: bool = False):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(norm_shape)
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.ln2 = nn.LayerNorm(norm_shape)
+        self.mlp = ViTMLP(mlp_num_hiddens, num_hiddens, dropout)
+
+    @property
+    def attention_weights(self) -> torch.Tensor | None:
+        return self.attention.attention_weights
+
+    def forward(self, X: torch.Tensor, valid_lens=None) -> torch.Tensor:
+        Y = self.ln1(X)
+        X = X + self.attention(Y, Y, Y, valid_lens)
+        return X + self.mlp(self.ln2(X))
+
+
+class ViT(nn.Module):
+    """Vision Transformer: patch embedding, ``<cls>`` token, learned positions, encoder, head.
+
+    ``pool='cls'`` (the seed's model) classifies from the final representation of
+    a learned ``<cls>`` token prepended to the patches; ``pool='mean'`` has no
+    ``<cls>`` token and classifies from the average of the patch representations
+    (exercise 11.8.2). ``lr`` is kept as ``model.lr`` for the optimiser.
+
+    ``forward(X)``: (batch, in_channels, height, width) -> logits (batch, num_classes).
+    """
+
+    def __init__(self, img_size, patch_size, num_hiddens: int, mlp_num_hiddens: int, num_heads: int,
+                 num_blks: int, emb_dropout: float, blk_dropout: float, lr: float = 0.1,
+                 use_bias: bool = False, num_classes: int = 10, in_channels: int = 1, pool: str = "cls"):
+        super().__init__()
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}")
+        if num_blks < 1 or num_classes < 1:
+            raise ValueError(f"num_blks and num_classes must be positive, got {num_blks} and {num_classes}")
+        self.lr, self.pool, self.num_classes = lr, pool, num_classes
+        self.patch_embedding = PatchEmbedding(img_size, patch_size, num_hiddens, in_channels)
+        self.num_extra = 1 if pool == "cls" else 0
+        num_steps = self.patch_embedding.num_patches + self.num_extra
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, num_hiddens)) if pool == "cls" else None
+        # Learned positional embeddings, one per token (small random start, as in the ViT paper).
+        self.pos_embedding = nn.Parameter(torch.randn(1, num_steps, num_hiddens) * 0.02)
+        self.dropout = nn.Dropout(emb_dropout)
+        self.blks = nn.Sequential(*[
+            ViTBlock(num_hiddens, num_hiddens, mlp_num_hiddens, num_heads, blk_dropout, use_bias)
+            for _ in range(num_blks)
+        ])
+        self.head = nn.Sequential(nn.LayerNorm(num_hiddens), nn.Linear(num_hiddens, num_classes))
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return self.patch_embedding.grid_size
+
+    def encode(self, X: torch.Tensor) -> torch.Tensor:
+        """Token representations after the last block: (batch, num_extra + num_patches, num_hiddens)."""
+        X = self.patch_embedding(X)
+        if self.cls_token is not None:
+            X = torch.cat((self.cls_token.expand(X.shape[0], -1, -1).to(X.dtype), X), dim=1)
+        X = self.dropout(X + self.pos_embedding.to(X.dtype))
+        for blk in self.blks:
+            X = blk(X)
+        return X
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        H = self.encode(X)
+        summary = H[:, 0] if self.pool == "cls" else H.mean(dim=1)
+        return self.head(summary)
+
+    @torch.no_grad()
+    def attention_maps(self, X: torch.Tensor) -> torch.Tensor:
+        """Every layer's attention: (num_blks, batch, heads, tokens, tokens), from one eval-mode pass.
+
+        With ``pool='cls'`` token 0 is ``<cls>`` and tokens 1.. are the patches row by row.
+        The model's train/eval mode is restored afterwards.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            with keep_attention_weights():
+                self(X)
+            return torch.stack([blk.attention_weights for blk in self.blks])
+        finally:
+            self.train(was_training)
+
+
+def _check_maps(maps: torch.Tensor) -> None:
+    if not isinstance(maps, torch.Tensor) or maps.dim() != 5 or maps.shape[-1] != maps.shape[-2]:
+        got = tuple(maps.shape) if isinstance(maps, torch.Tensor) else type(maps).__name__
+        raise ValueError(f"maps must have shape (layers, batch, heads, tokens, tokens), got {got}")
+
+
+def attention_rollout(maps: torch.Tensor, residual: bool = True) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each output token draws on each input token.
+
+    ``maps`` (layers, batch, heads, tokens, tokens) as from :meth:`ViT.attention_maps`.
+    Per layer the heads are averaged; with ``residual=True`` the residual
+    connection is accounted for as ``0.5 * A + 0.5 * I`` (rows renormalised).
+    The layers are then chained, ``R = Ā_L ··· Ā_2 Ā_1``, so ``R[b, i, j]`` is
+    the share of input token ``j`` in output token ``i``. Returns (batch, tokens, tokens);
+    every row sums to one.
+    """
+    _check_maps(maps)
+    A = maps.mean(dim=2)  # (layers, batch, n, n)
+    if residual:
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        A = 0.5 * A + 0.5 * eye
+        A = A / A.sum(dim=-1, keepdim=True)
+    R = A[0]
+    for layer in A[1:]:
+        R = layer @ R
+    return R
+
+
+def cls_attention(maps: torch.Tensor, grid_size, layer: int = -1) -> torch.Tensor:
+    """Attention of ``<cls>`` (token 0) to every patch in one layer, heads averaged: (batch, rows, cols)."""
+    _check_maps(maps)
+    rows, cols = _pair(grid_size, "grid_size")
+    if maps.shape[-1] != rows * cols + 1:
+        raise ValueError(
+            f"maps cover {maps.shape[-1]} tokens but a <cls> token plus a {rows}x{cols} grid needs {rows * cols + 1}"
+        )
+    return maps[layer].mean(dim=1)[:, 0, 1:].reshape(-1, rows, cols)
+
+
+# --- data -------------------------------------------------------------------------------
+
+_IDX_TYPES = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+def read_idx(path) -> np.ndarray:
+    """Read an IDX file (the format of MNIST and Fashion-MNIST), gzipped or not.
+
+    The header is two zero bytes, a type code (0x08 unsigned byte, 0x09 signed
+    byte, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64), the number of
+    dimensions, then each dimension as a big-endian uint32; the values follow,
+    big-endian, row-major. A wrong magic number or a short file raises
+    ``ValueError`` naming the file.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    try:
+        raw = gzip.decompress(path.read_bytes()) if gzipped else path.read_bytes()
+    except (EOFError, gzip.BadGzipFile, OSError) as err:
+        raise ValueError(f"{path}: the gzip stream is damaged or cut short ({err}); download the file again") from err
+    if len(raw) < 4:
+        raise ValueError(f"{path}: {len(raw)} bytes is too short for an IDX header (4 bytes at least)")
+    zero0, zero1, type_code, ndim = raw[0], raw[1], raw[2], raw[3]
+    if zero0 != 0 or zero1 != 0 or type_code not in _IDX_TYPES or ndim == 0:
+        raise ValueError(
+            f"{path}: not an IDX file — magic number {raw[:4].hex(' ')} should be 00 00 <type> <ndim> with "
+            f"type one of {', '.join(f'{k:02x}' for k in _IDX_TYPES)} and ndim >= 1"
+        )
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"{path}: the header needs {header} bytes for {ndim} dimensions, the file has {len(raw)}")
+    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    dtype = _IDX_TYPES[type_code]
+    needed = int(np.prod(shape)) * dtype.itemsize
+    have = len(raw) - header
+    if have != needed:
+        raise ValueError(
+            f"{path}: the header promises shape {shape} of {dtype.name} ({needed} bytes of data) but the file has "
+            f"{have} bytes of data — it is {'truncated' if have < needed else 'longer than its header says'}"
+        )
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+FASHION_MNIST_CLASSES = ("T-shirt/top", "trouser", "pullover", "dress", "coat",
+                         "sandal", "shirt", "sneaker", "bag", "ankle boot")
+_FASHION_MIRROR = "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"
+# The official MD5 sums published with the data set (zalandoresearch/fashion-mnist README).
+_FASHION_FILES = {
+    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+}
+
+register(Dataset(
+    name="fashion-mnist",
+    files=tuple(
+        DataFile(fname, (FASHION_MNIST + fname, _FASHION_MIRROR + fname), f"md5:{md5}")
+        for fname, md5 in _FASHION_FILES.items()
+    ),
+    description="Fashion-MNIST (Xiao et al., 2017): 70,000 28x28 greyscale images of clothes in 10 classes.",
+    licence="MIT (Zalando SE)",
+))
+
+
+def load_fashion_mnist(train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fashion-MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64, fetched and verified."""
+    prefix = "train" if train else "t10k"
+    images = read_idx(fetch("fashion-mnist", f"{prefix}-images-idx3-ubyte.gz"))
+    labels = read_idx(fetch("fashion-mnist", f"{prefix}-labels-idx1-ubyte.gz"))
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise ValueError(f"Fashion-MNIST files disagree: images {images.shape}, labels {labels.shape}")
+    return torch.from_numpy(images.copy())[:, None], torch.from_numpy(labels.astype(np.int64))
+
+
+def load_digits_images(test_fraction: float = 0.2, seed: int = 0):
+    """scikit-learn's 8x8 handwritten digits (1,797 images, shipped with the package), split in two.
+
+    Returns ``(train_images, train_labels), (test_images, test_labels)``; images
+    are (N, 1, 8, 8) uint8 in 0..255 (the original 0..16 grey levels rescaled),
+    labels int64. The split is stratified by class and fixed by ``seed``.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction}")
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[:, None]
+    labels = digits.target.astype(np.int64)
+    tr_x, te_x, tr_y, te_y = train_test_split(
+        images, labels, test_size=test_fraction, random_state=seed, stratify=labels
+    )
+    return ((torch.from_numpy(tr_x), torch.from_numpy(tr_y)), (torch.from_numpy(te_x), torch.from_numpy(te_y)))
+
+
+class ImageBatches:
+    """Mini-batches of images resized on the fly: an iterable that :func:`attention_book.fit` can use.
+
+    ``images`` (N, channels, H, W) uint8 (0..255) stay small in memory; each batch
+    is converted to floats, resized to ``img_size`` (bilinear; anti-aliased when
+    shrinking) and standardised with ``mean``/``std``. Yields ``(X, y)`` with X
+    (batch, channels, *img_size). With ``shuffle=True`` the order changes every
+    epoch, reproducibly from ``seed``.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, img_size,
+                 shuffle: bool = False, seed: int = 0, mean: float = 0.5, std: float = 0.5):
+        if images.dim() != 4 or labels.dim() != 1 or images.shape[0] != labels.shape[0]:
+            raise ValueError(
+                f"images must be (N, channels, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}"
+            )
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.images, self.labels = images, labels
+        self.batch_size, self.img_size = batch_size, _pair(img_size, "img_size")
+        self.shuffle, self.mean, self.std = shuffle, mean, std
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.labels) / self.batch_size)
+
+    def transform(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 (B, C, H, W) -> standardised float (B, C, *img_size)."""
+        X = images.float() / 255.0
+        if tuple(X.shape[-2:]) != self.img_size:
+            shrinking = X.shape[-2] > self.img_size[0] or X.shape[-1] > self.img_size[1]
+            X = F.interpolate(X, size=self.img_size, mode="bilinear", align_corners=False, antialias=shrinking)
+        return (X - self.mean) / self.std
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.labels)
+        order = torch.randperm(n, generator=self._generator) if self.shuffle else torch.arange(n)
+        for start in range(0, n, self.batch_size):
+            idx = order[start: start + self.batch_size]
+            yield self.transform(self.images[idx]), self.labels[idx]
+
+
+@dataclass
+class ImageData:
+    """What :func:`load_image_data` returns: the batches and a description of them."""
+
+    name: str
+    train: ImageBatches
+    test: ImageBatches
+    classes: tuple[str, ...]
+    img_size: tuple[int, int]
+    note: str = ""
+
+    def describe(self) -> str:
+        line = (f"Data set: {self.name} — {len(self.train.labels)} training and {len(self.test.labels)} test "
+                f"images, resized to {self.img_size[0]}x{self.img_size[1]}, batches of {self.train.batch_size}")
+        return line + (f"\n{self.note}" if self.note else "")
+
+
+def load_image_data(name: str, img_size, batch_size: int, seed: int = 0, fallback: bool = True) -> ImageData:
+    """Training and test batches of ``'digits'`` (offline) or ``'fashion-mnist'`` (downloaded once).
+
+    When Fashion-MNIST cannot be had and ``fallback`` is true, the digits are used
+    instead and :attr:`ImageData.note` says so (the chapter prints it).
+    """
+    from .data import DataUnavailableError
+
+    note = ""
+    if name == "fashion-mnist":
+        try:
+            train, test = load_fashion_mnist(True), load_fashion_mnist(False)
+            classes = FASHION_MNIST_CLASSES
+        except DataUnavailableError as err:
+            if not fallback:
+                raise
+            note = f"Fashion-MNIST is unavailable here, so the 8x8 digits are used instead. ({err})"
+            name = "digits"
+    elif name != "digits":
+        raise ValueError(f"name must be 'digits' or 'fashion-mnist', got {name!r}")
+    if name == "digits":
+        train, test = load_digits_images(seed=seed)
+        classes = tuple(str(d) for d in range(10))
+    return ImageData(
+        name=name,
+        train=ImageBatches(*train, batch_size=batch_size, img_size=img_size, shuffle=True, seed=seed),
+        test=ImageBatches(*test, batch_size=max(batch_size, 256), img_size=img_size),
+        classes=classes,
+        img_size=_pair(img_size, "img_size"),
+        note=note,
+    )
+
+
+# --- the convolutional baseline, training helpers ---------------------------------------
+
+
+class SmallCNN(nn.Module):
+    """A small LeNet-style CNN for the comparison: two conv-BN-ReLU-pool stages and a linear head.
+
+    Adaptive pooling to a 4x4 map lets the same network take any image size.
+    """
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, channels: Sequence[int] = (16, 32)):
+        super().__init__()
+        c1, c2 = channels
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, c1, 3, padding=1), nn.BatchNorm2d(c1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 3, padding=1), nn.BatchNorm2d(c2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.AdaptiveAvgPool2d(4),
+        )
+        self.head = nn.Linear(c2 * 16, num_classes)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if X.dim() != 4 or X.shape[-1] < 4 or X.shape[-2] < 4:
+            raise ValueError(f"X must have shape (batch, channels, height>=4, width>=4), got {tuple(X.shape)}")
+        return self.head(self.features(X).flatten(1))
+
+
+def image_classification_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+    """``loss_fn`` for :func:`attention_book.fit`: mean cross-entropy of a batch and its size."""
+    X, y = batch
+    return F.cross_entropy(model(X), y), len(y)
+
+
+@torch.no_grad()
+def image_accuracy(model: nn.Module, batches, device=None) -> float:
+    """Fraction of correctly classified examples over an iterable of ``(X, y)`` batches."""
+    was_training = model.training
+    model.eval()
+    dev = device if device is not None else next(model.parameters()).device
+    correct = total = 0
+    for X, y in batches:
+        pred = model(X.to(dev)).argmax(dim=-1)
+        correct += int((pred == y.to(dev)).sum())
+        total += len(y)
+    model.train(was_training)
+    if total == 0:
+        raise ValueError("accuracy got no examples")
+    return correct / total
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# --- figures ----------------------------------------------------------------------------
+
+
+def sample_photo(size=(224, 336)) -> np.ndarray:
+    """A real photograph (scikit-learn's sample 'china.jpg'), resized to ``size``: (H, W, 3) floats in [0, 1]."""
+    from sklearn.datasets import load_sample_image
+
+    h, w = _pair(size, "size")
+    photo = torch.from_numpy(load_sample_image("china.jpg").astype(np.float32) / 255.0).permute(2, 0, 1)[None]
+    resized = F.interpolate(photo, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+    return resized[0].permute(1, 2, 0).clamp(0, 1).numpy()
+
+
+def attention_cost(num_tokens: int, num_hiddens: int) -> int:
+    """Multiply-adds of one self-attention on ``num_tokens`` tokens of width ``num_hiddens``.
+
+    Scores Q Kᵀ and the weighted sum A V each take ``num_tokens² · num_hiddens``;
+    the four projections take ``4 · num_tokens · num_hiddens²``.
+    """
+    return 2 * num_tokens**2 * num_hiddens + 4 * num_tokens * num_hiddens**2
+
+
+def _as_hwc(image) -> np.ndarray:
+    from .plot import to_numpy
+
+    img = to_numpy(image).astype(float)
+    if img.ndim == 3 and img.shape[0] in (1, 3) and img.shape[-1] not in (1, 3):
+        img = img.transpose(1, 2, 0)  # (C, H, W) -> (H, W, C)
+    if img.ndim == 3 and img.shape[-1] == 1:
+        img = img[..., 0]
+    if img.ndim not in (2, 3):
+        raise ValueError(f"image must be (H, W), (H, W, C) or (C, H, W), got shape {img.shape}")
+    return img
+
+
+def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: int = 48):
+    """The patch-size slider's figure: the picture cut by a grid, the token sequence, the cost.
+
+    Left: ``image`` with the patch grid drawn over it. Middle: the first
+    ``max_shown`` patches laid out as the sequence the Transformer reads.
+    Right: number of tokens and self-attention multiply-adds (one layer, width
+    ``num_hiddens``) for every patch size that divides the image, the chosen one
+    marked. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style
+
+    img = _as_hwc(image)
+    h, w = img.shape[:2]
+    ph, pw = _pair(patch_size, "patch_size")
+    _check_divisible((h, w), (ph, pw))
+    rows, cols = h // ph, w // pw
+    m = rows * cols
+    _ensure_style()
+    cmap = "gray" if img.ndim == 2 else None
+    fig = plt.figure(figsize=(12.5, 3.9), layout="constrained")
+    grid = fig.add_gridspec(1, 3, width_ratios=[1.25, 1.35, 1.2])
+    ax = fig.add_subplot(grid[0])
+    ax.imshow(img, cmap=cmap, extent=(0, w, h, 0))
+    for r in range(1, rows):
+        ax.axhline(r * ph, color="yellow", lw=0.8)
+    for c in range(1, cols):
+        ax.axvline(c * pw, color="yellow", lw=0.8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.grid(False)
+    ax.set_title(f"{h}x{w} image, {ph}x{pw} patches: {rows}x{cols} grid")
+
+    # The sequence: patches in reading order, tiled into one mosaic with thin gaps.
+    shown = min(m, max_shown)
+    per_row = min(shown, 12)
+    strip_rows = math.ceil(shown / per_row)
+    gap = max(1, max(ph, pw) // 8)
+    channels = () if img.ndim == 2 else (img.shape[2],)
+    mosaic = np.full((strip_rows * (ph + gap) - gap, per_row * (pw + gap) - gap, *channels), np.nan)
+    for k in range(shown):
+        r, c = divmod(k, cols)
+        top, left = (k // per_row) * (ph + gap), (k % per_row) * (pw + gap)
+        mosaic[top:top + ph, left:left + pw] = img[r * ph:(r + 1) * ph, c * pw:(c + 1) * pw]
+    if img.ndim == 3:  # RGB: show the gaps white
+        mosaic = np.where(np.isnan(mosaic), 1.0, mosaic)
+    sax = fig.add_subplot(grid[1])
+    sax.imshow(mosaic, cmap=cmap, vmin=float(img.min()), vmax=float(img.max()))
+    sax.set_xticks([(pw + gap) * j + pw / 2 for j in range(per_row)])
+    sax.set_xticklabels([str(j + 1) for j in range(per_row)], fontsize=7)
+    sax.set_yticks([(ph + gap) * i + ph / 2 for i in range(strip_rows)])
+    sax.set_yticklabels([f"+{i * per_row}" for i in range(strip_rows)], fontsize=7)
+    sax.grid(False)
+    for spine in sax.spines.values():
+        spine.set_visible(False)
+    more = f", first {shown} shown" if shown < m else ""
+    sax.set_title(f"the sequence: {m} patch tokens{more}")
+
+    # Cost of self-attention for every patch size that fits.
+    sizes = [p for p in range(1, min(h, w) + 1) if h % p == 0 and w % p == 0 and (h // p) * (w // p) <= 20000]
+    if ph == pw and ph not in sizes:
+        sizes.append(ph)
+    sizes.sort()
+    tokens = np.array([(h // p) * (w // p) for p in sizes], dtype=float)
+    costs = np.array([attention_cost(int(t) + 1, num_hiddens) for t in tokens], dtype=float)
+    cax = fig.add_subplot(grid[2])
+    cax.loglog(tokens, costs, "o-", color="C0", markersize=3)
+    cost = attention_cost(m + 1, num_hiddens)
+    cax.loglog([m], [cost], "o", color="C3", markersize=9, label=f"{m} + 1 tokens: {cost:.2e} mult-adds")
+    cax.set_xlabel("tokens (patches)")
+    cax.set_ylabel(f"self-attention mult-adds (d={num_hiddens})")
+    cax.set_title("cost grows with the square of the tokens")
+    cax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, preds=None,
+                         class_names: Sequence[str] | None = None, max_images: int = 6):
+    """Where ``<cls>`` looks: per image, the input, the last layer's ``<cls>`` attention and the rollout.
+
+    ``images`` (batch, channels, H, W) (what the model saw), ``maps`` from
+    :meth:`ViT.attention_maps`. Attention is averaged over heads and drawn as a
+    heat overlay stretched over the patch grid. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style, to_numpy
+
+    _check_maps(maps)
+    last = to_numpy(cls_attention(maps, grid_size))
+    rolled = attention_rollout(maps)[:, 0, 1:]
+    rolled = to_numpy(rolled.reshape(-1, *_pair(grid_size, "grid_size")))
+    imgs = to_numpy(images)
+    if imgs.ndim != 4 or imgs.shape[0] != last.shape[0]:
+        raise ValueError(f"images must be (batch={last.shape[0]}, channels, H, W), got shape {imgs.shape}")
+    n = min(len(imgs), max_images)
+    _ensure_style()
+    fig, axes = plt.subplots(3, n, figsize=(1.75 * n + 0.6, 5.6), squeeze=False, layout="constrained")
+    for i in range(n):
+        img = _as_hwc(imgs[i])
+        h, w = img.shape[:2]
+        for row, (heat, what) in enumerate(((None, "input"), (last[i], "last layer"), (rolled[i], "rollout"))):
+            ax = axes[row, i]
+            ax.imshow(img, cmap="gray" if img.ndim == 2 else None, extent=(0, w, h, 0))
+            if heat is not None:
+                span = float(heat.max() - heat.min())
+                heat = (heat - heat.min()) / (span if span > 0 else 1.0)
+                ax.imshow(heat, cmap="inferno", alpha=0.6, extent=(0, w, h, 0),
+                          interpolation="nearest", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            if i == 0:
+                ax.set_ylabel(what)
+        if labels is not None:
+            name = (lambda k: class_names[k] if class_names is not None else str(k))
+            title = f"true {name(int(labels[i]))}"
+            if preds is not None:
+                title += f"\npred {name(int(preds[i]))}"
+            axes[0, i].set_title(title, fontsize=9)
+    return fig
