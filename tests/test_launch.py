@@ -1,0 +1,120 @@
+"""Notebooks as committed: ready to launch in Colab and to be built into the site.
+
+One source for the repository: `_config.yml` (`repository.url` and `.branch`)
+drives the site's launch and repository buttons; every notebook's setup cell must
+install the package from exactly that URL and branch, in the form CONTRIBUTING.md
+gives. The table of contents and the `notebooks/` folder must list the same
+notebooks, and notebooks are committed clean (no outputs, no execution counts,
+no saved widget state).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+REPO_URL = CONFIG["repository"]["url"].rstrip("/")
+BRANCH = CONFIG["repository"].get("branch", "main")
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []) or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb)$", "", f) for f in files]
+
+
+def setup_template() -> str:
+    """The setup cell exactly as CONTRIBUTING.md gives it."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    match = re.search(r"setup cell.*?```python\n(.*?)```", text, re.S | re.I)
+    assert match, "CONTRIBUTING.md no longer shows the setup cell in a ```python block"
+    return "\n".join(line[3:] if line.startswith("   ") else line
+                     for line in match.group(1).rstrip().splitlines())
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def test_repository_is_configured_once():
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", REPO_URL), (
+        f"_config.yml repository.url must be a GitHub repository URL (for the Colab links), got {REPO_URL!r}")
+    assert CONFIG["launch_buttons"].get("colab_url"), "_config.yml launch_buttons.colab_url is not set"
+    assert CONFIG["html"].get("use_repository_button"), "the repository button is switched off"
+
+
+def test_contributing_setup_cell_uses_the_configured_repository():
+    template = setup_template()
+    assert f'"attention-book @ git+{REPO_URL}@{BRANCH}"' in template, (
+        f"CONTRIBUTING.md's setup cell does not install from {REPO_URL}@{BRANCH} (_config.yml)")
+
+
+def test_every_notebook_is_in_the_toc_and_back():
+    listed = {f for f in toc_files() if f.startswith("notebooks/")}
+    present = {f"notebooks/{p.stem}" for p in NOTEBOOKS}
+    assert not present - listed, f"notebooks missing from _toc.yml: {sorted(present - listed)}"
+    # Pages listed but not written yet are reported here (and fail the site build).
+    assert not listed - present, f"_toc.yml lists notebooks that do not exist: {sorted(listed - present)}"
+
+
+def test_toc_prose_pages_exist():
+    missing = [f for f in toc_files() if not f.startswith("notebooks/")
+               and not (ROOT / f"{f}.md").exists() and not (ROOT / f"{f}.ipynb").exists()]
+    assert not missing, f"_toc.yml lists pages that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_launches_from_the_configured_repository(path):
+    nb = load(path)
+    cells = nb["cells"]
+    assert len(cells) >= 2, f"{path.name}: needs a title cell and the setup cell"
+    setup = cells[1]
+    assert setup["cell_type"] == "code" and "remove-cell" in setup.get("metadata", {}).get("tags", []), (
+        f"{path.name}: the second cell must be the setup cell, a code cell tagged remove-cell")
+    assert source(setup).strip() == setup_template().strip(), (
+        f"{path.name}: the setup cell differs from CONTRIBUTING.md's:\n{source(setup)}")
+    installs = re.findall(r"git\+(https?://[^\s\"'@]+)(?:@([\w./-]+))?", "\n".join(
+        source(c) for c in cells if c["cell_type"] == "code"))
+    assert installs and all(url.rstrip("/") == REPO_URL and ref == BRANCH for url, ref in installs), (
+        f"{path.name}: installs from {installs}; _config.yml says {REPO_URL}@{BRANCH}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_committed_clean(path):
+    nb = load(path)
+    dirty = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+             and (c.get("outputs") or c.get("execution_count") is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} carry outputs or execution counts; clear them"
+    assert "widgets" not in nb.get("metadata", {}), f"{path.name}: saved widget state in the metadata"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_title_and_kernel(path):
+    nb = load(path)
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown" and re.match(r"# \S", source(first)), (
+        f"{path.name}: the first cell must be a markdown '# Title'")
+    assert nb.get("metadata", {}).get("kernelspec", {}).get("name") == "python3", (
+        f"{path.name}: kernelspec name must be python3")

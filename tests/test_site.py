@@ -1,0 +1,466 @@
+"""The website as readers see it: headless Chromium against the built site.
+
+Runs after the build (`make test` builds `_build/html` first; `make book` does too).
+Playwright drives Debian's Chromium (`/usr/bin/chromium`) against the site served
+by a local HTTP server on 127.0.0.1. Each page of `_toc.yml` is opened once at
+desktop width (1280 px) and once at phone width (390 px); screenshots of both go
+to `_build/screenshots/{desktop,phone}/` for people to look at.
+
+Nothing here needs the network: any request leaving 127.0.0.1 is blocked and
+reported, so a page that would depend on a CDN fails here instead of breaking
+for readers offline.
+
+Two knobs for development only (defaults are the real thing):
+ATTENTION_BOOK_SITE_HTML (the built site, default `_build/html`) and
+ATTENTION_BOOK_SITE_SOURCE (where `_config.yml`, `_toc.yml`, `notebooks/`,
+`book/` are read, default the repository).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+HTML = Path(os.environ.get("ATTENTION_BOOK_SITE_HTML", ROOT / "_build" / "html"))
+SOURCE = Path(os.environ.get("ATTENTION_BOOK_SITE_SOURCE", ROOT))
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+# Console errors / page errors that are known to be harmless: (pattern, reason).
+# Keep this list short and give each entry a reason; everything else fails the test.
+HARMLESS: list[tuple[str, str]] = []
+
+
+def toc_pages(toc_file: Path) -> list[str]:
+    """Document names of `_toc.yml` in reading order (root first)."""
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            for part in entry.get("parts", []) or []:
+                walk(part.get("chapters"))
+
+    for part in toc.get("parts", []) or []:
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [re.sub(r"\.(md|ipynb)$", "", p) for p in pages]
+
+
+PAGES = toc_pages(SOURCE / "_toc.yml")
+CONFIG = yaml.safe_load((SOURCE / "_config.yml").read_text(encoding="utf-8"))
+CHAPTER = re.compile(r"^notebooks/ch\d\d_(?!exercises$)\w+$")
+EXERCISES = re.compile(r"^notebooks/ch\d\d_exercises$")
+SLIDER_CODE = re.compile(r"\binteractive\(|\binteract\(|\bwidgets\.\w*Slider\b|\b\w*Slider\(")
+
+
+def notebook_code(docname: str) -> str:
+    path = SOURCE / f"{docname}.ipynb"
+    if not path.exists():
+        return ""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return "\n".join("".join(c.get("source", "")) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+def creates_sliders(docname: str) -> bool:
+    return bool(SLIDER_CODE.search(notebook_code(docname)))
+
+
+@dataclass
+class Visit:
+    """What one page showed in the browser."""
+
+    url: str
+    errors: list[str] = field(default_factory=list)
+    figures: int = 0
+    broken_images: list[str] = field(default_factory=list)
+    widget_views: int = 0
+    widgets_rendered: int = 0
+    slider_readouts: list[str] = field(default_factory=list)
+    slider_values: list[float] = field(default_factory=list)
+    math_total: int = 0
+    math_typeset: int = 0
+    math_errors: int = 0
+    links: list[str] = field(default_factory=list)
+    colab: list[str] = field(default_factory=list)
+    prev: str | None = None
+    next: str | None = None
+    nav: list[str] = field(default_factory=list)
+    citations: list[str] = field(default_factory=list)
+    phone_overflow: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- server
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output clean
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not HTML.is_dir():
+        pytest.skip(f"no built site at {HTML}: build it first with `make book` (or `make test`)")
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Quiet, directory=str(HTML)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(site):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium is not installed at {CHROMIUM}; the browser test needs Debian's Chromium.\n"
+            "Install it with: apt-get install chromium   (as root; `make test` does this itself "
+            "when run as root, via scripts/ensure_chromium.sh)", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+# --------------------------------------------------------------------------- crawling
+
+JS_PAGE_FACTS = """() => {
+  const abs = (a) => a ? a.href : null;
+  const imgs = Array.from(document.querySelectorAll('img'));
+  const figs = imgs.filter(i => i.closest('.cell_output, figure, .figure') && i.complete && i.naturalWidth > 0);
+  const broken = imgs.filter(i => i.complete && i.naturalWidth === 0).map(i => (i.getAttribute('src') || '').slice(0, 80));
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  const rendered = Array.from(views).filter(s => s.previousElementSibling &&
+      s.previousElementSibling.querySelector('.jupyter-widgets')).length;
+  const sliders = Array.from(document.querySelectorAll('.widget-slider')).filter(e => e.offsetParent !== null);
+  const readouts = sliders.map(s => { const r = s.querySelector('.widget-readout');
+      return r ? (r.value !== undefined && r.tagName === 'INPUT' ? r.value : r.textContent).trim() : ''; });
+  const maths = Array.from(document.querySelectorAll('#main-content .math'));
+  return {
+    figures: figs.length, broken,
+    widget_views: views.length, widgets_rendered: rendered, slider_readouts: readouts,
+    math_total: maths.length,
+    math_typeset: maths.filter(m => m.querySelector('mjx-container')).length,
+    math_errors: document.querySelectorAll('mjx-merror').length,
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
+    prev: abs(document.querySelector('.prev-next-area a.left-prev')),
+    next: abs(document.querySelector('.prev-next-area a.right-next')),
+    nav: Array.from(document.querySelectorAll('.bd-sidebar-primary nav a[href]')).map(a => a.href),
+    citations: Array.from(document.querySelectorAll('#main-content .citation')).map(c => c.textContent.trim()),
+  };
+}"""
+
+JS_WIDGETS_DONE = """() => {
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+  return Array.from(views).every(s => s.previousElementSibling &&
+      s.previousElementSibling.querySelector('.jupyter-widgets'));
+}"""
+
+JS_MATHJAX_DONE = """() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
+    ? MathJax.startup.promise.then(() => true) : true"""
+
+JS_OVERFLOW = """() => {
+  const vw = window.innerWidth;
+  const main = document.querySelector('#main-content') || document.querySelector('main');
+  const clipped = (el) => { for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX; if (o === 'auto' || o === 'scroll' || o === 'hidden') return true; }
+    return false; };
+  const culprits = [];
+  for (const el of main.querySelectorAll('*')) {
+    if (el.closest('.bd-sidebar-secondary')) continue;  // an off-canvas drawer at phone width
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > vw + 1 && !clipped(el)) {
+      culprits.push(`${el.tagName.toLowerCase()}.${String(el.className).split(' ').slice(0, 3).join('.')} (right edge ${Math.round(r.right)} px)`);
+      if (culprits.length >= 5) break;
+    }
+  }
+  return {main_scroll: main.scrollWidth, main_client: main.clientWidth,
+          page_scroll: document.documentElement.scrollWidth, viewport: vw, culprits};
+}"""
+
+
+def _slug(docname: str) -> str:
+    return docname.replace("/", "__")
+
+
+def widget_slider_values(html: str) -> list[float]:
+    """Values of the slider models in the page's saved widget state."""
+    match = re.search(
+        r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', html, re.S)
+    if not match:
+        return []
+    state = json.loads(match.group(1)).get("state", {})
+    return [float(m["state"]["value"]) for m in state.values()
+            if m.get("model_name", "").endswith("SliderModel")
+            and isinstance(m.get("state", {}).get("value"), (int, float))]
+
+
+class Crawler:
+    def __init__(self, browser, base: str):
+        self.base = base
+        self.context = browser.new_context(viewport=DESKTOP)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.events: list[str] = []
+        self.visits: dict[str, Visit] = {}
+        origin = base.rstrip("/")
+
+        def block_external(route):
+            self.events.append(f"request outside the site (blocked): {route.request.url}")
+            route.abort()
+
+        self.context.route(re.compile(r"^(?!" + re.escape(origin) + r"[/?#]|data:|blob:|about:).*"),
+                           block_external)
+        self.page.on("pageerror", lambda exc: self.events.append(f"JavaScript error: {exc}"))
+        self.page.on("console", lambda msg: msg.type == "error" and self.events.append(
+            f"console error: {msg.text} ({msg.location.get('url', '')})"))
+        self.page.on("response", lambda r: r.status >= 400 and self.events.append(
+            f"HTTP {r.status}: {r.url}"))
+        self.page.on("requestfailed", lambda r: r.url.startswith(origin) and self.events.append(
+            f"request failed: {r.url} ({r.failure})"))
+
+    def _open(self, url: str) -> None:
+        self.page.goto(url, wait_until="load")
+        try:
+            self.page.wait_for_function(JS_WIDGETS_DONE, timeout=20_000)
+        except Exception:  # noqa: BLE001 - reported through the facts below
+            self.events.append("widgets were not rendered within 20 s")
+        self.page.evaluate(JS_MATHJAX_DONE)
+        self.page.wait_for_timeout(150)  # let late typesetting / layout settle
+
+    def visit(self, docname: str) -> Visit:
+        if docname in self.visits:
+            return self.visits[docname]
+        url = f"{self.base}{docname}.html"
+        if not (HTML / f"{docname}.html").exists():
+            pytest.fail(f"page not built: {docname}.html (listed in _toc.yml) is missing from {HTML}",
+                        pytrace=False)
+        visit = Visit(url=url)
+        self.events = []
+        self.page.set_viewport_size(DESKTOP)
+        self._open(url)
+        facts = self.page.evaluate(JS_PAGE_FACTS)
+        visit.figures = facts["figures"]
+        visit.broken_images = facts["broken"]
+        visit.widget_views, visit.widgets_rendered = facts["widget_views"], facts["widgets_rendered"]
+        visit.slider_readouts = facts["slider_readouts"]
+        visit.math_total, visit.math_typeset = facts["math_total"], facts["math_typeset"]
+        visit.math_errors = facts["math_errors"]
+        visit.links, visit.colab, visit.nav = facts["links"], facts["colab"], facts["nav"]
+        visit.prev, visit.next, visit.citations = facts["prev"], facts["next"], facts["citations"]
+        visit.slider_values = widget_slider_values((HTML / f"{docname}.html").read_text("utf-8"))
+        (SCREENSHOTS / "desktop").mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SCREENSHOTS / "desktop" / f"{_slug(docname)}.png"), full_page=True)
+        # Phone width: a fresh load, so the layout is the one a phone gets.
+        self.page.set_viewport_size(PHONE)
+        self._open(url)
+        visit.phone_overflow = self.page.evaluate(JS_OVERFLOW)
+        (SCREENSHOTS / "phone").mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SCREENSHOTS / "phone" / f"{_slug(docname)}.png"), full_page=True)
+        unique = list(dict.fromkeys(self.events))  # the desktop and phone loads report alike
+        visit.errors = [e for e in unique if not any(re.search(p, e) for p, _ in HARMLESS)]
+        self.visits[docname] = visit
+        return visit
+
+
+@pytest.fixture(scope="module")
+def crawler(browser, site):
+    crawl = Crawler(browser, site)
+    yield crawl
+    crawl.context.close()
+
+
+def docname_of(url: str, base: str) -> str | None:
+    """The document a site URL shows (None for other files and other hosts)."""
+    if not url or not url.startswith(base):
+        return None
+    path = unquote(urlsplit(url).path)[len(urlsplit(base).path):]
+    if path in ("", "index.html"):
+        return "index"
+    return path[:-5] if path.endswith(".html") else None
+
+
+@functools.lru_cache(maxsize=None)
+def ids_in(path: Path) -> frozenset[str]:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return frozenset(re.findall(r'\b(?:id|name)="([^"]+)"', text))
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_toc_lists_pages():
+    assert PAGES, "_toc.yml lists no page"
+    assert len(PAGES) == len(set(PAGES)), f"a page is listed twice in _toc.yml: {PAGES}"
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_page_has_no_javascript_errors(crawler, docname):
+    visit = crawler.visit(docname)
+    assert not visit.errors, f"{visit.url}:\n  " + "\n  ".join(visit.errors)
+    assert not visit.broken_images, f"{visit.url}: images that did not load: {visit.broken_images}"
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if CHAPTER.match(p)])
+def test_chapter_shows_a_figure(crawler, docname):
+    visit = crawler.visit(docname)
+    assert visit.figures >= 1, (
+        f"{visit.url}: no figure in the page. If the page shows '<Figure size ...>' text instead, "
+        "the notebook ran with a non-inline matplotlib backend: the kernelspec installed by "
+        "`make venv` sets MPLBACKEND=module://matplotlib_inline.backend_inline; re-run it.")
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
+def test_sliders_render_with_executed_state(crawler, docname):
+    visit = crawler.visit(docname)
+    if not creates_sliders(docname):
+        assert visit.widgets_rendered == visit.widget_views
+        return
+    assert visit.widget_views >= 1, (
+        f"{visit.url}: the notebook creates sliders but the page has no widget view; was the "
+        "widget state saved when it was executed (nbclient store_widget_state)?")
+    assert visit.widgets_rendered == visit.widget_views, (
+        f"{visit.url}: {visit.widgets_rendered} of {visit.widget_views} widget views rendered")
+    assert visit.slider_readouts, f"{visit.url}: the notebook creates sliders; none is visible"
+    for readout in visit.slider_readouts:
+        value = float(readout)  # the readout shows the executed value, e.g. "1.00"
+        assert any(abs(value - v) <= 0.51 * 10 ** -_decimals(readout) + 1e-9 for v in visit.slider_values), (
+            f"{visit.url}: slider shows {readout}, not one of the executed values {visit.slider_values}")
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_internal_links_and_anchors_resolve(crawler, site, docname):
+    visit = crawler.visit(docname)
+    bad = []
+    for url in sorted(set(visit.links)):
+        if not url.startswith(site):
+            continue
+        parts = urlsplit(url)
+        rel = unquote(parts.path)[len(urlsplit(site).path):] or "index.html"
+        target = HTML / rel
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            bad.append(f"{url}: no such file")
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in ids_in(target):
+            bad.append(f"{url}: no anchor #{parts.fragment} in {rel}")
+    assert not bad, f"{visit.url}: broken internal links:\n  " + "\n  ".join(bad)
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_math_is_typeset(crawler, docname):
+    visit = crawler.visit(docname)
+    assert visit.math_errors == 0, f"{visit.url}: MathJax reported {visit.math_errors} errors"
+    assert visit.math_typeset == visit.math_total, (
+        f"{visit.url}: {visit.math_total - visit.math_typeset} of {visit.math_total} formulas "
+        "were not typeset by MathJax")
+
+
+def test_math_pages_exist(crawler):
+    """At least the notation page has maths, so the MathJax check above checks something."""
+    visits = [crawler.visit(p) for p in PAGES if p.endswith("notation") or CHAPTER.match(p)]
+    assert sum(v.math_typeset for v in visits) > 0, "no typeset formula on the notation or chapter pages"
+
+
+def expected_colab(docname: str) -> str:
+    repo = CONFIG["repository"]
+    owner_repo = urlsplit(repo["url"]).path.strip("/")
+    prefix = (repo.get("path_to_book") or "").strip("/")
+    path = f"{prefix}/{docname}.ipynb" if prefix else f"{docname}.ipynb"
+    colab = CONFIG["launch_buttons"]["colab_url"].rstrip("/")
+    return f"{colab}/github/{owner_repo}/blob/{repo.get('branch', 'main')}/{path}"
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
+def test_colab_link_points_at_this_notebook(crawler, docname):
+    visit = crawler.visit(docname)
+    expected = expected_colab(docname)
+    assert visit.colab == [expected], f"{visit.url}: Colab links {visit.colab}, expected [{expected}]"
+    assert (ROOT / f"{docname}.ipynb").exists() or (SOURCE / f"{docname}.ipynb").exists(), (
+        f"the Colab link names {docname}.ipynb, which is not in the repository")
+
+
+def test_search_finds_pages(browser, site):
+    assert (HTML / "search.html").exists(), "the site has no search page"
+    page = browser.new_page()
+    try:
+        page.goto(f"{site}search.html?q=attention", wait_until="load")
+        page.wait_for_function(
+            "() => document.querySelectorAll('#search-results li, ul.search li').length > 0",
+            timeout=30_000)
+        hits = page.locator("#search-results li, ul.search li").count()
+    finally:
+        page.close()
+    assert hits > 0
+
+
+@pytest.mark.parametrize("index", range(len(PAGES)), ids=PAGES)
+def test_previous_and_next_follow_the_toc(crawler, site, index):
+    visit = crawler.visit(PAGES[index])
+    want_prev = PAGES[index - 1] if index > 0 else None
+    want_next = PAGES[index + 1] if index + 1 < len(PAGES) else None
+    assert docname_of(visit.prev, site) == want_prev, f"{visit.url}: previous link {visit.prev}"
+    assert docname_of(visit.next, site) == want_next, f"{visit.url}: next link {visit.next}"
+
+
+def test_references_page_lists_the_bibliography(crawler):
+    pages = [p for p in PAGES if p.endswith("references")]
+    assert pages, "_toc.yml has no references page"
+    bib = (SOURCE / "book" / "references.bib").read_text(encoding="utf-8")
+    entries = re.findall(r"^\s*@\w+\s*\{\s*([^,\s]+)\s*,", bib, re.M)
+    visit = crawler.visit(pages[0])
+    assert len(visit.citations) == len(entries), (
+        f"{visit.url}: {len(visit.citations)} references listed, references.bib has {len(entries)}")
+    assert all(c for c in visit.citations), "an empty reference entry"
+
+
+def test_exercises_pages_are_in_the_table_of_contents(crawler, site):
+    chapters = [p for p in PAGES if CHAPTER.match(p)]
+    exercises = {p for p in PAGES if EXERCISES.match(p)}
+    missing = [c for c in chapters if f"{c[:len('notebooks/chNN')]}_exercises" not in exercises]
+    assert not missing, f"chapters without an exercises page in _toc.yml: {missing}"
+    nav = {docname_of(u, site) for u in crawler.visit(PAGES[0]).nav}
+    unreachable = sorted(exercises - nav)
+    assert not unreachable, f"exercises pages missing from the site's navigation: {unreachable}"
+
+
+@pytest.mark.parametrize("docname", PAGES)
+def test_phone_width_has_no_horizontal_overflow(crawler, docname):
+    visit = crawler.visit(docname)
+    o = visit.phone_overflow
+    assert o, f"{visit.url}: not measured"
+    assert o["page_scroll"] <= o["viewport"] + 1 and o["main_scroll"] <= o["main_client"] + 1, (
+        f"{visit.url} at {PHONE['width']} px: content is {o['main_scroll']} px wide in a "
+        f"{o['main_client']} px column (page {o['page_scroll']} px); wider elements: {o['culprits']}; "
+        f"screenshot: {SCREENSHOTS / 'phone' / (_slug(docname) + '.png')}")
