@@ -24,8 +24,9 @@ BRANCH = CONFIG["repository"].get("branch", "main")
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+def toc_files(toc_file: Path = ROOT / "_toc.yml") -> list[str]:
+    """Document names listed in a Jupyter Book `_toc.yml`, in reading order (root first)."""
+    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
     files = [toc["root"]]
 
     def walk(entries):

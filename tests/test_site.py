@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
+from test_launch import toc_files
 
 pytestmark = pytest.mark.browser
 
@@ -50,26 +51,7 @@ PHONE = {"width": 390, "height": 844}
 HARMLESS: list[tuple[str, str]] = []
 
 
-def toc_pages(toc_file: Path) -> list[str]:
-    """Document names of `_toc.yml` in reading order (root first)."""
-    toc = yaml.safe_load(toc_file.read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-            for part in entry.get("parts", []) or []:
-                walk(part.get("chapters"))
-
-    for part in toc.get("parts", []) or []:
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [re.sub(r"\.(md|ipynb)$", "", p) for p in pages]
-
-
-PAGES = toc_pages(SOURCE / "_toc.yml")
+PAGES = toc_files(SOURCE / "_toc.yml")
 CONFIG = yaml.safe_load((SOURCE / "_config.yml").read_text(encoding="utf-8"))
 CHAPTER = re.compile(r"^notebooks/ch\d\d_(?!exercises$)\w+$")
 EXERCISES = re.compile(r"^notebooks/ch\d\d_exercises$")
