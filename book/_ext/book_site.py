@@ -5,6 +5,10 @@
   every page with Sphinx 7.4, once registered with the file name `None` and once
   with `""`. The second `const` declaration is a JavaScript error on every page.
   This drops exact duplicates (same file, same attributes, same inline body).
+- Bibliography labels in the author-year form of the in-text citations: the
+  text cites "[Vaswani et al., 2017]", so the references page lists that entry
+  under the same label instead of a number ("[37]") the reader cannot match.
+  `_config.yml` selects it as `bibtex_default_style: book_author_year`.
 - The theme's colour mode: without a `default_mode`, pydata-sphinx-theme logs
   "Got invalid theme mode" as an error on every page; "auto" (follow the
   reader's system setting) is what it falls back to anyway.
@@ -12,13 +16,63 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from pybtex.plugin import register_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.plain import Style as PlainStyle
+from pybtex.style.labels import BaseLabelStyle
 
 
 def _key(script: Any) -> tuple:
     filename = getattr(script, "filename", script) or ""
     attributes = getattr(script, "attributes", {}) or {}
     return (str(filename), tuple(sorted((k, str(v)) for k, v in attributes.items())))
+
+
+def _last_name(person) -> str:
+    latex = " ".join(person.prelast_names + person.last_names)
+    return Text.from_latex(latex).render_as("text").strip() or "Anon."
+
+
+def author_year(entry) -> str:
+    """ "Last", "Last and Other" or "Last et al.", then ", year"."""
+    people = entry.persons.get("author") or entry.persons.get("editor") or []
+    names = [_last_name(p) for p in people]
+    if not names:
+        who = re.sub(r"[{}]", "", entry.fields.get("title", "Anon."))
+    elif len(names) == 1:
+        who = names[0]
+    elif len(names) == 2:
+        who = f"{names[0]} and {names[1]}"
+    else:
+        who = f"{names[0]} et al."
+    return f"{who}, {entry.fields.get('year', 'n.d.')}"
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    def format_labels(self, sorted_entries):
+        labels = [author_year(e) for e in sorted_entries]
+        seen: dict[str, int] = {}
+        for label in labels:
+            seen[label] = seen.get(label, 0) + 1
+        counter: dict[str, int] = {}
+        for label in labels:  # "Devlin et al., 2019a", "... 2019b" when two share a label
+            if seen[label] > 1:
+                counter[label] = counter.get(label, 0) + 1
+                yield label + "abcdefghijklmnopqrstuvwxyz"[counter[label] - 1]
+            else:
+                yield label
+
+
+class AuthorYearStyle(PlainStyle):
+    default_label_style = "book_author_year"
+    default_sorting_style = "author_year_title"
+
+
+register_plugin("pybtex.style.labels", "book_author_year", AuthorYearLabels)
+register_plugin("pybtex.style.formatting", "book_author_year", AuthorYearStyle)
 
 
 def dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
