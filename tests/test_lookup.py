@@ -113,6 +113,9 @@ def test_lookup_figure_draws():
     fig = ab.lookup_figure(temperature=0.1, query="Smolla")
     assert isinstance(fig, matplotlib.figure.Figure)
     assert "Alex" in fig.axes[1].get_title()
+    assert isinstance(ab.pooling_regions_figure(n_samples=20), matplotlib.figure.Figure)
+    with pytest.raises(ValueError, match=r"\(m, 2\)"):
+        ab.pooling_regions_figure(torch.rand(4, 3))
 
 
 # --- the assignment checker --------------------------------------------------------------

@@ -39,6 +39,7 @@ __all__ = [
     "attention_pool",
     "normalize_weights",
     "lookup_figure",
+    "pooling_regions_figure",
 ]
 
 # (last name, first name): the key is the last name, the value the first name.
@@ -232,4 +233,58 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     exact = exact_lookup(query, database)
     right.set_title(f"soft lookup of {query!r}: {names[0]} ({probs[0]:.2f})"
                     + ("" if exact is not None else "\n(no exact match)"))
+    return fig
+
+
+def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 400, seed: int = 0):
+    """Where attention pooling can land, for 2-D values.
+
+    Left: nonnegative weights (each drawn from an exponential distribution) put
+    the output anywhere in the convex cone spanned by the values. Right: weights
+    that are also normalised (Dirichlet samples) keep it inside the convex hull.
+    One-hot weights give the values themselves (the corners); uniform weights
+    give their average. Returns the figure.
+    """
+    from matplotlib.patches import Polygon
+    from scipy.spatial import ConvexHull
+
+    from .plot import _ensure_style
+
+    _ensure_style()
+    if values is None:
+        values = torch.tensor([[2.0, 0.4], [1.6, 1.8], [0.5, 1.5], [1.2, 0.9]])
+    if values.dim() != 2 or values.shape[1] != 2 or values.shape[0] < 3:
+        raise ValueError(f"values must have shape (m, 2) with m >= 3, got {tuple(values.shape)}")
+    gen = torch.Generator().manual_seed(seed)
+    m = values.shape[0]
+    nonneg = -torch.log(torch.rand(n_samples, m, generator=gen))  # exponential(1) weights
+    convex = nonneg / nonneg.sum(-1, keepdim=True)  # normalised: Dirichlet(1, ..., 1)
+    v = values.numpy()
+    angles = np.arctan2(v[:, 1], v[:, 0])
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 4.0), layout="constrained")
+    for ax, weights, title in ((axes[0], nonneg, "nonnegative weights: the convex cone"),
+                               (axes[1], convex, "weights that sum to one: the convex hull")):
+        out = attention_pool(weights, values).numpy()
+        if ax is axes[0]:
+            reach = 1.1 * float(np.abs(out).max())
+            lo, hi = angles.min(), angles.max()
+            corner = [reach * np.array([np.cos(a), np.sin(a)]) for a in np.linspace(lo, hi, 20)]
+            ax.add_patch(Polygon([[0.0, 0.0], *corner], alpha=0.12, color="C0", label="cone"))
+        else:
+            hull = ConvexHull(v)
+            ax.add_patch(Polygon(v[hull.vertices], alpha=0.12, color="C0", label="hull"))
+        ax.scatter(out[:, 0], out[:, 1], s=6, alpha=0.5, color="C0", label="pooled outputs")
+        ax.scatter(v[:, 0], v[:, 1], s=60, color="C3", zorder=3, label="values = one-hot weights")
+        mean = v.mean(0)
+        ax.scatter([mean[0]], [mean[1]], s=90, marker="*", color="k", zorder=3, label="uniform weights")
+        ax.set_title(title)
+        ax.set_xlabel("first coordinate")
+        ax.set_aspect("equal")
+    axes[0].set_ylabel("second coordinate")
+    axes[1].legend(loc="upper right", fontsize=8)
+    reach = min(1.1 * float(np.abs(attention_pool(nonneg, values).numpy()).max()), 8.0)
+    axes[0].set_xlim(-0.2, reach)
+    axes[0].set_ylim(-0.2, reach)
+    axes[1].set_xlim(v[:, 0].min() - 0.3, v[:, 0].max() + 0.3)
+    axes[1].set_ylim(v[:, 1].min() - 0.3, v[:, 1].max() + 0.9)
     return fig
