@@ -86,13 +86,21 @@ def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=Non
     ``valid_lens`` may be ``None`` (returns ``None``), lengths of shape (batch,)
     or (batch, num_queries), or already a boolean mask broadcastable to
     (batch, num_queries, num_keys) — e.g. (batch, 1, num_keys) or (num_queries,
-    num_keys). Lengths must lie in ``[0, num_keys]``.
+    num_keys). Lengths must be whole numbers in ``[0, num_keys]``. Lists and
+    tuples are accepted too. When ``device`` is given the mask is put there
+    (lengths often live on the CPU while the scores live on a GPU).
     """
     if valid_lens is None:
         return None
     if not isinstance(valid_lens, torch.Tensor):
-        valid_lens = torch.as_tensor(valid_lens, device=device)
+        try:
+            valid_lens = torch.as_tensor(valid_lens)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ValueError(
+                f"valid_lens must be None, a tensor of lengths or a boolean mask, got {type(valid_lens).__name__}"
+            ) from err
     needed = (batch, num_queries, num_keys)
+    lens_shapes = f"({batch},) or ({batch}, {num_queries})"
     if valid_lens.dtype == torch.bool:
         mask = valid_lens
         try:
@@ -102,39 +110,37 @@ def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=Non
             ok = False
         if not ok:
             raise ValueError(
-                f"mask has shape {_shape(mask)}, which does not broadcast to (batch, queries, keys) = {needed}; "
-                "pass a boolean mask of shape (batch, queries, keys), (batch, 1, keys) or (queries, keys)"
+                f"mask (valid_lens given as a boolean mask) has shape {_shape(mask)}, which does not broadcast to "
+                f"(batch, queries, keys) = {needed}; pass a boolean mask of shape {needed}, "
+                f"({batch}, 1, {num_keys}) or ({num_queries}, {num_keys}), or lengths of shape {lens_shapes}"
             )
-        return mask.expand(needed)
-    if valid_lens.is_floating_point():
-        if not torch.all(valid_lens == valid_lens.round()):
-            raise ValueError("valid_lens must hold whole numbers of keys, got fractional values")
-    elif valid_lens.is_complex():
-        raise ValueError("valid_lens must be integer lengths or a boolean mask, got a complex tensor")
-    if valid_lens.dim() == 1:
-        if valid_lens.shape[0] != batch:
-            raise ValueError(
-                f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
-            )
+        mask = mask.expand(needed)
+        return mask if device is None else mask.to(device)
+    if valid_lens.is_complex() or not (valid_lens.is_floating_point() or _is_integer(valid_lens)):
+        raise ValueError(f"valid_lens must hold integer lengths or be a boolean mask, got dtype {valid_lens.dtype}")
+    if valid_lens.dim() == 1 and valid_lens.shape[0] == batch:
         lens = valid_lens[:, None].expand(batch, num_queries)
-    elif valid_lens.dim() == 2:
-        if _shape(valid_lens) != (batch, num_queries):
-            raise ValueError(
-                f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
-            )
+    elif valid_lens.dim() == 2 and _shape(valid_lens) == (batch, num_queries):
         lens = valid_lens
     else:
-        raise ValueError(
-            f"valid_lens has shape {_shape(valid_lens)} but needs ({batch},) or ({batch}, {num_queries})"
-        )
+        raise ValueError(f"valid_lens has shape {_shape(valid_lens)} but needs {lens_shapes} (batch, or batch x queries)")
     if lens.device.type != "meta" and lens.numel() > 0:
-        low, high = int(lens.min()), int(lens.max())
+        if lens.is_floating_point() and not bool(torch.all(lens == lens.round())):
+            bad = lens[lens != lens.round()].flatten()[0].item()
+            raise ValueError(f"valid_lens must hold whole numbers of keys, got the value {bad}")
+        low, high = lens.min().item(), lens.max().item()
         if low < 0 or high > num_keys:
             raise ValueError(
-                f"valid_lens must lie in [0, {num_keys}] (the number of keys), got values from {low} to {high}"
+                f"valid_lens must lie in [0, {num_keys}] (the number of keys), got values from {low:g} to {high:g}"
             )
+    if device is not None:
+        lens = lens.to(device)
     positions = torch.arange(num_keys, device=lens.device)
     return positions[None, None, :] < lens[:, :, None].to(positions.dtype)
+
+
+def _is_integer(t: torch.Tensor) -> bool:
+    return not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool
 
 
 def causal_mask(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
@@ -152,6 +158,17 @@ def causal_mask(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
     return cols <= rows
 
 
+def _softmax_where(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last axis where ``mask`` is True; exact zeros elsewhere (and in empty rows)."""
+    if mask is None:
+        return F.softmax(scores, dim=-1)
+    # The fill is the dtype's most negative finite number (not -inf, which would
+    # give NaN in a row with no valid key); the product with the mask then zeroes
+    # both the masked keys and every weight of an empty row.
+    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return F.softmax(filled, dim=-1) * mask
+
+
 def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
     """Softmax over the last axis of ``X`` (batch, queries, keys), ignoring masked keys.
 
@@ -161,10 +178,14 @@ def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
     * Masked keys get exactly zero weight (and zero gradient).
     * A row whose valid length is 0 has nothing to attend to: it returns **all
       zeros**, not a uniform row and not NaN. Attention over such a row outputs
-      the zero vector.
+      the zero vector. (d2l's version returns a uniform row there.)
     * ``X`` is never modified in place.
     * The fill value for masked scores is the most negative finite number of
       ``X``'s dtype, so float16 and bfloat16 stay finite.
+
+    Bad input (``X`` not 3-D or not floating point, lengths of the wrong shape,
+    negative, fractional or longer than the number of keys, a mask that does not
+    broadcast) raises :class:`ValueError` saying what was given and what is needed.
     """
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"X must be a torch.Tensor, got {type(X).__name__}")
@@ -172,12 +193,7 @@ def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
         raise ValueError(f"X must have shape (batch, queries, keys), got shape {_shape(X)}")
     if not X.is_floating_point():
         raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
-    mask = key_mask(valid_lens, *X.shape, device=X.device)
-    if mask is None:
-        return F.softmax(X, dim=-1)
-    mask = mask.to(X.device)
-    filled = X.masked_fill(~mask, torch.finfo(X.dtype).min)
-    return F.softmax(filled, dim=-1) * mask
+    return _softmax_where(X, key_mask(valid_lens, *X.shape, device=X.device))
 
 
 def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
@@ -198,8 +214,28 @@ def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
     if same_qk_size and queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
             f"dot-product attention needs queries and keys of the same feature size, got queries {_shape(queries)} "
-            f"and keys {_shape(keys)}; use AdditiveAttention or a bilinear score for different sizes"
+            f"and keys {_shape(keys)}; use AdditiveAttention or BilinearAttention for different sizes"
         )
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if not (queries.dtype == keys.dtype == values.dtype):
+        raise ValueError(
+            f"queries, keys and values need one dtype, got {queries.dtype}, {keys.dtype} and {values.dtype}"
+        )
+
+
+def _check_mask(mask, q: torch.Tensor, k: torch.Tensor) -> None:
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
+    needed = (*q.shape[:-1], k.shape[-2])  # (..., queries, keys)
+    try:
+        ok = torch.broadcast_shapes(_shape(mask), needed) == needed
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask has shape {_shape(mask)}, which does not broadcast to (..., queries, keys) = {needed}")
 
 
 def attend(
@@ -216,13 +252,19 @@ def attend(
     """Scaled dot-product attention on (..., queries, d) / (..., keys, d) / (..., keys, d_v).
 
     ``mask`` is boolean, ``True`` = may attend, broadcastable to (..., queries, keys).
-    With ``need_weights=False`` this calls PyTorch's fused kernel and returns
-    ``(output, None)``; with ``need_weights=True`` it computes the weights
-    explicitly and returns ``(output, weights)``. Queries whose every key is
-    masked output zeros on both paths.
+    ``scale`` multiplies the scores (default ``1/√d``). With ``need_weights=False``
+    this calls PyTorch's fused kernel and returns ``(output, None)``; with
+    ``need_weights=True`` it computes the weights explicitly and returns
+    ``(output, weights)``. Queries whose every key is masked (or that have no key
+    at all) output zeros on both paths, never NaN.
     """
+    if mask is not None:
+        _check_mask(mask, q, k)
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if n_k == 0:  # no key at all: empty weights, zero output (kept in the autograd graph)
+        weights = torch.matmul(q, k.transpose(-2, -1))  # (..., queries, 0)
+        return torch.matmul(weights, v), (weights if need_weights else None)
     only_causal = causal and mask is None and n_q == n_k
     if causal:
         cm = causal_mask(n_q, n_k, device=q.device)
@@ -244,11 +286,7 @@ def attend(
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
         return out, None
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if mask is None:
-        weights = F.softmax(scores, dim=-1)
-    else:
-        weights = F.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1) * mask
+    weights = _softmax_where(torch.matmul(q, k.transpose(-2, -1)) * scale, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(dropped, v), weights
 
@@ -284,14 +322,22 @@ class AdditiveAttention(nn.Module):
 
     Works for queries and keys of different sizes. ``query_size``/``key_size``
     may be omitted; the projections are then created at the first call
-    (``nn.LazyLinear``), as in d2l.
+    (``nn.LazyLinear``), as in d2l. There is no fused kernel for this score, so
+    ``attention_weights`` (batch, queries, keys) is always kept. Note the
+    (batch, queries, keys, num_hiddens) intermediate: its memory grows with
+    ``num_hiddens`` times the size of the score matrix.
     """
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
                  key_size: int | None = None):
         super().__init__()
-        if num_hiddens < 1:
-            raise ValueError(f"num_hiddens must be positive, got {num_hiddens}")
+        if not isinstance(num_hiddens, int) or num_hiddens < 1:
+            raise ValueError(f"num_hiddens must be a positive int, got {num_hiddens!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        for name, size in (("query_size", query_size), ("key_size", key_size)):
+            if size is not None and (not isinstance(size, int) or size < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {size!r}")
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(num_hiddens, bias=False)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
@@ -300,11 +346,19 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, queries, keys, values, valid_lens=None):
         _check_qkv(queries, keys, values, same_qk_size=False)
+        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k)):
+            if not isinstance(layer, nn.LazyLinear) and t.shape[-1] != layer.in_features:
+                raise ValueError(
+                    f"{name} have shape {_shape(t)} but this layer needs {layer.in_features} features "
+                    f"(batch, length, {layer.in_features}); it was built with "
+                    f"{'query' if name == 'queries' else 'key'}_size={layer.in_features}"
+                )
+        mask = key_mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], device=queries.device)
         q, k = self.W_q(queries), self.W_k(keys)
         # (batch, queries, 1, h) + (batch, 1, keys, h) -> (batch, queries, keys, h)
         features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))
         scores = self.w_v(features).squeeze(-1)  # (batch, queries, keys)
-        self.attention_weights = masked_softmax(scores, valid_lens)
+        self.attention_weights = _softmax_where(scores, mask)
         return torch.bmm(self.dropout(self.attention_weights), values)
 
 
