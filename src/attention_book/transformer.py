@@ -1,0 +1,391 @@
+"""The Transformer (Vaswani et al., 2017), built from ``ab.MultiHeadAttention``.
+
+Building blocks (shapes are batch-first: (batch, length, num_hiddens)):
+
+* :class:`PositionWiseFFN` — the same two-layer MLP applied at every position.
+* :class:`AddNorm` — residual connection + layer norm. ``norm_first=False`` is
+  the paper's *post-norm* ``LN(X + dropout(f(X)))``; ``norm_first=True`` the
+  *pre-norm* ``X + dropout(f(LN(X)))`` used by ViT and GPT-style models.
+* :class:`TransformerEncoderBlock` — self-attention, then the FFN, each wrapped
+  in an :class:`AddNorm`. ``causal=True`` turns it into a decoder-only (GPT)
+  block: every position sees only itself and earlier positions.
+* :class:`TransformerDecoderBlock` — masked (causal) self-attention,
+  encoder–decoder (cross-)attention, FFN. ``cross_attention=False`` drops the
+  middle sublayer (a decoder-only block that supports the key/value cache).
+* :class:`TransformerEncoder` / :class:`TransformerDecoder` — token embedding
+  × √d + sinusoidal :class:`~attention_book.positional.PositionalEncoding`,
+  a stack of blocks, and (decoder) a dense layer to the vocabulary. They keep
+  the attention weights of every layer after an eval-mode (or
+  ``ab.keep_attention_weights()``) forward pass.
+
+Masks follow ``attention.py``: ``valid_lens`` is ``None``, lengths (batch,) or
+(batch, queries), or a boolean mask with ``True`` = may attend.
+
+The decoder follows the interface of :mod:`attention_book.seq2seq`
+(``init_state`` / ``forward(X, state) -> (logits, state)``), so its greedy and
+beam search decode a Transformer too. Its state carries a *key/value cache*:
+for each block the inputs of its self-attention at all earlier positions, so a
+new token is pushed through the stack alone instead of re-running the whole
+prefix at every step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .positional import PositionalEncoding
+
+__all__ = [
+    "PositionWiseFFN",
+    "AddNorm",
+    "TransformerEncoderBlock",
+    "TransformerDecoderBlock",
+    "TransformerEncoder",
+    "TransformerDecoder",
+]
+
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def _check_sizes(num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float) -> None:
+    if num_hiddens < 1 or ffn_num_hiddens < 1 or num_heads < 1:
+        raise ValueError(
+            f"num_hiddens, ffn_num_hiddens and num_heads must be positive, got {num_hiddens}, "
+            f"{ffn_num_hiddens} and {num_heads}"
+        )
+    if num_hiddens % num_heads:
+        options = [h for h in range(1, num_hiddens + 1) if num_hiddens % h == 0]
+        raise ValueError(
+            f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}: every head gets "
+            f"num_hiddens / num_heads features; head counts that work: {options}"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+
+
+class PositionWiseFFN(nn.Module):
+    """Two dense layers with an activation between, applied to every position alike.
+
+    (batch, length, num_inputs) -> (batch, length, ffn_num_outputs).
+    ``num_inputs`` defaults to ``ffn_num_outputs`` (in a Transformer both are
+    ``num_hiddens``); ``activation`` is ``'relu'`` (the paper) or ``'gelu'``;
+    ``dropout`` (default 0, as in the paper's FFN) acts on the hidden layer.
+    Because the same weights act on every position independently, identical
+    input rows give identical output rows.
+    """
+
+    def __init__(self, ffn_num_hiddens: int, ffn_num_outputs: int, num_inputs: int | None = None,
+                 activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
+        self.dense1 = nn.Linear(num_inputs or ffn_num_outputs, ffn_num_hiddens)
+        self.activation = _ACTIVATIONS[activation]()
+        self.dropout = nn.Dropout(dropout)
+        self.dense2 = nn.Linear(ffn_num_hiddens, ffn_num_outputs)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        if X.shape[-1] != self.dense1.in_features:
+            raise ValueError(
+                f"X has {X.shape[-1]} features (shape {tuple(X.shape)}) but this FFN expects "
+                f"{self.dense1.in_features} on its last axis"
+            )
+        return self.dense2(self.dropout(self.activation(self.dense1(X))))
+
+
+class AddNorm(nn.Module):
+    """Residual connection and layer normalisation around a sublayer ``f``.
+
+    * post-norm (``norm_first=False``, the paper): ``LN(X + dropout(f(X)))``;
+    * pre-norm (``norm_first=True``): ``X + dropout(f(LN(X)))``.
+
+    ``forward(X, Y)`` takes either the sublayer's output ``Y = f(X)`` (post-norm
+    only, as in d2l) or the sublayer itself as a callable ``f``; with a callable
+    the same call works for both placements::
+
+        X = addnorm(X, lambda Z: attention(Z, Z, Z))
+    """
+
+    def __init__(self, norm_shape, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(norm_shape, eps=eps)
+        self.norm_first = bool(norm_first)
+
+    def forward(self, X: torch.Tensor, Y: torch.Tensor | Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if callable(Y) and not isinstance(Y, torch.Tensor):
+            if self.norm_first:
+                return X + self.dropout(Y(self.ln(X)))
+            Y = Y(X)
+        elif self.norm_first:
+            raise ValueError(
+                "a pre-norm AddNorm (norm_first=True) must normalise X before the sublayer runs: "
+                "pass the sublayer as a callable, addnorm(X, f), not its output"
+            )
+        if Y.shape != X.shape:
+            raise ValueError(
+                f"the residual connection needs the sublayer output to have X's shape {tuple(X.shape)}, "
+                f"got {tuple(Y.shape)}"
+            )
+        return self.ln(X + self.dropout(Y))
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Self-attention and a position-wise FFN, each inside an :class:`AddNorm`.
+
+    ``TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
+    use_bias=False, *, norm_first=False, causal=False, activation='relu')``.
+
+    ``forward(X, valid_lens=None, *, attn_mask=None, causal=None)`` maps
+    (batch, length, num_hiddens) to the same shape. ``valid_lens`` masks keys
+    (lengths or a boolean mask, ``True`` = may attend); ``attn_mask`` is a
+    further boolean (length, length) or (batch, length, length) mask;
+    ``causal`` (default: the constructor's) lets position ``t`` see positions
+    ``<= t`` only — a causal encoder block is a decoder-only (GPT) block.
+    ``self.attention`` is the :class:`~attention_book.MultiHeadAttention`;
+    its ``attention_weights`` (batch, heads, length, length) are kept in eval
+    mode or under ``ab.keep_attention_weights()``.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
+                 use_bias: bool = False, *, norm_first: bool = False, causal: bool = False,
+                 activation: str = "relu"):
+        super().__init__()
+        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+        self.num_hiddens, self.causal = num_hiddens, bool(causal)
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
+
+    @property
+    def attention_weights(self) -> torch.Tensor | None:
+        return self.attention.attention_weights
+
+    def forward(self, X: torch.Tensor, valid_lens=None, *, attn_mask=None, causal: bool | None = None) -> torch.Tensor:
+        _check_hidden("X", X, self.num_hiddens)
+        causal = self.causal if causal is None else causal
+        Y = self.addnorm1(X, lambda Z: self.attention(Z, Z, Z, valid_lens, attn_mask=attn_mask, causal=causal))
+        return self.addnorm2(Y, self.ffn)
+
+
+class TransformerDecoderBlock(nn.Module):
+    """Masked self-attention, encoder–decoder attention and an FFN, each inside an :class:`AddNorm`.
+
+    ``TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
+    i=0, use_bias=False, *, norm_first=False, cross_attention=True,
+    activation='relu')``; ``i`` is the block's index in its stack (it picks the
+    block's entry in a key/value cache).
+
+    ``forward(X, enc_outputs=None, dec_valid_lens=None, enc_valid_lens=None, *,
+    cache=None)`` returns (batch, T, num_hiddens) for X of shape
+    (batch, T, num_hiddens):
+
+    * self-attention is always causal; ``dec_valid_lens`` may mask further
+      (e.g. ``<pad>`` keys: lengths or a boolean (batch, T, keys) mask);
+    * cross-attention (queries from the decoder, keys and values
+      ``enc_outputs`` (batch, S, num_hiddens)) masks the source with
+      ``enc_valid_lens`` (lengths (batch,) or a boolean (batch, T, S) mask).
+      With ``cross_attention=False`` there is no such sublayer and
+      ``enc_outputs`` must be ``None`` (a decoder-only block);
+    * ``cache`` is a list with one entry per block (``None`` at first). If
+      given, the block's self-attention keys and values are its inputs at all
+      earlier positions, ``cache[i]``, followed by ``X``, and ``cache[i]`` is
+      replaced by that concatenation. ``X`` then holds only the newest
+      position(s), whose queries sit at the end of the sequence.
+
+    ``self.attention1`` (self) and ``self.attention2`` (cross; ``None`` without
+    cross-attention) are :class:`~attention_book.MultiHeadAttention` modules,
+    called in that order.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0, i: int = 0,
+                 use_bias: bool = False, *, norm_first: bool = False, cross_attention: bool = True,
+                 activation: str = "relu"):
+        super().__init__()
+        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+        self.i, self.num_hiddens = i, num_hiddens
+        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
+        self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias) if cross_attention else None
+        self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first) if cross_attention else None
+        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
+        self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
+
+    def forward(self, X: torch.Tensor, enc_outputs: torch.Tensor | None = None, dec_valid_lens=None,
+                enc_valid_lens=None, *, cache: list | None = None) -> torch.Tensor:
+        _check_hidden("X", X, self.num_hiddens)
+        if self.attention2 is None and enc_outputs is not None:
+            raise ValueError("this block was built with cross_attention=False, so enc_outputs must be None")
+        if self.attention2 is not None:
+            if enc_outputs is None:
+                raise ValueError("this block has cross-attention and needs enc_outputs (batch, S, num_hiddens)")
+            _check_hidden("enc_outputs", enc_outputs, self.num_hiddens)
+            if enc_outputs.shape[0] != X.shape[0]:
+                raise ValueError(
+                    f"enc_outputs {tuple(enc_outputs.shape)} and X {tuple(X.shape)} need the same batch size"
+                )
+        if cache is not None and not 0 <= self.i < len(cache):
+            raise ValueError(f"cache has {len(cache)} entries but this is block i={self.i}")
+
+        def self_attend(Z):
+            past = None if cache is None else cache[self.i]
+            kv = Z if past is None else torch.cat((past, Z), dim=1)
+            if cache is not None:
+                cache[self.i] = kv
+            return self.attention1(Z, kv, kv, dec_valid_lens, causal=True)
+
+        X = self.addnorm1(X, self_attend)
+        if self.attention2 is not None:
+            X = self.addnorm2(X, lambda Z: self.attention2(Z, enc_outputs, enc_outputs, enc_valid_lens))
+        return self.addnorm3(X, self.ffn)
+
+
+def _check_hidden(name: str, X, num_hiddens: int) -> None:
+    if not isinstance(X, torch.Tensor) or X.dim() != 3 or X.shape[-1] != num_hiddens:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"{name} must have shape (batch, length, num_hiddens={num_hiddens}), got {got}")
+
+
+def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> None:
+    """Token ids: a (batch, length) integer tensor, each id < vocab_size, positions within the table."""
+    if not isinstance(X, torch.Tensor) or X.dim() != 2:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"{name} must be a (batch, num_steps) tensor of token ids, got {got}")
+    if X.is_floating_point() or X.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {X.dtype}")
+    if offset + X.shape[1] > max_len:
+        raise ValueError(
+            f"{name} reaches position {offset + X.shape[1] - 1} but the positional table has max_len={max_len} "
+            f"rows (positions 0..{max_len - 1}); shorten the sequence or build the model with max_len >= "
+            f"{offset + X.shape[1]}"
+        )
+    if X.device.type != "meta" and X.numel():
+        low, high = int(X.min()), int(X.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} holds token ids from {low} to {high} but the embedding has vocab_size={vocab_size} "
+                f"(ids 0..{vocab_size - 1}); build the model with the vocabulary size of the data it reads"
+            )
+
+
+class TransformerEncoder(nn.Module):
+    """Embedding × √num_hiddens + sinusoidal positions, then ``num_blks`` encoder blocks.
+
+    ``TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+    num_blks, dropout, use_bias=False, *, max_len=1000, norm_first=False,
+    causal=False)``. ``forward(X, valid_lens=None)`` maps token ids
+    (batch, num_steps) to (batch, num_steps, num_hiddens). The embedding is
+    scaled by √num_hiddens so that it is not drowned by the positional
+    encoding, whose entries lie in [-1, 1]. With ``norm_first=True`` a final
+    layer norm follows the stack (pre-norm stacks end un-normalised otherwise).
+
+    ``attention_weights`` is a list with one (batch, heads, num_steps, num_steps)
+    tensor per block after a forward pass in eval mode or under
+    ``ab.keep_attention_weights()`` (``None`` entries otherwise).
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
+                 dropout: float = 0.0, use_bias: bool = False, *, max_len: int = 1000, norm_first: bool = False,
+                 causal: bool = False):
+        super().__init__()
+        if vocab_size < 1 or num_blks < 1 or max_len < 1:
+            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
+                             f"{max_len}")
+        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+        self.vocab_size, self.num_hiddens, self.max_len = vocab_size, num_hiddens, max_len
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len)
+        self.blks = nn.ModuleList(
+            TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias,
+                                    norm_first=norm_first, causal=causal)
+            for _ in range(num_blks)
+        )
+        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else None
+        self.attention_weights: list[torch.Tensor | None] = [None] * num_blks
+
+    def forward(self, X: torch.Tensor, valid_lens=None) -> torch.Tensor:
+        _check_ids("X (source tokens)", X, self.vocab_size, self.max_len)
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        for i, blk in enumerate(self.blks):
+            X = blk(X, valid_lens)
+            self.attention_weights[i] = blk.attention.attention_weights
+        return X if self.final_norm is None else self.final_norm(X)
+
+
+class TransformerDecoder(nn.Module):
+    """Embedding × √num_hiddens + positions, ``num_blks`` decoder blocks, a dense layer to the vocabulary.
+
+    ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
+    num_blks, dropout, use_bias=False, *, max_len=1000, norm_first=False,
+    cross_attention=True)``.
+
+    Interface of :mod:`attention_book.seq2seq`:
+
+    * ``init_state(enc_outputs, enc_valid_lens=None)`` returns the state
+      ``{'enc_outputs', 'enc_valid_lens', 'cache'}``; ``cache`` has one entry per
+      block, ``None`` until the first call. (Without cross-attention:
+      ``init_state(None)``.)
+    * ``forward(X, state) -> (logits, state)``: ``X`` (batch, T) holds the
+      tokens at the positions after those already in the cache (all of them,
+      teacher-forced, in training; the newest one when decoding step by step);
+      logits are (batch, T, vocab_size).
+
+    ``attention_weights`` is ``[self-attention per block, cross-attention per
+    block]``, each entry (batch, heads, T, keys), filled in eval mode or under
+    ``ab.keep_attention_weights()``.
+    """
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
+                 dropout: float = 0.0, use_bias: bool = False, *, max_len: int = 1000, norm_first: bool = False,
+                 cross_attention: bool = True):
+        super().__init__()
+        if vocab_size < 1 or num_blks < 1 or max_len < 1:
+            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
+                             f"{max_len}")
+        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+        self.vocab_size, self.num_hiddens, self.max_len = vocab_size, num_hiddens, max_len
+        self.num_blks, self.cross_attention = num_blks, bool(cross_attention)
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len)
+        self.blks = nn.ModuleList(
+            TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias,
+                                    norm_first=norm_first, cross_attention=cross_attention)
+            for i in range(num_blks)
+        )
+        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else None
+        self.dense = nn.Linear(num_hiddens, vocab_size)
+        self._attention_weights: list[list[torch.Tensor | None]] = [[None] * num_blks, [None] * num_blks]
+
+    def init_state(self, enc_outputs: torch.Tensor | None, enc_valid_lens=None) -> dict:
+        return {"enc_outputs": enc_outputs, "enc_valid_lens": enc_valid_lens, "cache": [None] * self.num_blks}
+
+    @staticmethod
+    def cached_steps(state: dict) -> int:
+        """How many positions the key/value cache of ``state`` already holds."""
+        first = state["cache"][0]
+        return 0 if first is None else first.shape[1]
+
+    def forward(self, X: torch.Tensor, state: dict):
+        if not isinstance(state, dict) or len(state.get("cache", ())) != self.num_blks:
+            raise ValueError(f"state must come from init_state (a dict with a cache of {self.num_blks} entries)")
+        offset = self.cached_steps(state)
+        _check_ids("X (target tokens)", X, self.vocab_size, self.max_len, offset)
+        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
+        cache = list(state["cache"])
+        for i, blk in enumerate(self.blks):
+            X = blk(X, state["enc_outputs"], None, state["enc_valid_lens"], cache=cache)
+            self._attention_weights[0][i] = blk.attention1.attention_weights
+            self._attention_weights[1][i] = None if blk.attention2 is None else blk.attention2.attention_weights
+        if self.final_norm is not None:
+            X = self.final_norm(X)
+        return self.dense(X), {**state, "cache": cache}
+
+    @property
+    def attention_weights(self) -> list[list[torch.Tensor | None]]:
+        return self._attention_weights
