@@ -93,6 +93,18 @@ def _as_points(x, name: str) -> torch.Tensor:
     raise ValueError(f"{name} must have shape (n,) or (n, features), got shape {tuple(x.shape)}")
 
 
+def _check_training(x_train, y_train) -> torch.Tensor:
+    """Validate the training pairs; return the keys as (n, d)."""
+    keys = _as_points(x_train, "x_train")
+    if keys.shape[0] == 0:
+        raise ValueError("x_train is empty: the estimator needs at least one training point")
+    if not isinstance(y_train, torch.Tensor) or y_train.dim() not in (1, 2) or y_train.shape[0] != keys.shape[0]:
+        got = tuple(y_train.shape) if isinstance(y_train, torch.Tensor) else type(y_train).__name__
+        raise ValueError(f"y_train must have shape ({keys.shape[0]},) or ({keys.shape[0]}, value_size) to match "
+                         f"x_train {tuple(x_train.shape)}, got {got}")
+    return keys
+
+
 # --- kernels ------------------------------------------------------------------------------
 
 def log_kernel(sq_dists: torch.Tensor, kernel: str = "gaussian", sigma=1.0):
@@ -171,17 +183,11 @@ def nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch
     its row is all zeros and its prediction is NaN. For the Gaussian kernel the
     weights equal ``softmax(-||q - k||² / (2σ²))`` over the keys.
     """
-    keys = _as_points(x_train, "x_train")
+    keys = _check_training(x_train, y_train)
     queries = _as_points(x_query, "x_query")
-    if keys.shape[0] == 0:
-        raise ValueError("x_train is empty: the estimator needs at least one training point")
     if keys.shape[1] != queries.shape[1]:
         raise ValueError(f"x_query has {queries.shape[1]} features (shape {tuple(x_query.shape)}) but x_train has "
                          f"{keys.shape[1]} (shape {tuple(x_train.shape)}); they must match")
-    if not isinstance(y_train, torch.Tensor) or y_train.dim() not in (1, 2) or y_train.shape[0] != keys.shape[0]:
-        got = tuple(y_train.shape) if isinstance(y_train, torch.Tensor) else type(y_train).__name__
-        raise ValueError(f"y_train must have shape ({keys.shape[0]},) or ({keys.shape[0]}, value_size) to match "
-                         f"x_train {tuple(x_train.shape)}, got {got}")
     n_q, n = queries.shape[0], keys.shape[0]
     if exclude is not None:
         if not isinstance(exclude, torch.Tensor) or exclude.dtype != torch.bool or tuple(exclude.shape) != (n_q, n):
@@ -278,13 +284,7 @@ class NadarayaWatson(nn.Module):
         super().__init__()
         _check_kernel(kernel)
         _check_sigma(sigma)
-        keys = _as_points(x_train, "x_train")
-        if keys.shape[0] == 0:
-            raise ValueError("x_train is empty: the estimator needs at least one training point")
-        if not isinstance(y_train, torch.Tensor) or y_train.dim() not in (1, 2) or y_train.shape[0] != keys.shape[0]:
-            got = tuple(y_train.shape) if isinstance(y_train, torch.Tensor) else type(y_train).__name__
-            raise ValueError(f"y_train must have {keys.shape[0]} rows to match x_train {tuple(x_train.shape)}, "
-                             f"got {got}")
+        _check_training(x_train, y_train)
         self.kernel = kernel
         self.register_buffer("keys", x_train.detach().clone())
         self.register_buffer("values", y_train.detach().clone())
