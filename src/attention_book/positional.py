@@ -1,6 +1,18 @@
 """Positional information for attention, which on its own ignores order.
 
-``PositionalEncoding`` is the fixed sinusoidal table of Vaswani et al. (2017).
+Three ways to tell attention where a token sits:
+
+* ``PositionalEncoding`` adds the fixed sinusoidal table of Vaswani et al.
+  (2017) to the input (absolute positions, nothing learned);
+* ``LearnedPositionalEmbedding`` adds a trained vector per position (as in BERT
+  and GPT; absolute positions, limited to ``max_len``);
+* ``RotaryEmbedding`` rotates queries and keys by position-dependent angles
+  (Su et al., 2021), so that a query–key score depends on the two positions
+  only through their *offset* (a relative scheme). ``MultiHeadAttention(...,
+  rotary=True)`` applies it inside every head.
+
+``offset_rotation`` is the block-diagonal matrix that moves a row of the
+sinusoidal table ``delta`` positions on: ``P[i + delta] = offset_rotation(delta, d) @ P[i]``.
 """
 
 from __future__ import annotations
@@ -8,7 +20,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["sinusoidal_table", "PositionalEncoding"]
+__all__ = [
+    "sinusoidal_table",
+    "offset_rotation",
+    "PositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+]
 
 
 def sinusoidal_table(max_len: int, num_hiddens: int, dtype=torch.float32, device=None) -> torch.Tensor:
@@ -20,12 +38,50 @@ def sinusoidal_table(max_len: int, num_hiddens: int, dtype=torch.float32, device
     if max_len < 1 or num_hiddens < 1:
         raise ValueError(f"max_len and num_hiddens must be positive, got {max_len} and {num_hiddens}")
     pos = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]
-    freqs = torch.pow(10000.0, -torch.arange(0, num_hiddens, 2, dtype=torch.float64, device=device) / num_hiddens)
-    angles = pos * freqs  # (max_len, ceil(d/2))
+    angles = pos * _frequencies(num_hiddens, device=device)  # (max_len, ceil(d/2))
     table = torch.zeros(max_len, num_hiddens, dtype=torch.float64, device=device)
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : num_hiddens // 2])
     return table.to(dtype)
+
+
+def _frequencies(num_hiddens: int, base: float = 10000.0, dtype=torch.float64, device=None) -> torch.Tensor:
+    """omega_j = 1 / base^(2j / num_hiddens) for j = 0 .. ceil(num_hiddens / 2) - 1."""
+    return torch.pow(base, -torch.arange(0, num_hiddens, 2, dtype=dtype, device=device) / num_hiddens)
+
+
+def offset_rotation(delta: float, num_hiddens: int, dtype=torch.float64) -> torch.Tensor:
+    """The (num_hiddens, num_hiddens) matrix M with ``P[i + delta] = M @ P[i]`` for every i.
+
+    ``P`` is :func:`sinusoidal_table`. M is block diagonal; block j is the 2x2
+    rotation [[cos(delta w_j), sin(delta w_j)], [-sin(delta w_j), cos(delta w_j)]]
+    acting on the column pair (2j, 2j + 1). It depends on ``delta`` but not on i,
+    which is why a linear layer can learn to look a fixed distance away.
+    """
+    if num_hiddens < 2 or num_hiddens % 2:
+        raise ValueError(
+            f"offset_rotation needs an even num_hiddens >= 2 (sine/cosine column pairs), got {num_hiddens}"
+        )
+    angles = delta * _frequencies(num_hiddens)
+    c, s = torch.cos(angles), torch.sin(angles)
+    M = torch.zeros(num_hiddens, num_hiddens, dtype=torch.float64)
+    M[0::2, 0::2] = torch.diag(c)
+    M[0::2, 1::2] = torch.diag(s)
+    M[1::2, 0::2] = torch.diag(-s)
+    M[1::2, 1::2] = torch.diag(c)
+    return M.to(dtype)
+
+
+def _check_positions(name: str, X: torch.Tensor, num_hiddens: int, offset: int, max_len: int) -> None:
+    if not isinstance(X, torch.Tensor) or X.dim() != 3 or X.shape[-1] != num_hiddens:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"{name} expects X of shape (batch, length, {num_hiddens}), got {got}")
+    end = offset + X.shape[1]
+    if offset < 0 or end > max_len:
+        raise ValueError(
+            f"positions {offset}..{end - 1} do not fit the positional table of max_len={max_len}; "
+            f"shorten the input or build the model with a larger max_len"
+        )
 
 
 class PositionalEncoding(nn.Module):
@@ -44,14 +100,65 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("P", sinusoidal_table(max_len, num_hiddens)[None], persistent=False)
 
     def forward(self, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        if X.dim() != 3 or X.shape[-1] != self.num_hiddens:
-            raise ValueError(
-                f"PositionalEncoding expects (batch, length, {self.num_hiddens}), got shape {tuple(X.shape)}"
-            )
+        _check_positions("PositionalEncoding", X, self.num_hiddens, offset, self.max_len)
         end = offset + X.shape[1]
-        if offset < 0 or end > self.max_len:
-            raise ValueError(
-                f"positions {offset}..{end - 1} do not fit the positional table of max_len={self.max_len}; "
-                f"shorten the input or build the model with a larger max_len"
-            )
         return self.dropout(X + self.P[:, offset:end, :].to(X.dtype))
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a *trained* vector per position (seed exercise 11.6 #2), then dropout.
+
+    Same interface as :class:`PositionalEncoding`: ``forward(X, offset=0)`` with
+    ``X`` of shape (batch, length, num_hiddens). The table ``P`` is an
+    ``nn.Embedding(max_len, num_hiddens)`` initialised with small random values
+    (std ``init_std``); positions beyond ``max_len`` cannot be encoded, the price
+    of learning one vector per position.
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, init_std: float = 0.02):
+        super().__init__()
+        if max_len < 1 or num_hiddens < 1:
+            raise ValueError(f"max_len and num_hiddens must be positive, got {max_len} and {num_hiddens}")
+        self.num_hiddens, self.max_len = num_hiddens, max_len
+        self.P = nn.Embedding(max_len, num_hiddens)
+        nn.init.normal_(self.P.weight, std=init_std)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        _check_positions("LearnedPositionalEmbedding", X, self.num_hiddens, offset, self.max_len)
+        positions = torch.arange(offset, offset + X.shape[1], device=X.device)
+        return self.dropout(X + self.P(positions).to(X.dtype)[None])
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (RoPE, Su et al., 2021) for one head's queries or keys.
+
+    ``forward(x, offset=0)`` takes ``x`` of shape (..., length, head_dim) and
+    rotates each column pair (2j, 2j+1) of the row at position p by the angle
+    ``p * w_j``, with the frequencies ``w_j = base^(-2j / head_dim)`` of the
+    sinusoidal table. Rotations compose, so after rotating queries at position
+    i and keys at position j, ``<R_i q, R_j k> = <q, R_(j-i) k>``: the score
+    sees only the offset ``j - i``. Nothing is learned; no length limit.
+    ``offset`` is the position of the first row (decoding with a cache).
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim < 2 or head_dim % 2:
+            raise ValueError(f"RotaryEmbedding needs an even head_dim >= 2 (it rotates pairs), got {head_dim}")
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", _frequencies(head_dim, base).to(torch.float32), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.head_dim:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"RotaryEmbedding expects x of shape (..., length, {self.head_dim}), got {got}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        n = x.shape[-2]
+        positions = torch.arange(offset, offset + n, device=x.device, dtype=self.inv_freq.dtype)
+        angles = positions[:, None] * self.inv_freq.to(x.device)[None, :]  # (length, head_dim / 2)
+        cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+        return rotated.flatten(-2)

@@ -1,0 +1,187 @@
+"""How fast is the book's multi-head attention? Forward + backward time and peak memory.
+
+Compares, at num_hiddens=256 and 8 heads, float32 on the CPU:
+
+* ``package``  — ``ab.MultiHeadAttention`` in training mode (the fused
+  ``scaled_dot_product_attention`` path);
+* ``naive``    — a straightforward multi-head attention: separate q/k/v
+  projections, ``Q Kᵀ / √d``, softmax, times ``V`` (the full score matrix is
+  materialised);
+* ``torch``    — ``torch.nn.MultiheadAttention`` (``batch_first=True``,
+  ``need_weights=False``, so it may use its own fused path).
+
+Each configuration is timed in this process (warm-up, then the median of
+``--repeats`` runs of forward + backward of ``out.sum()``). Peak memory is
+measured in a fresh subprocess per (implementation, size): the growth of the
+process's peak resident set size (``VmHWM``, reset through
+``/proc/self/clear_refs``) during one forward + backward, after inputs and
+parameters exist. It is a whole-process measure (allocator slack included),
+so small sizes read as noise; the trend in length is what matters.
+
+Usage::
+
+    python benchmarks/attention.py            # all sizes (a few minutes on 2 cores)
+    python benchmarks/attention.py --quick    # small sizes only, seconds
+    python benchmarks/attention.py --causal   # causal self-attention instead
+
+Timings on a shared machine are inflated by whatever else runs; run it when the
+machine is quiet (``taskset -c 0,1`` and ``--repeats 5`` help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+NUM_HIDDENS, NUM_HEADS = 256, 8
+FULL_SIZES = [(32, 64), (8, 512), (2, 2048), (1, 4096)]
+QUICK_SIZES = [(32, 64), (8, 256), (2, 512)]
+IMPLS = ("package", "naive", "torch")
+
+
+class NaiveMultiHead(nn.Module):
+    """Textbook multi-head attention that materialises every score matrix."""
+
+    def __init__(self, num_hiddens: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False)
+
+    def split(self, X):
+        b, n, d = X.shape
+        return X.reshape(b, n, self.num_heads, d // self.num_heads).permute(0, 2, 1, 3)
+
+    def forward(self, X, causal: bool = False):
+        q, k, v = self.split(self.W_q(X)), self.split(self.W_k(X)), self.split(self.W_v(X))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            n = X.shape[1]
+            keep = torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
+            scores = scores.masked_fill(~keep, float("-inf"))
+        out = F.softmax(scores, dim=-1) @ v
+        b, h, n, d = out.shape
+        return self.W_o(out.permute(0, 2, 1, 3).reshape(b, n, h * d))
+
+
+def build(impl: str):
+    """The module and a ``call(X, causal)`` for one implementation."""
+    torch.manual_seed(0)
+    if impl == "package":
+        import attention_book as ab
+
+        m = ab.MultiHeadAttention(NUM_HIDDENS, NUM_HEADS, dropout=0.0).train()
+        return m, lambda X, causal: m(X, X, X, causal=causal)
+    if impl == "naive":
+        m = NaiveMultiHead(NUM_HIDDENS, NUM_HEADS).train()
+        return m, lambda X, causal: m(X, causal=causal)
+    if impl == "torch":
+        m = nn.MultiheadAttention(NUM_HIDDENS, NUM_HEADS, bias=False, batch_first=True).train()
+
+        def call(X, causal):
+            if not causal:
+                return m(X, X, X, need_weights=False)[0]
+            n = X.shape[1]
+            mask = nn.Transformer.generate_square_subsequent_mask(n, device=X.device)
+            return m(X, X, X, need_weights=False, attn_mask=mask, is_causal=True)[0]
+
+        return m, call
+    raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+
+def step(call, X, causal):
+    out = call(X, causal)
+    out.sum().backward()
+
+
+def time_one(impl: str, batch: int, length: int, causal: bool, repeats: int) -> float:
+    """Median seconds of one forward + backward."""
+    module, call = build(impl)
+    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
+    step(call, X, causal)  # warm-up (allocations, kernel choice)
+    times = []
+    for _ in range(repeats):
+        module.zero_grad(set_to_none=True)
+        X.grad = None
+        start = time.perf_counter()
+        step(call, X, causal)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's peak-RSS counter (VmHWM) of this process (Linux)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_child(impl: str, batch: int, length: int, causal: bool) -> None:
+    """Runs in a subprocess: print the peak RSS growth (MiB) of one forward + backward."""
+    module, call = build(impl)
+    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
+    before = _status_mib("VmRSS")
+    _reset_peak()
+    step(call, X, causal)
+    print(json.dumps({"peak_mib": _status_mib("VmHWM") - before}))
+
+
+def peak_memory(impl: str, batch: int, length: int, causal: bool) -> float:
+    cmd = [sys.executable, __file__, "--child", impl, str(batch), str(length)] + (["--causal"] if causal else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (seconds)")
+    parser.add_argument("--causal", action="store_true", help="causal self-attention")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration (median)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--child", nargs=3, metavar=("IMPL", "BATCH", "LENGTH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal)
+        return
+    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, num_hiddens={NUM_HIDDENS}, "
+          f"heads={NUM_HEADS}, float32 CPU, {'causal' if args.causal else 'no mask'}, "
+          f"median of {args.repeats} forward+backward runs; load average {os.getloadavg()[0]:.2f}")
+    header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9} | "
+              f"{'naive/pkg':>9} {'torch/pkg':>9}")
+    if not args.no_memory:
+        header += f" | {'pkg MiB':>8} {'naive MiB':>9} {'torch MiB':>9}"
+    print(header)
+    print("-" * len(header))
+    for batch, length in sizes:
+        t = {impl: time_one(impl, batch, length, args.causal, args.repeats) for impl in IMPLS}
+        row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
+               f"{t['torch'] * 1e3:>9.1f} | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}")
+        if not args.no_memory:
+            mem = {impl: peak_memory(impl, batch, length, args.causal) for impl in IMPLS}
+            row += f" | {mem['package']:>8.1f} {mem['naive']:>9.1f} {mem['torch']:>9.1f}"
+        print(row, flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Chapter 6 — self-attention next to CNNs and RNNs, permutation equivariance, and
+pictures of the sinusoidal positional encoding.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .heads import single_thread
+from .plot import _ensure_style, show_heatmaps
+from .positional import PositionalEncoding, sinusoidal_table
+
+__all__ = [
+    "LAYER_COSTS",
+    "layer_cost_table",
+    "sequence_layers",
+    "time_sequence_layers",
+    "plot_layer_times",
+    "permutation_error",
+    "plot_encoding_columns",
+    "plot_encoding_heatmap",
+    "positional_encoding_figure",
+]
+
+# (layer, computational cost, sequential operations, maximum path length) for n tokens of
+# size d and a convolution kernel of width k — the comparison of the chapter.
+LAYER_COSTS = [
+    ("CNN (kernel k)", "O(k n d²)", "O(1)", "O(n / k)"),
+    ("RNN", "O(n d²)", "O(n)", "O(n)"),
+    ("self-attention", "O(n² d)", "O(1)", "O(1)"),
+]
+
+
+def layer_cost_table() -> str:
+    """The cost comparison as a Markdown table (display it with ``IPython.display.Markdown``)."""
+    head = "| layer | computational cost | sequential operations | maximum path length |\n| --- | --- | --- | --- |\n"
+    return head + "\n".join(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in LAYER_COSTS)
+
+
+class _ConvLayer(nn.Module):
+    def __init__(self, d: int, kernel_size: int):
+        super().__init__()
+        self.conv = nn.Conv1d(d, d, kernel_size, padding=kernel_size // 2)
+
+    def forward(self, X):  # (batch, n, d) -> (batch, n, d)
+        return self.conv(X.transpose(1, 2)).transpose(1, 2)
+
+
+class _RNNLayer(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.rnn = nn.RNN(d, d, batch_first=True)
+
+    def forward(self, X):
+        return self.rnn(X)[0]
+
+
+class _SelfAttentionLayer(nn.Module):
+    def __init__(self, d: int, num_heads: int):
+        super().__init__()
+        self.attention = MultiHeadAttention(d, num_heads)
+
+    def forward(self, X):
+        return self.attention(X, X, X, need_weights=False)
+
+
+def sequence_layers(num_hiddens: int = 64, kernel_size: int = 3, num_heads: int = 4) -> dict[str, nn.Module]:
+    """One layer of each kind mapping (batch, n, num_hiddens) to the same shape."""
+    return {
+        "CNN": _ConvLayer(num_hiddens, kernel_size),
+        "RNN": _RNNLayer(num_hiddens),
+        "self-attention": _SelfAttentionLayer(num_hiddens, num_heads),
+    }
+
+
+@torch.no_grad()
+def time_sequence_layers(lengths: Sequence[int], num_hiddens: int = 64, batch_size: int = 8, kernel_size: int = 3,
+                         num_heads: int = 4, repeats: int = 3) -> dict[str, list[float]]:
+    """Forward time in seconds of each layer of :func:`sequence_layers`, per length.
+
+    Runs on the CPU with one thread, one warm-up call per setting, and keeps the
+    *fastest* of ``repeats`` runs: on a shared machine other programs only ever
+    add time, so the minimum is the least disturbed measurement.
+    """
+    if not lengths or min(lengths) < 1:
+        raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    layers = {name: layer.eval() for name, layer in sequence_layers(num_hiddens, kernel_size, num_heads).items()}
+    times: dict[str, list[float]] = {name: [] for name in layers}
+    with single_thread():
+        for n in lengths:
+            X = torch.randn(batch_size, n, num_hiddens)
+            for name, layer in layers.items():
+                layer(X)
+                runs = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    layer(X)
+                    runs.append(time.perf_counter() - start)
+                times[name].append(min(runs))
+    return times
+
+
+def plot_layer_times(lengths: Sequence[int], times: dict[str, Sequence[float]]):
+    """Log-log plot of forward time against sequence length, one line per layer."""
+    _ensure_style()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
+    for name, ts in times.items():
+        ax.loglog(lengths, [1e3 * t for t in ts], marker="o", markersize=4, label=name)
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel("forward time (ms)")
+    ax.set_title("One layer, forward pass, measured on this machine")
+    ax.legend()
+    return fig
+
+
+@torch.no_grad()
+def permutation_error(layer: nn.Module, X: torch.Tensor, perm: torch.Tensor) -> float:
+    """max |f(X[:, perm]) - f(X)[:, perm]| for a layer f acting on (batch, n, d).
+
+    Zero (up to rounding) means the layer is permutation-equivariant: shuffling
+    the tokens shuffles the outputs the same way and changes nothing else.
+    """
+    if X.dim() != 3:
+        raise ValueError(f"X must have shape (batch, n, d), got {tuple(X.shape)}")
+    if sorted(perm.tolist()) != list(range(X.shape[1])):
+        raise ValueError(f"perm must be a permutation of 0..{X.shape[1] - 1}, got {perm.tolist()}")
+    return (layer(X[:, perm]) - layer(X)[:, perm]).abs().max().item()
+
+
+def _check_encoding_args(encoding_dim: int, num_steps: int) -> None:
+    if encoding_dim < 2 or num_steps < 2:
+        raise ValueError(f"encoding_dim and num_steps must be >= 2, got {encoding_dim} and {num_steps}")
+
+
+def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
+    """Columns of the sinusoidal table against position: higher columns oscillate more slowly."""
+    _check_encoding_args(encoding_dim, num_steps)
+    bad = [c for c in columns if not 0 <= c < encoding_dim]
+    if bad:
+        raise ValueError(f"columns must lie in [0, {encoding_dim - 1}] for encoding_dim={encoding_dim}, got {bad}")
+    _ensure_style()
+    P = PositionalEncoding(encoding_dim, 0.0, max_len=num_steps).P[0]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 2.6), layout="constrained")
+    else:
+        fig = ax.figure
+    for c in columns:
+        ax.plot(range(num_steps), P[:, c].numpy(), label=f"col {c} ({'sin' if c % 2 == 0 else 'cos'})")
+    ax.set_xlabel("row (position)")
+    ax.set_ylabel("value")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    return fig
+
+
+def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
+    """The whole table P (positions down, encoding dimensions across)."""
+    _check_encoding_args(encoding_dim, num_steps)
+    P = sinusoidal_table(num_steps, encoding_dim)
+    fig = show_heatmaps(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
+                        figsize=(4.0, 4.2), cmap="Blues", vmin=-1.0, vmax=1.0)
+    return fig
+
+
+def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
+    """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
+    _check_encoding_args(encoding_dim, num_steps)
+    _ensure_style()
+    P = sinusoidal_table(num_steps, encoding_dim)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained",
+                                      gridspec_kw={"width_ratios": [1.4, 1]})
+    columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
+    plot_encoding_columns(encoding_dim, num_steps, columns, ax=left)
+    left.set_title(f"columns {columns[0]}–{columns[-1]} of P")
+    image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
+    right.grid(False)
+    right.set_xlabel("column (encoding dimension)")
+    right.set_ylabel("row (position)")
+    right.set_title(f"P: {num_steps} positions × {encoding_dim} dimensions")
+    fig.colorbar(image, ax=right, shrink=0.8)
+    return fig

@@ -1,0 +1,193 @@
+"""MultiHeadAttention: parity with torch.nn.MultiheadAttention, both paths, shapes, meta device, errors."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+import attention_book as ab
+
+
+def pair(num_hiddens=16, num_heads=4, bias=False, seed=0):
+    """Our layer and torch's, with the same weights."""
+    torch.manual_seed(seed)
+    ours = ab.MultiHeadAttention(num_hiddens, num_heads, bias=bias).eval()
+    ref = nn.MultiheadAttention(num_hiddens, num_heads, bias=bias, batch_first=True).eval()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        ref.out_proj.weight.copy_(ours.W_o.weight)
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+            ref.out_proj.bias.copy_(ours.W_o.bias)
+    return ours, ref
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_parity_with_torch_no_mask(bias, need_weights):
+    ours, ref = pair(bias=bias)
+    q, kv = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    got = ours(q, kv, kv, need_weights=need_weights)
+    want, want_w = ref(q, kv, kv, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    if need_weights:
+        torch.testing.assert_close(ours.attention_weights, want_w, atol=1e-6, rtol=1e-5)
+    else:
+        assert ours.attention_weights is None
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_parity_with_torch_key_padding(need_weights):
+    ours, ref = pair()
+    X = torch.randn(3, 6, 16)
+    valid_lens = torch.tensor([6, 2, 4])
+    padding = torch.arange(6)[None, :] >= valid_lens[:, None]  # torch: True = ignore
+    got = ours(X, X, X, valid_lens, need_weights=need_weights)
+    want, want_w = ref(X, X, X, key_padding_mask=padding, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    if need_weights:
+        torch.testing.assert_close(ours.attention_weights, want_w, atol=1e-6, rtol=1e-5)
+        assert ours.attention_weights.shape == (3, 4, 6, 6)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_parity_with_torch_causal(need_weights):
+    ours, ref = pair()
+    X = torch.randn(2, 7, 16)
+    forbidden = torch.ones(7, 7, dtype=torch.bool).triu(1)  # torch: True = may not attend
+    got = ours(X, X, X, causal=True, need_weights=need_weights)
+    want = ref(X, X, X, attn_mask=forbidden, need_weights=False)[0]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    # the same through an explicit boolean mask (True = may attend)
+    torch.testing.assert_close(ours(X, X, X, attn_mask=~forbidden), want, atol=1e-5, rtol=1e-4)
+
+
+def test_parity_causal_and_padding_together():
+    ours, ref = pair()
+    X = torch.randn(2, 5, 16)
+    valid_lens = torch.tensor([5, 3])
+    padding = torch.arange(5)[None, :] >= valid_lens[:, None]
+    forbidden = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    want = ref(X, X, X, key_padding_mask=padding, attn_mask=forbidden, need_weights=False)[0]
+    for nw in (False, True):
+        torch.testing.assert_close(ours(X, X, X, valid_lens, causal=True, need_weights=nw), want, atol=1e-5, rtol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 3), n_q=st.integers(1, 6), n_k=st.integers(1, 6), heads=st.sampled_from([1, 2, 4]),
+    causal=st.booleans(), use_lens=st.booleans(), rotary=st.booleans(), seed=st.integers(0, 10_000),
+)
+def test_fast_path_equals_weights_path(batch, n_q, n_k, heads, causal, use_lens, rotary, seed):
+    torch.manual_seed(seed)
+    if causal and n_q > n_k:
+        n_q = n_k
+    m = ab.MultiHeadAttention(8, heads, bias=True, rotary=rotary)
+    q, kv = torch.randn(batch, n_q, 8), torch.randn(batch, n_k, 8)
+    lens = torch.randint(0, n_k + 1, (batch,)) if use_lens else None
+    fast = m(q, kv, kv, lens, causal=causal, need_weights=False)
+    slow = m(q, kv, kv, lens, causal=causal, need_weights=True)
+    assert not torch.isnan(fast).any()
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-4)
+    assert m.attention_weights.shape == (batch, heads, n_q, n_k)
+
+
+def test_weights_follow_the_module_mode_and_switch():
+    m = ab.MultiHeadAttention(8, 2)
+    X = torch.randn(2, 3, 8)
+    m.train()
+    m(X, X, X)
+    assert m.attention_weights is None  # training: fast kernel
+    with ab.keep_attention_weights():
+        m(X, X, X)
+    assert m.attention_weights.shape == (2, 2, 3, 3)
+    m.eval()
+    m(X, X, X)
+    torch.testing.assert_close(m.attention_weights.sum(-1), torch.ones(2, 2, 3))
+
+
+def test_two_d_valid_lens_and_four_d_mask():
+    torch.manual_seed(1)
+    m = ab.MultiHeadAttention(8, 2).eval()
+    X = torch.randn(2, 3, 8)
+    lens2 = torch.tensor([[1, 2, 3], [3, 3, 1]])
+    out = m(X, X, X, lens2)
+    w = m.attention_weights
+    assert torch.all(w[0, :, 0, 1:] == 0) and torch.all(w[1, :, 2, 1:] == 0)
+    mask4 = torch.ones(2, 2, 3, 3, dtype=torch.bool)
+    mask4[:, 1, :, 0] = False  # head 1 may not look at key 0
+    m(X, X, X, attn_mask=mask4)
+    assert torch.all(m.attention_weights[:, 1, :, 0] == 0) and torch.all(m.attention_weights[:, 0, :, 0] > 0)
+    torch.testing.assert_close(m(X, X, X, lens2, need_weights=False), out)
+
+
+def test_transpositions_are_inverse_and_split_heads_by_columns():
+    X = torch.arange(2 * 3 * 8.0).reshape(2, 3, 8)
+    H = ab.transpose_qkv(X, 4)
+    assert H.shape == (2, 4, 3, 2)
+    torch.testing.assert_close(H[1, 2, 0], X[1, 0, 4:6])  # head 2 owns columns 4..5
+    torch.testing.assert_close(ab.transpose_output(H), X)
+
+
+def test_heads_are_independent():
+    """Changing head 0's projection rows leaves head 1's attention weights unchanged."""
+    torch.manual_seed(2)
+    m = ab.MultiHeadAttention(8, 2).eval()
+    X = torch.randn(1, 4, 8)
+    m(X, X, X)
+    before = m.attention_weights.clone()
+    with torch.no_grad():
+        m.W_q.weight[:4] += 1.0
+    m(X, X, X)
+    torch.testing.assert_close(m.attention_weights[:, 1], before[:, 1])
+    assert not torch.allclose(m.attention_weights[:, 0], before[:, 0])
+
+
+def test_rotary_scores_see_only_offsets():
+    """With rotary=True and no other position signal, shifting a sequence along a longer one keeps outputs."""
+    torch.manual_seed(3)
+    m = ab.MultiHeadAttention(8, 2, rotary=True).eval()
+    Z = torch.randn(1, 4, 8)
+    out_a = m(Z, Z, Z, causal=True)
+    padded = torch.cat([torch.randn(1, 3, 8), Z], dim=1)  # the same tokens at positions 3..6
+    m(padded, padded, padded, causal=True)
+    # queries 3..6 see keys 0..6; restrict to keys 3..6 via the mask: same as the unshifted run
+    mask = torch.zeros(7, 7, dtype=torch.bool)
+    mask[3:, 3:] = torch.ones(4, 4, dtype=torch.bool).tril()
+    mask[:3, :3] = torch.ones(3, 3, dtype=torch.bool).tril()
+    out_b = m(padded, padded, padded, attn_mask=mask)[:, 3:]
+    torch.testing.assert_close(out_b, out_a, atol=1e-5, rtol=1e-4)
+
+
+def test_meta_device_forward():
+    m = ab.MultiHeadAttention(16, 4, bias=True, rotary=True).to("meta")
+    X = torch.randn(2, 5, 16, device="meta")
+    for kwargs in ({}, {"causal": True}, {"need_weights": True}):
+        assert m(X, X, X, **kwargs).shape == (2, 5, 16)
+    out = m(X, X, X, torch.tensor([3, 5], device="meta"), need_weights=True)
+    assert out.device.type == "meta" and m.attention_weights.shape == (2, 4, 5, 5)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"head counts that work with num_hiddens=12: \[1, 2, 3, 4, 6, 12\]"):
+        ab.MultiHeadAttention(12, 5)
+    with pytest.raises(ValueError, match="even head size"):
+        ab.MultiHeadAttention(12, 4, rotary=True)
+    m = ab.MultiHeadAttention(8, 2)
+    X = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match="queries have 4 features"):
+        m(torch.randn(2, 3, 4), X, X)
+    with pytest.raises(ValueError, match="valid_lens"):
+        m(X, X, X, torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"valid_lens must lie in \[0, 3\]"):
+        m(X, X, X, torch.tensor([1, 4]))
+    with pytest.raises(ValueError, match="attn_mask must be a boolean"):
+        m(X, X, X, attn_mask=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"attn_mask has shape \(4, 3\)"):
+        m(X, X, X, attn_mask=torch.ones(4, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="shape"):
+        m(X[0], X, X)
+    with pytest.raises(ValueError, match="divide"):
+        ab.transpose_qkv(X, 3)
+    with pytest.raises(ValueError, match="transpose_output expects"):
+        ab.transpose_output(X)

@@ -1,0 +1,111 @@
+"""Positional information: sinusoidal table, its offset rotation, learned and rotary embeddings."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import attention_book as ab
+
+
+def test_table_values_and_shape():
+    P = ab.sinusoidal_table(50, 8, dtype=torch.float64)
+    assert P.shape == (50, 8)
+    i, j = 7, 1
+    w = 1 / 10000 ** (2 * j / 8)
+    assert math.isclose(P[i, 2 * j].item(), math.sin(i * w), abs_tol=1e-12)
+    assert math.isclose(P[i, 2 * j + 1].item(), math.cos(i * w), abs_tol=1e-12)
+    assert torch.all(P[0, 1::2] == 1) and torch.all(P[0, 0::2] == 0)
+    odd = ab.sinusoidal_table(5, 7)
+    assert odd.shape == (5, 7)
+
+
+@settings(max_examples=30, deadline=None)
+@given(delta=st.integers(-40, 40), d=st.sampled_from([2, 8, 32, 64]))
+def test_fixed_rotation_moves_every_position_by_delta(delta, d):
+    """One matrix, independent of i, maps row i of the table to row i + delta, for every i at once."""
+    P = ab.sinusoidal_table(200, d, dtype=torch.float64)
+    M = ab.offset_rotation(delta, d)
+    rows = torch.arange(max(0, -delta), min(200, 200 - delta))
+    torch.testing.assert_close(P[rows] @ M.T, P[rows + delta], atol=1e-9, rtol=0)
+    # each 2x2 block is a rotation: orthogonal with determinant 1
+    block = M[:2, :2]
+    torch.testing.assert_close(block @ block.T, torch.eye(2, dtype=torch.float64))
+    assert math.isclose(torch.linalg.det(block).item(), 1.0, abs_tol=1e-12)
+
+
+def test_positional_encoding_is_a_buffer_that_follows_the_module():
+    pe = ab.PositionalEncoding(16, dropout=0.0, max_len=30)
+    assert "P" not in dict(pe.named_parameters())
+    assert pe.P.shape == (1, 30, 16)
+    X = torch.zeros(2, 10, 16)
+    torch.testing.assert_close(pe(X, offset=5)[0], ab.sinusoidal_table(30, 16)[5:15])
+    assert pe.to("meta").P.device.type == "meta"
+
+
+def test_learned_embedding_trains_and_adds_rows():
+    torch.manual_seed(0)
+    pe = ab.LearnedPositionalEmbedding(8, max_len=12)
+    assert dict(pe.named_parameters())["P.weight"].shape == (12, 8)
+    X = torch.zeros(3, 5, 8)
+    out = pe(X, offset=2)
+    torch.testing.assert_close(out[1], pe.P.weight[2:7])
+    # a gradient step changes the table: it is learned
+    loss = (pe(torch.randn(3, 5, 8)) ** 2).sum()
+    loss.backward()
+    assert pe.P.weight.grad[:5].abs().sum() > 0 and torch.all(pe.P.weight.grad[5:] == 0)
+
+
+def test_rotary_preserves_norms_and_scores_depend_on_offset_only():
+    torch.manual_seed(0)
+    rope = ab.RotaryEmbedding(16)
+    x = torch.randn(2, 3, 10, 16)
+    torch.testing.assert_close(rope(x).norm(dim=-1), x.norm(dim=-1))
+    q, k = torch.randn(16), torch.randn(16)
+    Q, K = rope(q.expand(30, 16)), rope(k.expand(30, 16))
+    scores = Q @ K.T  # scores[i, j] = <R_i q, R_j k>
+    for offset in (-5, 0, 3, 11):
+        diag = torch.diagonal(scores, offset=offset)
+        torch.testing.assert_close(diag, diag[0].expand_as(diag), atol=1e-4, rtol=1e-4)
+    # position 0 is not rotated; offset shifts positions
+    torch.testing.assert_close(rope(x)[..., 0, :], x[..., 0, :])
+    torch.testing.assert_close(rope(x[..., 4:, :], offset=4), rope(x)[..., 4:, :], atol=1e-5, rtol=1e-5)
+
+
+def test_rotary_agrees_with_the_sinusoidal_rotation():
+    """RoPE rotates the pair (2j, 2j+1) by p * w_j, the same angles as the table (transposed blocks)."""
+    rope = ab.RotaryEmbedding(8)
+    x = torch.randn(1, 8, dtype=torch.float64)
+    p = 6
+    pos = torch.zeros(p + 1, 8, dtype=torch.float64)
+    pos[p] = x[0]
+    got = rope.double()(pos)[p]
+    torch.testing.assert_close(got, ab.offset_rotation(p, 8).T @ x[0])
+
+
+def test_meta_device_forward():
+    X = torch.randn(2, 5, 8, device="meta")
+    for module in (ab.PositionalEncoding(8, 0.1), ab.LearnedPositionalEmbedding(8, 0.1)):
+        out = module.to("meta")(X, offset=3)
+        assert out.shape == (2, 5, 8) and out.device.type == "meta"
+    rope = ab.RotaryEmbedding(8).to("meta")
+    assert rope(torch.randn(2, 4, 5, 8, device="meta")).shape == (2, 4, 5, 8)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="even num_hiddens"):
+        ab.offset_rotation(1, 7)
+    with pytest.raises(ValueError, match="even head_dim"):
+        ab.RotaryEmbedding(5)
+    with pytest.raises(ValueError, match=r"expects x of shape \(\.\.\., length, 8\), got \(2, 3, 6\)"):
+        ab.RotaryEmbedding(8)(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match="offset must be >= 0"):
+        ab.RotaryEmbedding(8)(torch.randn(3, 8), offset=-1)
+    for module in (ab.PositionalEncoding(8, max_len=10), ab.LearnedPositionalEmbedding(8, max_len=10)):
+        with pytest.raises(ValueError, match=r"\(batch, length, 8\), got \(2, 3, 4\)"):
+            module(torch.randn(2, 3, 4))
+        with pytest.raises(ValueError, match="max_len=10"):
+            module(torch.randn(1, 8, 8), offset=5)
+    with pytest.raises(ValueError, match="positive"):
+        ab.LearnedPositionalEmbedding(0)

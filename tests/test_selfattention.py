@@ -1,0 +1,96 @@
+"""Chapter 6 helpers: permutation equivariance, layer timing, encoding figures, the encoding checker."""
+
+import math
+
+import pytest
+import torch
+
+import attention_book as ab
+
+
+def test_self_attention_without_positions_is_permutation_equivariant():
+    torch.manual_seed(0)
+    mha = ab.MultiHeadAttention(16, 4, bias=True).eval()
+    X = torch.randn(3, 7, 16)
+    for seed in range(5):
+        perm = torch.randperm(7, generator=torch.Generator().manual_seed(seed))
+        assert ab.permutation_error(lambda Z: mha(Z, Z, Z), X, perm) < 1e-5
+    # adding positions breaks it (for a permutation that moves tokens)
+    pe = ab.PositionalEncoding(16)
+    perm = torch.tensor([1, 0, 2, 3, 4, 5, 6])
+    assert ab.permutation_error(lambda Z: mha(pe(Z), pe(Z), pe(Z)), X, perm) > 1e-2
+    rope = ab.MultiHeadAttention(16, 4, rotary=True).eval()
+    assert ab.permutation_error(lambda Z: rope(Z, Z, Z), X, perm) > 1e-3
+
+
+def test_layers_keep_shape_and_timing_returns_one_number_per_length():
+    for name, layer in ab.sequence_layers(num_hiddens=8, num_heads=2).items():
+        assert layer(torch.randn(2, 5, 8)).shape == (2, 5, 8), name
+    lengths = [4, 8]
+    times = ab.time_sequence_layers(lengths, num_hiddens=8, batch_size=2, num_heads=2, repeats=1)
+    assert set(times) == {"CNN", "RNN", "self-attention"}
+    assert all(len(t) == 2 and all(x > 0 for x in t) for t in times.values())
+    fig = ab.plot_layer_times(lengths, times)
+    assert len(fig.axes[0].lines) == 3
+
+
+def test_cost_table_mentions_every_layer():
+    table = ab.layer_cost_table()
+    assert table.count("\n") == 4 and "O(n² d)" in table and "O(n / k)" in table
+
+
+def test_encoding_figures_draw_the_table():
+    fig = ab.plot_encoding_columns(32, 60)
+    line = fig.axes[0].lines[0]
+    assert len(line.get_xdata()) == 60
+    assert math.isclose(line.get_ydata()[10], math.sin(10 / 10000 ** (6 / 32)), abs_tol=1e-6)
+    fig = ab.positional_encoding_figure(8, 20)  # columns 6, 7 only
+    assert len(fig.axes[0].lines) == 2
+    assert fig.axes[1].images[0].get_array().shape == (20, 8)
+    assert ab.plot_encoding_heatmap(16, 10).axes[0].images[0].get_array().shape == (10, 16)
+
+
+def test_meta_device_forward():
+    for layer in ab.sequence_layers(num_hiddens=8, num_heads=2).values():
+        out = layer.to("meta")(torch.randn(2, 5, 8, device="meta"))
+        assert out.shape == (2, 5, 8) and out.device.type == "meta"
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="permutation of 0..2"):
+        ab.permutation_error(lambda Z: Z, torch.randn(1, 3, 2), torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match=r"shape \(batch, n, d\)"):
+        ab.permutation_error(lambda Z: Z, torch.randn(3, 2), torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"columns must lie in \[0, 7\]"):
+        ab.plot_encoding_columns(8, 10, columns=(6, 9))
+    with pytest.raises(ValueError, match="encoding_dim and num_steps"):
+        ab.positional_encoding_figure(1, 10)
+    with pytest.raises(ValueError, match="lengths"):
+        ab.time_sequence_layers([])
+
+
+def test_sinusoidal_encoding_checker():
+    assert ab.assignments.check_sinusoidal_encoding(ab.sinusoidal_table, verbose=False).score == 1.0
+
+    def uses_j_not_2j(max_len, d):
+        P = torch.zeros(max_len, d)
+        pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+        freq = 10000 ** (-torch.arange((d + 1) // 2, dtype=torch.float32) / d)
+        P[:, 0::2] = torch.sin(pos * freq)
+        P[:, 1::2] = torch.cos(pos * freq[: d // 2])
+        return P
+
+    def swapped(max_len, d):
+        P = ab.sinusoidal_table(max_len, d)
+        if d % 2 == 0:
+            P[:, 0::2], P[:, 1::2] = P[:, 1::2].clone(), P[:, 0::2].clone()
+        return P
+
+    for wrong in (uses_j_not_2j, swapped):
+        report = ab.assignments.check_sinusoidal_encoding(wrong, verbose=False)
+        assert not report and report.score < 1.0, wrong.__name__
+
+    def todo(max_len, d):
+        raise NotImplementedError
+
+    assert ab.assignments.check_sinusoidal_encoding(todo, verbose=False).not_implemented
