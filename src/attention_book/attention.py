@@ -363,13 +363,26 @@ class AdditiveAttention(nn.Module):
 
 
 def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(batch, length, num_hiddens) -> (batch, num_heads, length, num_hiddens / num_heads)."""
+    """Split the features into heads: (batch, length, num_hiddens) -> (batch, num_heads, length, num_hiddens / num_heads).
+
+    Head ``h`` gets the feature columns ``h * d_head .. (h + 1) * d_head - 1``.
+    The result is a view (no copy): ``scaled_dot_product_attention`` and
+    ``matmul`` then treat (batch, num_heads) as one batch of independent heads.
+    """
+    if not isinstance(X, torch.Tensor) or X.dim() != 3:
+        got = _shape(X) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"transpose_qkv expects X of shape (batch, length, num_hiddens), got {got}")
     b, n, d = X.shape
+    if num_heads < 1 or d % num_heads:
+        raise ValueError(f"num_heads={num_heads} must be positive and divide the {d} features of X (shape {_shape(X)})")
     return X.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
 
 
 def transpose_output(X: torch.Tensor) -> torch.Tensor:
     """Undo :func:`transpose_qkv`: (batch, heads, length, d_head) -> (batch, length, heads * d_head)."""
+    if not isinstance(X, torch.Tensor) or X.dim() != 4:
+        got = _shape(X) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"transpose_output expects X of shape (batch, heads, length, d_head), got {got}")
     b, h, n, d = X.shape
     return X.transpose(1, 2).reshape(b, n, h * d)
 
@@ -388,11 +401,21 @@ class MultiHeadAttention(nn.Module):
     ``attn_mask`` is boolean, ``True`` = may attend, of shape (queries, keys),
     (batch, queries, keys) or (batch, heads, queries, keys). ``causal=True``
     lets each query see only keys at its position or before.
+    ``rotary=True`` rotates each head's queries and keys by their positions
+    (:class:`~attention_book.positional.RotaryEmbedding`), so scores depend on
+    relative positions; queries are taken to be the last ``num_queries`` of the
+    ``num_keys`` positions, as in :func:`causal_mask` (both start at 0 when there
+    are more queries than keys).
+
+    Speed (see ``benchmarks/attention.py``): the fast path never builds a
+    (queries, keys) matrix for the common cases — no mask, ``causal=True`` alone
+    (the kernel's ``is_causal``) and 1-D ``valid_lens`` (a (batch, 1, 1, keys)
+    mask broadcast by the kernel) — so its memory grows linearly in length.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
                  query_size: int | None = None, key_size: int | None = None, value_size: int | None = None,
-                 need_weights: bool | None = None):
+                 need_weights: bool | None = None, rotary: bool = False):
         super().__init__()
         if num_heads < 1 or num_hiddens < 1:
             raise ValueError(f"num_hiddens and num_heads must be positive, got {num_hiddens} and {num_heads}")
@@ -410,6 +433,17 @@ class MultiHeadAttention(nn.Module):
         self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
         self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.rotary = None
+        if rotary:
+            from .positional import RotaryEmbedding
+
+            head_dim = num_hiddens // num_heads
+            if head_dim % 2:
+                raise ValueError(
+                    f"rotary=True needs an even head size, got num_hiddens / num_heads = {head_dim}; "
+                    f"pick num_heads so that num_hiddens / num_heads is even"
+                )
+            self.rotary = RotaryEmbedding(head_dim)
         self.attention_weights: torch.Tensor | None = None
 
     def _check(self, queries, keys, values) -> None:
@@ -422,12 +456,20 @@ class MultiHeadAttention(nn.Module):
                 )
 
     def build_mask(self, batch: int, n_q: int, n_k: int, valid_lens=None, attn_mask=None, device=None):
-        """Combine ``valid_lens`` and ``attn_mask`` into one boolean (batch, 1|heads, q, k) mask."""
-        mask = key_mask(valid_lens, batch, n_q, n_k, device=device)
+        """Combine ``valid_lens`` and ``attn_mask`` into one boolean (batch, 1|heads, 1|q, k) mask.
+
+        Lengths of shape (batch,) become a (batch, 1, 1, keys) mask that the
+        kernel broadcasts, instead of a (batch, 1, queries, keys) copy.
+        """
+        if isinstance(valid_lens, torch.Tensor) and valid_lens.dtype != torch.bool and valid_lens.dim() == 1:
+            mask = key_mask(valid_lens, batch, 1, n_k, device=device)  # checks shape and range
+        else:
+            mask = key_mask(valid_lens, batch, n_q, n_k, device=device)
         mask = None if mask is None else mask.unsqueeze(1)
         if attn_mask is not None:
-            if attn_mask.dtype != torch.bool:
-                raise ValueError(f"attn_mask must be boolean (True = may attend), got dtype {attn_mask.dtype}")
+            if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+                got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+                raise ValueError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
             allowed = {(n_q, n_k), (batch, n_q, n_k), (batch, self.num_heads, n_q, n_k), (batch, 1, n_q, n_k)}
             if _shape(attn_mask) not in allowed:
                 raise ValueError(
@@ -435,6 +477,8 @@ class MultiHeadAttention(nn.Module):
                     f"or ({batch}, {self.num_heads}, {n_q}, {n_k})"
                 )
             am = attn_mask if attn_mask.dim() != 3 else attn_mask.unsqueeze(1)
+            if device is not None:
+                am = am.to(device)
             mask = am if mask is None else (mask & am)
         return mask
 
@@ -443,11 +487,18 @@ class MultiHeadAttention(nn.Module):
         self._check(queries, keys, values)
         b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
         mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
+        # (batch, length, num_hiddens) -> (batch, heads, length, d_head)
         q = transpose_qkv(self.W_q(queries), self.num_heads)
         k = transpose_qkv(self.W_k(keys), self.num_heads)
         v = transpose_qkv(self.W_v(values), self.num_heads)
+        if self.rotary is not None:
+            q, k = self.rotary(q, offset=max(n_k - n_q, 0)), self.rotary(k)
         p = self.dropout if self.training else 0.0
-        out, self.attention_weights = attend(
-            q, k, v, mask, causal=causal, dropout_p=p, need_weights=_wants_weights(self, need_weights)
-        )
+        wants = _wants_weights(self, need_weights)
+        if causal and mask is None and n_q == n_k and not wants and n_k > 0:
+            # The kernel masks by itself: no (queries, keys) mask is built or scanned.
+            out, self.attention_weights = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
+        else:
+            out, self.attention_weights = attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants)
+        # (batch, heads, queries, d_head) -> (batch, queries, num_hiddens)
         return self.W_o(transpose_output(out))
