@@ -89,6 +89,7 @@ class Visit:
     math_errors: int = 0
     links: list[str] = field(default_factory=list)
     colab: list[str] = field(default_factory=list)
+    github: list[str] = field(default_factory=list)
     prev: str | None = None
     next: str | None = None
     nav: list[str] = field(default_factory=list)
@@ -162,6 +163,7 @@ JS_PAGE_FACTS = """() => {
     math_errors: document.querySelectorAll('mjx-merror').length,
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
+    github: Array.from(document.querySelectorAll('.bd-header-article a[href^="https://github.com/"]')).map(a => a.href),
     prev: abs(document.querySelector('.prev-next-area a.left-prev')),
     next: abs(document.querySelector('.prev-next-area a.right-next')),
     nav: Array.from(document.querySelectorAll('.bd-sidebar-primary nav a[href]')).map(a => a.href),
@@ -298,6 +300,7 @@ class Crawler:
         visit.math_total, visit.math_typeset = facts["math_total"], facts["math_typeset"]
         visit.math_errors = facts["math_errors"]
         visit.links, visit.colab, visit.nav = facts["links"], facts["colab"], facts["nav"]
+        visit.github = facts["github"]
         visit.prev, visit.next, visit.citations = facts["prev"], facts["next"], facts["citations"]
         visit.slider_models = slider_models((HTML / f"{docname}.html").read_text("utf-8"))
         (SCREENSHOTS / "desktop").mkdir(parents=True, exist_ok=True)
@@ -431,6 +434,10 @@ def test_colab_link_points_at_this_notebook(crawler, docname):
     assert visit.colab == [expected], f"{visit.url}: Colab links {visit.colab}, expected [{expected}]"
     assert (ROOT / f"{docname}.ipynb").exists() or (SOURCE / f"{docname}.ipynb").exists(), (
         f"the Colab link names {docname}.ipynb, which is not in the repository")
+    repo = CONFIG["repository"]["url"].rstrip("/")
+    assert repo in visit.github, f"{visit.url}: no repository button to {repo} (links: {visit.github})"
+    assert all(u == repo or u.startswith(repo + "/") for u in visit.github), (
+        f"{visit.url}: header buttons link to another repository than {repo}: {visit.github}")
 
 
 def test_search_finds_pages(browser, site):
