@@ -205,23 +205,44 @@ def _slug(docname: str) -> str:
 
 
 def slider_models(html: str) -> list[dict]:
-    """The states of the slider models in the page's saved widget state."""
+    """The slider models in the page's saved widget state (state plus `model_name`)."""
     match = re.search(
         r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', html, re.S)
     if not match:
         return []
     state = json.loads(match.group(1)).get("state", {})
-    return [m["state"] for m in state.values() if m.get("model_name", "").endswith("SliderModel")]
+    return [{**m["state"], "model_name": m["model_name"]} for m in state.values()
+            if m.get("model_name", "").endswith("SliderModel")]
 
 
 def _numbers(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text)]
 
 
+def _resolution(readout: str) -> float:
+    """Half a unit in the last digit the readout shows (rounding of e.g. "1.00")."""
+    mantissa = re.split(r"[eE]", readout)[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.51 * 10.0 ** -decimals
+
+
+def _shows(shown: float, value: float, model: dict, readout: str) -> bool:
+    """Is `shown` the slider's picture of `value`: equal up to the readout's rounding and
+    the slider's own grid (a slider snaps its value to min + k * step)?"""
+    step = float(model.get("step") or 0)
+    if model["model_name"] == "FloatLogSliderModel":  # the grid is on the exponent
+        base = float(model.get("base", 10))
+        if shown <= 0 or value <= 0:
+            return False
+        gap = abs(math.log(shown, base) - math.log(value, base))
+        return gap <= step / 2 + math.log(1 + _resolution(readout) / shown, base) + 1e-9
+    return abs(shown - value) <= max(_resolution(readout), step / 2) + 1e-9
+
+
 def readout_shows_state(readout: str, models: list[dict]) -> bool:
     """Does a slider's readout show the value of one of the executed slider models?"""
-    for st in models:
-        labels, index, value = st.get("_options_labels"), st.get("index"), st.get("value")
+    for model in models:
+        labels, index, value = model.get("_options_labels"), model.get("index"), model.get("value")
         if labels is not None and isinstance(index, int):  # SelectionSlider: shows the label
             if readout == str(labels[index]):
                 return True
@@ -233,18 +254,11 @@ def readout_shows_state(readout: str, models: list[dict]) -> bool:
         wanted = value if isinstance(value, list) else [value]
         shown = _numbers(readout)
         if len(shown) == len(wanted) and all(
-            isinstance(w, (int, float)) and math.isclose(x, w, rel_tol=5e-3, abs_tol=_resolution(readout))
+            isinstance(w, (int, float)) and _shows(x, float(w), model, readout)
             for x, w in zip(shown, wanted)
         ):
             return True
     return False
-
-
-def _resolution(readout: str) -> float:
-    """Half a unit in the last digit the readout shows (rounding of e.g. "1.00")."""
-    mantissa = re.split(r"[eE]", readout)[0]
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.51 * 10.0 ** -decimals
 
 
 class Crawler:
