@@ -76,6 +76,9 @@ def test_two_heads_learn_the_offset_task_and_specialise():
         assert count >= n - 2, f"head {h} has no preferred offset: it looks at {best}"
         offsets.append(offset)
     assert sorted(offsets) == sorted([(-1) % n, 2]), offsets
+    order, accs = ab.pruning_curve(run.model, run.model.attention, run.X_test, run.Y_test)
+    assert sorted(order) == [0, 1] and len(accs) == 3 and accs[0] == pytest.approx(run.accuracy)
+    assert accs[-1] < 0.3  # no head left: the model cannot see its inputs
     fig = ab.head_count_figure(2, {2: run})
     assert len(fig.axes) == 3  # two heads + colour bar
 

@@ -33,6 +33,7 @@ __all__ = [
     "task_accuracy",
     "ablate_heads",
     "head_importance",
+    "pruning_curve",
     "collect_attention",
     "plot_head_maps",
     "head_count_figure",
@@ -194,6 +195,25 @@ def head_importance(model: nn.Module, attention: MultiHeadAttention, X: torch.Te
         with ablate_heads(attention, [h]):
             drops.append(full - task_accuracy(model, X, Y))
     return torch.tensor(drops)
+
+
+@torch.no_grad()
+def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tensor,
+                  Y: torch.Tensor) -> tuple[list[int], list[float]]:
+    """Remove heads one by one, least important first; accuracy after each removal.
+
+    Importance is measured once, by :func:`head_importance`. Returns
+    ``(order, accuracies)``: ``order`` lists the heads in the order removed and
+    ``accuracies[k]`` is the accuracy with the first ``k`` of them removed
+    (``accuracies[0]`` is the full model, the last entry has no head left).
+    """
+    importance = head_importance(model, attention, X, Y)
+    order = [int(h) for h in torch.argsort(importance, stable=True)]
+    accuracies = [task_accuracy(model, X, Y)]
+    for k in range(1, len(order) + 1):
+        with ablate_heads(attention, order[:k]):
+            accuracies.append(task_accuracy(model, X, Y))
+    return order, accuracies
 
 
 @torch.no_grad()
