@@ -72,44 +72,87 @@ def parse_pairs(text: str, max_pairs: int | None = None, source: str = "text") -
     return pairs
 
 
-_SUBJECTS = [("i", "je", "suis", "am"), ("you", "tu", "es", "are"), ("he", "il", "est", "is"),
-             ("she", "elle", "est", "is"), ("we", "nous", "sommes", "are"), ("they", "ils", "sont", "are")]
-_ADJECTIVES = [("calm", "calme", "calme"), ("tired", "fatigué", "fatiguée"), ("happy", "content", "contente"),
-               ("ready", "prêt", "prête"), ("sick", "malade", "malade"), ("busy", "occupé", "occupée"),
-               ("late", "en retard", "en retard"), ("home", "chez moi", "chez moi")]
-_VERBS = [("run", "cours", "court", "courons", "courent"), ("eat", "mange", "mange", "mangeons", "mangent"),
-          ("sing", "chante", "chante", "chantons", "chantent"), ("wait", "attends", "attend", "attendons", "attendent"),
-          ("swim", "nage", "nage", "nageons", "nagent"), ("work", "travaille", "travaille", "travaillons", "travaillent")]
+# The fallback corpus: a small, regular slice of English -> French written for this
+# book (subject pronouns, "to be" + adjective with agreement, present-tense verbs,
+# a few verbs in the passé composé, and imperatives). Its style follows the real
+# data (short sentences, "." or "!", contractions such as "he's"), so the chapters'
+# sentences "go .", "i lost .", "he's calm ." and "i'm home ." all occur in it.
+_SUBJECTS = [  # english, french, french "to be", english "to be", contracted english
+    ("i", "je", "suis", "am", "i'm"), ("you", "tu", "es", "are", "you're"),
+    ("he", "il", "est", "is", "he's"), ("she", "elle", "est", "is", "she's"),
+    ("we", "nous", "sommes", "are", "we're"), ("they", "ils", "sont", "are", "they're"),
+]
+_ADJECTIVES = [  # english, french masculine, french feminine
+    ("calm", "calme", "calme"), ("tired", "fatigué", "fatiguée"), ("happy", "content", "contente"),
+    ("ready", "prêt", "prête"), ("sick", "malade", "malade"), ("busy", "occupé", "occupée"),
+    ("late", "en retard", "en retard"), ("home", "chez moi", "chez moi"), ("rich", "riche", "riche"),
+    ("lazy", "paresseux", "paresseuse"),
+]
+_HOME = {"i": "chez moi", "you": "chez toi", "he": "chez lui", "she": "chez elle", "we": "chez nous",
+         "they": "chez eux"}
+_VERBS = [  # english, french for je/tu, il/elle, nous, ils
+    ("run", "cours", "court", "courons", "courent"), ("eat", "mange", "mange", "mangeons", "mangent"),
+    ("sing", "chante", "chante", "chantons", "chantent"), ("wait", "attends", "attend", "attendons", "attendent"),
+    ("swim", "nage", "nage", "nageons", "nagent"), ("work", "travaille", "travaille", "travaillons", "travaillent"),
+]
+_PAST = [("lost", "perdu"), ("won", "gagné"), ("paid", "payé"), ("tried", "essayé"), ("slept", "dormi")]
+_HAVE = {"i": "j'ai", "you": "tu as", "he": "il a", "she": "elle a", "we": "nous avons", "they": "ils ont"}
+_IMPERATIVES = [("go", "va"), ("run", "cours"), ("wait", "attends"), ("stop", "arrête"), ("listen", "écoute"),
+                ("come", "viens"), ("sing", "chante"), ("eat", "mange")]
+
+
+def _plural(word: str) -> str:
+    return word if word.endswith(("s", "x")) or " " in word else word + "s"
 
 
 def synthetic_pairs(num_pairs: int = 640, seed: int = 0) -> list[tuple[str, str]]:
-    """A small English→French-style corpus generated from templates (offline fallback).
+    """A small English→French corpus generated from templates (the offline fallback).
 
-    Sentences such as ``she is tired .`` → ``elle est fatiguée .`` and
-    ``we sing !`` → ``nous chantons !``, with agreement of adjectives and verbs.
-    The vocabulary is tiny, so models learn it quickly; it is *not* real French
-    usage data and the chapters say so when they use it.
+    Four kinds of sentence, drawn at random (with repeats, like the real data):
+
+    * "to be" + adjective, with French agreement: ``she's tired .`` →
+      ``elle est fatiguée .``, ``we are ready .`` → ``nous sommes prêts .``,
+      ``i'm home .`` → ``je suis chez moi .``;
+    * present tense: ``we sing !`` → ``nous chantons !``;
+    * passé composé with *avoir*: ``i lost .`` → ``j'ai perdu .``;
+    * imperatives: ``go .`` → ``va !``.
+
+    640 draws give about 220 distinct pairs over ~50 English and ~75 French
+    words (after the minimum-frequency cut), so a model learns it in a
+    few epochs. It is written for this book (not taken from a data set) and is
+    *not* real usage data: the chapters say so when they fall back to it.
+    Returned as (english, french) pairs, already lower-case with a space before
+    the punctuation, in an order fixed by ``seed``.
     """
+    if num_pairs < 0:
+        raise ValueError(f"num_pairs must be non-negative, got {num_pairs}")
     rng = random.Random(seed)
     pairs = []
     for _ in range(num_pairs):
-        en_s, fr_s, fr_be, en_be = rng.choice(_SUBJECTS)
-        if rng.random() < 0.5:
+        en_s, fr_s, fr_be, en_be, en_short = rng.choice(_SUBJECTS)
+        kind = rng.random()
+        if kind < 0.45:
             en_a, fr_m, fr_f = rng.choice(_ADJECTIVES)
-            fr_a = fr_f if en_s == "she" else fr_m
-            if en_s in ("we", "they") and fr_a not in ("calme", "malade", "en retard", "chez moi"):
-                fr_a += "s"
             if en_a == "home":
-                fr_a = {"i": "chez moi", "you": "chez toi", "he": "chez lui", "she": "chez elle",
-                        "we": "chez nous", "they": "chez eux"}[en_s]
-            en_be_full = "i'm" if en_s == "i" else f"{en_s} {en_be}"
-            pairs.append((f"{en_be_full} {en_a} .", f"{fr_s} {fr_be} {fr_a} ."))
-        else:
+                fr_a = _HOME[en_s]
+            else:
+                fr_a = fr_f if en_s == "she" else fr_m
+                if en_s in ("we", "they"):
+                    fr_a = _plural(fr_a)
+            en_subject = en_short if (en_s == "i" or rng.random() < 0.5) else f"{en_s} {en_be}"
+            pairs.append((f"{en_subject} {en_a} .", f"{fr_s} {fr_be} {fr_a} ."))
+        elif kind < 0.75:
             verb = rng.choice(_VERBS)
             form = {"i": 1, "you": 1, "he": 2, "she": 2, "we": 3, "they": 4}[en_s]
             en_v = verb[0] + ("s" if en_s in ("he", "she") else "")
             end = rng.choice([" .", " !"])
             pairs.append((f"{en_s} {en_v}{end}", f"{fr_s} {verb[form]}{end}"))
+        elif kind < 0.9:
+            en_v, fr_v = rng.choice(_PAST)
+            pairs.append((f"{en_s} {en_v} .", f"{_HAVE[en_s]} {fr_v} ."))
+        else:
+            en_v, fr_v = rng.choice(_IMPERATIVES)
+            pairs.append((f"{en_v} {rng.choice(['.', '!'])}", f"{fr_v} !"))
     return pairs
 
 
@@ -227,9 +270,15 @@ def _arrays(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab, num_step
 
 def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int = 512, num_val: int = 128,
                      min_freq: int = 2, pairs: Sequence[tuple[str, str]] | None = None,
-                     verbose: bool = True) -> TranslationData:
+                     verbose: bool = True, vocab_from: str = "train") -> TranslationData:
     """English→French data in d2l's format: the first ``num_train`` pairs train,
     the next ``num_val`` validate.
+
+    The vocabularies keep the tokens seen at least ``min_freq`` times (rarer ones
+    become ``<unk>``) in the training pairs (``vocab_from="train"``) or, as d2l
+    does, in the training *and* validation pairs (``vocab_from="all"``): then a
+    word seen once in training and again in validation keeps its own index, but
+    the model still learns only from the training pairs.
 
     ``pairs`` overrides the corpus. Otherwise the real file is used (local copy
     or verified download); if it cannot be had, a visible message says so and the
@@ -237,6 +286,8 @@ def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int =
     """
     if num_steps < 2:
         raise ValueError(f"num_steps must be at least 2, got {num_steps}")
+    if vocab_from not in ("train", "all"):
+        raise ValueError(f"vocab_from must be 'train' or 'all', got {vocab_from!r}")
     need = num_train + num_val
     if pairs is not None:
         note = "pairs given by the caller"
@@ -253,8 +304,9 @@ def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int =
     src_tokens = [tokenize_nmt(preprocess_nmt(en)) for en, _ in pairs]
     tgt_tokens = [tokenize_nmt(preprocess_nmt(fr)) for _, fr in pairs]
     reserved = (PAD, BOS, EOS)
-    src_vocab = Vocab([_pad(s, num_steps) for s in src_tokens[:num_train]], min_freq, reserved)
-    tgt_vocab = Vocab([_pad([BOS] + t, num_steps) for t in tgt_tokens[:num_train]], min_freq, reserved)
+    counted = num_train if vocab_from == "train" else need
+    src_vocab = Vocab([_pad(s, num_steps) for s in src_tokens[:counted]], min_freq, reserved)
+    tgt_vocab = Vocab([_pad([BOS] + t, num_steps + 1) for t in tgt_tokens[:counted]], min_freq, reserved)
     arrays = _arrays(src_tokens, tgt_tokens, src_vocab, tgt_vocab, num_steps)
     if verbose:
         print(f"Translation data: {note}; {num_train} train + {num_val} validation pairs, "
