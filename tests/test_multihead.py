@@ -191,3 +191,17 @@ def test_bad_inputs():
         ab.transpose_qkv(X, 3)
     with pytest.raises(ValueError, match="transpose_output expects"):
         ab.transpose_output(X)
+
+
+def test_fused_self_attention_projection_matches_separate_projections():
+    """Self-attention (one tensor passed three times) stacks W_q, W_k, W_v into one product: same result."""
+    torch.manual_seed(4)
+    m = ab.MultiHeadAttention(16, 4, bias=True)
+    X = torch.randn(2, 5, 16, requires_grad=True)
+    fused = m(X, X, X, torch.tensor([5, 3]), need_weights=False)
+    separate = m(X, X.clone(), X.clone(), torch.tensor([5, 3]), need_weights=False)
+    torch.testing.assert_close(fused, separate)
+    g_fused = torch.autograd.grad(fused.sum(), [X, m.W_k.weight])
+    g_sep = torch.autograd.grad(separate.sum(), [X, m.W_k.weight])
+    for a, b in zip(g_fused, g_sep):
+        torch.testing.assert_close(a, b)

@@ -482,15 +482,28 @@ class MultiHeadAttention(nn.Module):
             mask = am if mask is None else (mask & am)
         return mask
 
+    def _project(self, queries, keys, values):
+        """W_q queries, W_k keys, W_v values — as one matrix product for self-attention.
+
+        When the three inputs are the same tensor, stacking the three weight
+        matrices turns three GEMMs (and, backward, three input-gradient GEMMs
+        plus two additions) into one; ``benchmarks/attention.py`` measured this
+        as about 10% less time at batch 8 x length 512 on the CPU. Same numbers
+        either way.
+        """
+        if queries is keys and keys is values:
+            weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
+            bias = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
+            return F.linear(queries, weight, bias).chunk(3, dim=-1)
+        return self.W_q(queries), self.W_k(keys), self.W_v(values)
+
     def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
                 need_weights: bool | None = None):
         self._check(queries, keys, values)
         b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
         mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
         # (batch, length, num_hiddens) -> (batch, heads, length, d_head)
-        q = transpose_qkv(self.W_q(queries), self.num_heads)
-        k = transpose_qkv(self.W_k(keys), self.num_heads)
-        v = transpose_qkv(self.W_v(values), self.num_heads)
+        q, k, v = (transpose_qkv(t, self.num_heads) for t in self._project(queries, keys, values))
         if self.rotary is not None:
             q, k = self.rotary(q, offset=max(n_k - n_q, 0)), self.rotary(k)
         p = self.dropout if self.training else 0.0
