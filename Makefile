@@ -49,6 +49,8 @@ test-notebooks: stage
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).
 test-site: test-notebooks
+	@# Staging again keeps the executed notebooks and marks them, so the build reuses their outputs.
+	$(PY) scripts/stage.py $(STAGE)
 	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
 	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -m "browser" tests

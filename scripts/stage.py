@@ -40,14 +40,35 @@ def has_outputs(nb: dict) -> bool:
     return any(c.get("outputs") for c in nb.get("cells", []) if c.get("cell_type") == "code")
 
 
+def ran_cleanly(nb: dict) -> bool:
+    """Executed (some outputs) and no cell stopped with an error."""
+    outputs = [o for c in nb.get("cells", []) if c.get("cell_type") == "code" for o in c.get("outputs", [])]
+    return bool(outputs) and not any(o.get("output_type") == "error" for o in outputs)
+
+
+def mark_executed(nb: dict) -> bool:
+    """Tell myst-nb not to execute this notebook again; True if the metadata changed.
+
+    myst-nb's 'auto' mode re-executes a notebook as soon as one code cell has no
+    output (a cell with only definitions has none), so outputs alone do not stop it.
+    """
+    mystnb = nb.setdefault("metadata", {}).setdefault("mystnb", {})
+    if mystnb.get("execution_mode") == "off":
+        return False
+    mystnb["execution_mode"] = "off"
+    return True
+
+
 def stage_notebook(src: Path, dest: Path, edition: str) -> str:
     digest = f"{source_hash(src)}-{edition}"
     if dest.exists():
         try:
             staged = json.loads(dest.read_text(encoding="utf-8"))
             same = staged.get("metadata", {}).get("attention_book", {}).get("source_sha1") == digest
-            if same and has_outputs(staged):
-                return "kept (already executed)"
+            if same and ran_cleanly(staged):
+                if mark_executed(staged):
+                    dest.write_text(json.dumps(staged, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+                return "kept (already executed; the site build will not run it again)"
         except (json.JSONDecodeError, OSError):
             pass
     nb = make_edition(json.loads(src.read_text(encoding="utf-8")), edition)
