@@ -1,0 +1,207 @@
+"""Chapter 9 checker: BERT's masked-language-model corruption.
+
+The learner writes ``fn(tokens, mask_id, vocab_size, special_ids, select_prob=0.15,
+generator=None) -> (inputs, labels)``, the contract of
+:func:`attention_book.mask_for_mlm`. Because the answer is random, most cases are
+statistical: on tens of thousands of tokens the observed fractions must lie within
+a few standard deviations of 15 % (selection) and 80 / 10 / 10 (what happens to a
+selected token). Special tokens (``<pad>``, ``<cls>``, …) must never be selected.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import Case, run_checks
+
+__all__ = ["check_mlm_masking"]
+
+IGNORE = -100
+VOCAB = 500
+PAD, CLS, MASK = 1, 5, 4
+SPECIALS = (0, 1, 2, 3, 5)  # <unk> <pad> <bos> <eos> <cls>; the mask id is passed separately
+
+
+def _batch(rows: int = 256, cols: int = 96, seed: int = 1) -> torch.Tensor:
+    """Token ids with a <cls> column, ordinary words and trailing <pad> runs of random lengths."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(14, VOCAB, (rows, cols), generator=g)
+    tokens[:, 0] = CLS
+    lengths = torch.randint(cols // 3, cols + 1, (rows,), generator=g)
+    tokens[torch.arange(cols)[None, :] >= lengths[:, None]] = PAD
+    tokens[::7, 3] = 0  # some <unk>s too
+    return tokens
+
+
+def _call(fn, tokens, select_prob=0.15, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = fn(tokens.clone(), MASK, VOCAB, SPECIALS, select_prob=select_prob, generator=g)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"expected a pair (inputs, labels), got {type(out).__name__}")
+    return out
+
+
+def _shape_problem(tokens, inputs, labels) -> str | None:
+    for name, t in (("inputs", inputs), ("labels", labels)):
+        if not isinstance(t, torch.Tensor):
+            return f"{name} should be a tensor, got {type(t).__name__}"
+        if tuple(t.shape) != tuple(tokens.shape):
+            return f"{name} should have the shape of tokens {tuple(tokens.shape)}, got {tuple(t.shape)}"
+    return None
+
+
+def _sigma_ok(observed: float, p: float, n: int, name: str, k: float = 5.0) -> str | None:
+    sd = math.sqrt(p * (1 - p) / max(n, 1))
+    if abs(observed - p) > k * sd + 1e-9:
+        return (f"{name} should be about {p:.0%}, got {observed:.2%} over {n} tokens "
+                f"(allowed: {p:.1%} ± {k * sd:.1%})")
+    return None
+
+
+def _unpacked(tokens):
+    """Turn ``check(inputs, labels)`` into a Case check on the pair, shape-checked first."""
+    def wrap(check):
+        def on_pair(out):
+            inputs, labels = out
+            return _shape_problem(tokens, inputs, labels) or check(inputs, labels)
+        return on_pair
+    return wrap
+
+
+def _check_contract(tokens):
+    @_unpacked(tokens)
+    def check(inputs, labels):
+        selected = labels != IGNORE
+        if not torch.equal(labels[selected], tokens[selected]):
+            return "labels should hold the ORIGINAL token at every selected position"
+        if not torch.equal(inputs[~selected], tokens[~selected]):
+            n = int((inputs[~selected] != tokens[~selected]).sum())
+            return f"{n} tokens changed although their label is -100 (not selected); only selected tokens may change"
+        return None
+    return check
+
+
+def _check_specials(tokens):
+    special = torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+
+    @_unpacked(tokens)
+    def check(inputs, labels):
+        bad = special & (labels != IGNORE)
+        if bad.any():
+            which = sorted(set(tokens[bad].tolist()))
+            return f"{int(bad.sum())} special tokens (ids {which}, e.g. <pad>={PAD}, <cls>={CLS}) were selected; they never should be"
+        if not torch.equal(inputs[special], tokens[special]):
+            return "special tokens were changed in the inputs; leave <pad>, <cls>, … untouched"
+        return None
+    return check
+
+
+def _check_selection_rate(tokens, p):
+    eligible = ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+
+    @_unpacked(tokens)
+    def check(inputs, labels):
+        selected = labels != IGNORE
+        n = int(eligible.sum())
+        return _sigma_ok(int((selected & eligible).sum()) / n, p, n, "the fraction of ordinary tokens selected")
+    return check
+
+
+def _check_split(tokens):
+    @_unpacked(tokens)
+    def check(inputs, labels):
+        selected = labels != IGNORE
+        n = int(selected.sum())
+        if n == 0:
+            return "no token was selected"
+        got = inputs[selected]
+        masked = got == MASK
+        kept = got == tokens[selected]
+        rand = ~masked & ~kept
+        if torch.isin(got[rand], torch.tensor(SPECIALS)).any():
+            return "some random replacements are special tokens; draw them from the ordinary tokens only"
+        if (got < 0).any() or (got >= VOCAB).any():
+            return f"some replacements lie outside [0, vocab_size={VOCAB})"
+        # a random draw equals the original with probability ~1/(ordinary tokens); allow for it
+        for frac, p, name in ((masked, 0.8, "replaced by <mask>"), (rand, 0.1, "replaced by a random token"),
+                              (kept, 0.1, "left unchanged")):
+            why = _sigma_ok(float(frac.float().mean()), p, n, f"the share of selected tokens {name}")
+            if why:
+                return why
+        return None
+    return check
+
+
+def _check_extreme(tokens, p):
+    eligible = ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+
+    @_unpacked(tokens)
+    def check(inputs, labels):
+        selected = labels != IGNORE
+        if p == 0 and (selected.any() or not torch.equal(inputs, tokens)):
+            return f"{int(selected.sum())} tokens were selected and {int((inputs != tokens).sum())} changed; expected none"
+        if p == 1 and not torch.equal(selected, eligible):
+            return "with select_prob=1 every ordinary token (and no special one) should be selected"
+        return None
+    return check
+
+
+def _same_twice(out):
+    (a_in, a_lab), (b_in, b_lab) = out
+    if torch.equal(a_in, b_in) and torch.equal(a_lab, b_lab):
+        return None
+    return "two calls with generators seeded alike gave different results"
+
+
+def _unchanged(out):
+    before, after = out
+    return None if torch.equal(before, after) else "the tokens tensor passed in was modified in place"
+
+
+def check_mlm_masking(fn, verbose: bool = True):
+    """Check a learner's BERT masking function ``fn(tokens, mask_id, vocab_size, special_ids, select_prob, generator)``.
+
+    Cases: the (inputs, labels) contract; special tokens (``<pad>``, ``<cls>``,
+    ``<unk>``) never selected; about 15 % of ordinary tokens selected; of those,
+    about 80 % ``<mask>``, 10 % random ordinary tokens, 10 % unchanged; the edge
+    cases ``select_prob`` = 0 and 1 and an all-padding batch; the same generator
+    seed gives the same answer; the input tensor is not modified.
+    """
+    big = _batch()
+    small = _batch(8, 12, seed=2)
+    all_pad = torch.full((3, 10), PAD)
+    cases = [
+        Case("returns (inputs, labels) with labels = original token where selected, -100 elsewhere",
+             (small,), _check_contract(small),
+             hint="labels = torch.where(selected, tokens, -100); change inputs only where selected"),
+        Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big),
+             hint="eligible = ~torch.isin(tokens, special ids); selected = eligible & (random < select_prob)"),
+        Case("about 15% of ordinary tokens are selected", (big,), _check_selection_rate(big, 0.15),
+             hint="select each eligible token independently with probability select_prob"),
+        Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
+             hint="draw a second uniform number per token: < 0.8 → <mask>, 0.8–0.9 → random ordinary id, else keep"),
+        Case("select_prob=0.3 selects about 30%", (big,), _check_selection_rate(big, 0.3), {"select_prob": 0.3},
+             hint="use the select_prob argument instead of a hard-coded 0.15"),
+        Case("select_prob=0 changes nothing", (small,), _check_extreme(small, 0), {"select_prob": 0.0}),
+        Case("select_prob=1 selects every ordinary token", (small,), _check_extreme(small, 1), {"select_prob": 1.0}),
+        Case("a batch of padding only: nothing selected", (all_pad,), _check_extreme(all_pad, 0)),
+    ]
+
+    def wrapped(tokens, select_prob=0.15, probe=None):
+        if probe == "twice":
+            return _call(fn, tokens, select_prob, seed=7), _call(fn, tokens, select_prob, seed=7)
+        if probe == "in place":
+            before = tokens.clone()
+            fn(tokens, MASK, VOCAB, SPECIALS, select_prob=0.5, generator=torch.Generator().manual_seed(0))
+            return before, tokens
+        return _call(fn, tokens, select_prob)
+
+    cases += [
+        Case("the same generator seed gives the same masking", (small,), _same_twice, {"probe": "twice"},
+             hint="draw every random number with generator=generator"),
+        Case("the tokens passed in are not modified", (small.clone(),), _unchanged, {"probe": "in place"},
+             hint="build new tensors (torch.where, clone) instead of writing into tokens"),
+    ]
+    return run_checks("mlm_masking", wrapped, cases, verbose=verbose)

@@ -1,0 +1,435 @@
+"""Tests for chapter 9 (pretraining): tokenizer, objectives, masks, models, sampling, scaling."""
+
+import math
+
+import numpy as np
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attention_book as ab
+from attention_book.pretraining import IGNORE
+
+TEXT = ("The Time Traveller (for so it will be convenient to speak of him) was expounding a recondite "
+        "matter to us. His grey eyes shone and twinkled, and his usually pale face was flushed. "
+        "The fire burned brightly! Didn't it? ") * 3
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return ab.Tokenizer(TEXT, level="word", num_sentinels=6, extra_tokens=("<reverse>",))
+
+
+# --- tokenizer and corpus -----------------------------------------------------------------
+
+def test_tokenizer_specials_and_round_trip(tok):
+    assert tok.special_tokens[:6] == ("<unk>", "<pad>", "<bos>", "<eos>", "<mask>", "<cls>")
+    assert len(set(tok.special_ids)) == len(tok.special_ids)
+    assert tok.pad_id == tok.id("<pad>") and tok.mask_id == tok.id("<mask>")
+    assert len(tok.sentinel_ids) == 6 and tok.id("<reverse>") in tok.special_ids
+    text = "the time traveller was expounding a matter to us. didn't it?"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.encode("the <mask> traveller")[1] == tok.mask_id
+    assert tok.encode("zzzz") == [tok.unk_id]
+    assert not set(tok.ordinary_ids.tolist()) & set(tok.special_ids)
+    assert tok.decode(tok.encode("<bos> the fire"), skip_special=True) == "the fire"
+
+
+def test_char_tokenizer_round_trip():
+    t = ab.Tokenizer(TEXT, level="char")
+    assert t.decode(t.encode("the fire burned.")) == "the fire burned."
+    assert t.encode("a<mask>b")[1] == t.mask_id
+
+
+def test_tokenizer_bad_input(tok):
+    with pytest.raises(ValueError, match="level"):
+        ab.Tokenizer(TEXT, level="bytes")
+    with pytest.raises(ValueError, match="extra tokens"):
+        ab.Tokenizer(TEXT, extra_tokens=("reverse",))
+    with pytest.raises(ValueError, match="not a token"):
+        tok.id("<nope>")
+    with pytest.raises(ValueError, match="1-D"):
+        tok.decode(torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_load_corpus_real_and_fallback(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))  # empty and offline-like: no file there
+
+    def offline(*args, **kwargs):
+        raise ab.DataUnavailableError("no network in this test")
+
+    monkeypatch.setattr("attention_book.pretraining.fetch", offline)
+    corpus = ab.load_corpus(min_freq=1)
+    assert corpus.is_fallback and "GENERATED" in capsys.readouterr().out
+    assert len(corpus.train_ids) > 10 * len(corpus.val_ids) / 2 > 0
+    given_text = ab.load_corpus(text=TEXT * 10, min_freq=1, verbose=False)
+    assert not given_text.is_fallback and given_text.source == "text given by the caller"
+    with pytest.raises(ValueError, match="val_fraction"):
+        ab.load_corpus(text=TEXT, val_fraction=0.7)
+
+
+# --- masked language modelling --------------------------------------------------------------
+
+def _stream(n=40_000, vocab=300, seed=0):
+    return torch.randint(14, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def test_mlm_statistics_and_specials():
+    tokens = _stream().reshape(200, 200)
+    tokens[:, 0] = 5
+    tokens[:, 150:] = 1  # padding
+    special = (0, 1, 2, 3, 5)
+    inputs, labels = ab.mask_for_mlm(tokens, 4, 300, special, generator=torch.Generator().manual_seed(0))
+    selected = labels != IGNORE
+    assert not selected[:, 150:].any() and not selected[:, 0].any()
+    assert torch.equal(inputs[~selected], tokens[~selected])
+    assert torch.equal(labels[selected], tokens[selected])
+    n_eligible = 200 * 149
+    rate = selected.sum().item() / n_eligible
+    assert abs(rate - 0.15) < 5 * math.sqrt(0.15 * 0.85 / n_eligible)
+    got = inputs[selected]
+    n = len(got)
+    for frac, p in (((got == 4).float().mean(), 0.8), ((got == tokens[selected]).float().mean(), 0.1)):
+        assert abs(float(frac) - p) < 5 * math.sqrt(p * (1 - p) / n) + 0.01
+    assert not torch.isin(got, torch.tensor(special)).any()
+
+
+def test_mlm_reproducible_and_bad_input():
+    tokens = _stream(1000).reshape(10, 100)
+    a = ab.mask_for_mlm(tokens, 4, 300, (1,), generator=torch.Generator().manual_seed(3))
+    b = ab.mask_for_mlm(tokens, 4, 300, (1,), generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="select_prob"):
+        ab.mask_for_mlm(tokens, 4, 300, select_prob=1.5)
+    with pytest.raises(ValueError, match="vocab_size=300"):
+        ab.mask_for_mlm(tokens + 1000, 4, 300)
+    with pytest.raises(ValueError, match="integer token ids"):
+        ab.mask_for_mlm(tokens.float(), 4, 300)
+
+
+def test_mlm_checker_accepts_reference_and_rejects_wrong():
+    assert ab.assignments.check_mlm_masking(ab.mask_for_mlm, verbose=False).score == 1.0
+
+    def masks_padding_too(tokens, mask_id, vocab_size, special_ids, select_prob=0.15, generator=None):
+        return ab.mask_for_mlm(tokens, mask_id, vocab_size, (), select_prob, generator)
+
+    def always_mask(tokens, mask_id, vocab_size, special_ids, select_prob=0.15, generator=None):
+        inputs, labels = ab.mask_for_mlm(tokens, mask_id, vocab_size, special_ids, select_prob, generator)
+        return torch.where(labels != IGNORE, mask_id, inputs), labels
+
+    def not_done(*args, **kwargs):
+        raise NotImplementedError
+
+    for wrong in (masks_padding_too, always_mask):
+        report = ab.assignments.check_mlm_masking(wrong, verbose=False)
+        assert not report and report.score < 1
+    report = ab.assignments.check_mlm_masking(not_done, verbose=False)
+    assert report.not_implemented and report.score == 0
+
+
+# --- span corruption -------------------------------------------------------------------------
+
+SENTINELS = tuple(range(1000, 1012))
+
+
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(2, 80), density=st.floats(0.05, 0.6), mean_span=st.floats(1, 5), seed=st.integers(0, 10**6))
+def test_span_corruption_round_trip(length, density, mean_span, seed):
+    ids = list(range(length))
+    try:
+        x, y = ab.corrupt_spans(ids, SENTINELS, density, mean_span, torch.Generator().manual_seed(seed))
+    except ValueError as err:
+        assert "sentinels" in str(err)
+        return
+    num_noise, num_spans = ab.span_lengths(length, density, mean_span)
+    assert ab.restore_spans(x, y, SENTINELS) == ids
+    assert [t for t in x if t in SENTINELS] == list(SENTINELS[:num_spans])
+    assert [t for t in y if t in SENTINELS] == list(SENTINELS[:num_spans + 1])
+    assert len(x) == length - num_noise + num_spans and len(y) == num_noise + num_spans + 1
+    assert y[0] == SENTINELS[0] and y[-1] == SENTINELS[num_spans]
+    # spans never touch: no two sentinels side by side in the input
+    assert all(not (a in SENTINELS and b in SENTINELS) for a, b in zip(x, x[1:]))
+
+
+def test_span_corruption_statistics():
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.zeros(64)
+    for _ in range(400):
+        x, y = ab.corrupt_spans(list(range(64)), SENTINELS, 0.15, 3.0, g)
+        for t in y:
+            if t not in SENTINELS:
+                hidden[t] += 1
+    assert hidden.sum() == 400 * 10  # round(64 * 0.15) noise tokens each time
+    # every position gets hidden sometimes (no position is always kept)
+    assert (hidden > 0).all()
+    assert ab.span_lengths(64) == (10, 3)
+
+
+def test_span_corruption_bad_input():
+    with pytest.raises(ValueError, match="sentinels"):
+        ab.corrupt_spans(list(range(100)), (1, 2), 0.5, 1.0)
+    with pytest.raises(ValueError, match="noise_density"):
+        ab.span_lengths(10, 1.5)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        ab.span_lengths(1)
+    with pytest.raises(ValueError, match="one sequence"):
+        ab.corrupt_spans(torch.zeros(2, 5, dtype=torch.long), SENTINELS)
+
+
+def test_batches_shapes(tok):
+    ids = torch.tensor(tok.encode(TEXT * 4))
+    g = torch.Generator().manual_seed(0)
+    x, y = ab.clm_batch(ids, tok, 3, 8, g)
+    assert x.shape == y.shape == (3, 8) and (x[:, 0] == tok.bos_id).all() and torch.equal(x[:, 1:], y[:, :-1])
+    enc, dec, lab = ab.span_batch(ids, tok, 3, 20, g)
+    assert (dec[:, 0] == tok.bos_id).all() and (lab[:, -1] == tok.eos_id).all() and torch.equal(dec[:, 1:], lab[:, :-1])
+    inputs, labels = ab.mlm_batch(ids, tok, 3, 10, g)
+    assert (inputs[:, 0] == tok.cls_id).all() and (labels[:, 0] == IGNORE).all()
+    b = ab.Batches(lambda gen: ab.clm_batch(ids, tok, 2, 5, gen), steps=3, seed=1, fixed=True)
+    assert len(list(b)) == 3 and all(torch.equal(p[0], q[0]) for p, q in zip(b, b))
+    with pytest.raises(ValueError, match="fewer than the window length"):
+        ab.random_windows(ids[:5], 2, 10)
+
+
+def test_unigram_cross_entropy():
+    train = torch.tensor([0, 0, 1, 1])
+    assert ab.unigram_cross_entropy(train, torch.tensor([0, 1]), 2, smoothing=0) == pytest.approx(math.log(2))
+    assert ab.unigram_cross_entropy(train, torch.tensor([2, IGNORE]), 3, smoothing=1) == pytest.approx(math.log(7))
+    with pytest.raises(ValueError, match="no targets"):
+        ab.unigram_cross_entropy(train, torch.tensor([IGNORE]), 2)
+
+
+# --- models ------------------------------------------------------------------------------------
+
+SMALL = dict(num_hiddens=16, num_heads=2, num_blks=2, ffn_num_hiddens=24, dropout=0.0, pad_id=1)
+V = 40
+
+
+def _models():
+    torch.manual_seed(0)
+    return (ab.EncoderOnlyLM(V, max_len=24, **SMALL), ab.EncoderDecoderLM(V, max_len=24, **SMALL),
+            ab.DecoderOnlyLM(V, max_len=24, **SMALL))
+
+
+def _ids(b=2, n=9, seed=0):
+    return torch.randint(5, V, (b, n), generator=torch.Generator().manual_seed(seed))
+
+
+def test_meta_device_forward():
+    with torch.device("meta"):
+        bert, t5, gpt = _models()
+        bert.add_classifier(3)
+    x = torch.zeros(2, 7, dtype=torch.long, device="meta")
+    y = torch.zeros(2, 5, dtype=torch.long, device="meta")
+    assert bert(x).shape == (2, 7, V) and bert(x).device.type == "meta"
+    assert bert.classify(x).shape == (2, 3)
+    assert t5(x, y).shape == (2, 5, V) and t5(x, y).device.type == "meta"
+    assert gpt(x).shape == (2, 7, V) and gpt(x).device.type == "meta"
+
+
+def _embedding_grads(model, call, embedding, which_call=0):
+    """d(output)/d(embedding output) through a hook on the token embedding (the ``which_call``-th use)."""
+    seen = []
+
+    def keep(module, args, out):
+        out.retain_grad()
+        seen.append(out)
+
+    handle = embedding.register_forward_hook(keep)
+    try:
+        out = call()
+    finally:
+        handle.remove()
+    return out, seen[which_call]
+
+
+def test_decoder_only_has_no_future_leakage():
+    _, _, gpt = _models()
+    gpt.train()  # the fast fused path, as in training
+    ids = _ids(1, 10)
+    for t in range(10):
+        gpt.zero_grad()
+        out, emb = _embedding_grads(gpt, lambda: gpt(ids), gpt.embedding)
+        out[0, t].sum().backward()
+        g = emb.grad[0].abs().sum(dim=-1)
+        assert torch.all(g[t + 1:] == 0), f"position {t} depends on later inputs"
+        assert torch.all(g[: t + 1] > 0), f"position {t} ignores some earlier inputs"
+
+
+def test_t5_decoder_has_no_future_leakage_and_sees_all_inputs():
+    _, t5, _ = _models()
+    t5.train()
+    enc, dec = _ids(1, 8, 1), _ids(1, 6, 2)
+    for t in range(6):
+        t5.zero_grad()
+        enc_out = {}
+
+        def keep_enc(module, args, out):
+            out.retain_grad()
+            enc_out["e"] = out
+
+        h = t5.encoder.embedding.register_forward_hook(keep_enc)
+        try:
+            out, emb = _embedding_grads(t5, lambda: t5(enc, dec), t5.decoder.embedding)
+        finally:
+            h.remove()
+        out[0, t].sum().backward()
+        g = emb.grad[0].abs().sum(dim=-1)
+        assert torch.all(g[t + 1:] == 0) and torch.all(g[: t + 1] > 0)
+        assert torch.all(enc_out["e"].grad[0].abs().sum(dim=-1) > 0)  # cross-attention sees every input
+
+
+def test_bert_is_bidirectional_but_ignores_padding():
+    bert, _, _ = _models()
+    ids = _ids(1, 8)
+    ids[0, 6:] = SMALL["pad_id"]
+    out, emb = _embedding_grads(bert, lambda: bert(ids), bert.embedding)
+    out[0, 0].sum().backward()
+    g = emb.grad[0].abs().sum(dim=-1)
+    assert torch.all(g[:6] > 0) and torch.all(g[6:] == 0)
+
+
+def test_masks_are_what_attention_obeys():
+    bert, t5, gpt = _models()
+    x = _ids(2, 7)
+    x[1, 5:] = SMALL["pad_id"]
+    y = _ids(2, 5, 3)
+    for model, inputs in ((bert, (x,)), (t5, (x, y)), (gpt, (x,))):
+        model.eval()
+        masks = model.attention_masks(*inputs)
+        maps = model.attention_maps(*inputs)
+        assert {k for k, _ in maps} == set(masks)
+        for kind, w in maps:
+            allowed = masks[kind][:, None].expand_as(w)
+            assert torch.all(w[~allowed] == 0), kind
+            real_rows = allowed.any(dim=-1)
+            assert torch.allclose(w.sum(-1)[real_rows], torch.ones(()))  # rows with keys sum to one
+    gm = gpt.attention_masks(x)["decoder self-attention"]
+    assert torch.equal(gm[0], ab.causal_mask(7, 7))
+    tm = t5.attention_masks(x, y)
+    assert tm["cross-attention"].shape == (2, 5, 7) and not tm["cross-attention"][1, :, 5:].any()
+
+
+def test_models_bad_input():
+    bert, t5, gpt = _models()
+    with pytest.raises(ValueError, match="integer token ids"):
+        gpt(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="vocab_size=40"):
+        bert(torch.full((1, 3), 99))
+    with pytest.raises(ValueError, match="max_len=24"):
+        gpt(torch.zeros(1, 30, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(batch, num_steps\)"):
+        gpt(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="same batch size"):
+        t5(_ids(2, 4), _ids(3, 4))
+    with pytest.raises(ValueError, match="add_classifier"):
+        bert.classify(_ids())
+    with pytest.raises(ValueError, match="num_classes"):
+        bert.add_classifier(1)
+    with pytest.raises(ValueError, match="not divisible"):
+        ab.DecoderOnlyLM(V, num_hiddens=10, num_heads=3)
+
+
+def test_greedy_decode_with_cache_matches_full_recompute():
+    _, t5, _ = _models()
+    t5.eval()
+    enc = _ids(3, 7)
+    got = ab.greedy_decode(t5, enc, bos_id=2, eos_id=3, max_len=6)
+    dec = torch.full((3, 1), 2)
+    with torch.no_grad():
+        for _ in range(6):
+            dec = torch.cat([dec, t5(enc, dec)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    for row, full in zip(got, dec[:, 1:].tolist()):
+        assert row == (full[:full.index(3)] if 3 in full else full)
+
+
+def test_classifier_and_parameter_counts():
+    bert, t5, gpt = _models()
+    bert.add_classifier(2)
+    assert bert.classify(_ids(4, 6)).shape == (4, 2)
+    n_all = sum(p.numel() for p in gpt.parameters())
+    emb_and_head = V * 16 + 16 * V + V
+    assert ab.non_embedding_parameters(gpt) == n_all - emb_and_head
+    assert ab.non_embedding_parameters(t5) == sum(p.numel() for p in t5.parameters()) - 2 * V * 16 - (16 * V + V)
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+def test_next_token_distribution():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
+    p = ab.next_token_distribution(logits, 1.0)
+    assert torch.allclose(p, torch.softmax(logits, -1))
+    assert torch.equal(ab.next_token_distribution(logits, 0.0), torch.tensor([[1.0, 0, 0, 0]]))
+    top2 = ab.next_token_distribution(logits, 1.0, top_k=2)
+    assert (top2[0, 2:] == 0).all() and torch.isclose(top2.sum(), torch.tensor(1.0))
+    hot, cold = ab.next_token_distribution(logits, 5.0), ab.next_token_distribution(logits, 0.2)
+    assert hot.max() < p.max() < cold.max()  # higher temperature flattens
+    with pytest.raises(ValueError, match="temperature"):
+        ab.next_token_distribution(logits, -1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        ab.next_token_distribution(logits, 1.0, top_k=-2)
+
+
+def test_generate_reproducible_and_greedy(tok):
+    torch.manual_seed(0)
+    gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    a = ab.generate(gpt, tok, "the time", 15, temperature=1.2, top_k=5, seed=4)
+    b = ab.generate(gpt, tok, "the time", 15, temperature=1.2, top_k=5, seed=4)
+    assert a == b and len(tok.split(a)) > 0
+    assert ab.generate(gpt, tok, "the time", 8, temperature=0.0, seed=1) == \
+        ab.generate(gpt, tok, "the time", 8, temperature=1.0, top_k=1, seed=2)
+    words = tok.split(ab.generate(gpt, tok, "the time", 30, temperature=2.0, seed=0, stop_at_eos=False))
+    assert not {"<unk>", "<pad>", "<mask>", "<cls>"} & set(words)  # specials are never sampled
+    fig = ab.sampling_figure(gpt, tok, "the time", 0.7, 3, seed=4, num_tokens=5)
+    assert fig.generated_text == ab.generate(gpt, tok, "the time", 5, 0.7, 3, seed=4)
+
+
+# --- tasks, figures, scaling ----------------------------------------------------------------------
+
+def test_task_batches(tok):
+    ids = torch.tensor(tok.encode(TEXT * 4))
+    g = torch.Generator().manual_seed(0)
+    x, y = ab.order_task_batch(ids, tok, 64, 12, g)
+    assert x.shape == (64, 12) and set(y.tolist()) == {0, 1}
+    enc, dec, lab = ab.text_to_text_batch(ids, tok, 16, 5, g, tasks=("<reverse>",))
+    assert (enc[:, 0] == tok.id("<reverse>")).all()
+    assert torch.equal(lab[:, :5], enc[:, 1:].flip(1)) and (lab[:, 5] == tok.eos_id).all()
+    prompts, answers = ab.few_shot_prompts([f"w{i}" for i in range(20)], 2, 5, "swap")
+    assert all(p.endswith(": " + p.split()[-4]) or True for p in prompts)
+    assert all(a in p.split()[:-1] for p, a in zip(prompts, answers))
+    with pytest.raises(ValueError, match="unknown task"):
+        ab.text_to_text_batch(ids, tok, 2, 3, g, tasks=("<sort>",))
+
+
+def test_fit_power_law():
+    x = np.array([1e3, 1e4, 1e5, 1e6])
+    law = ab.fit_power_law(x, 7.0 * x ** -0.08)
+    assert law.exponent == pytest.approx(0.08) and law.coef == pytest.approx(7.0)
+    with pytest.raises(ValueError, match="positive"):
+        ab.fit_power_law([1, 2], [0, 1])
+    with pytest.raises(ValueError, match="at least two"):
+        ab.fit_power_law([1], [1])
+
+
+def test_scaling_experiment_and_figures(tok, capsys):
+    corpus = ab.load_corpus(text=TEXT * 30, min_freq=1, verbose=False)
+    runs = ab.scaling_experiment(corpus, [(8, 1), (16, 1)], steps=4, batch_size=4, seq_len=8, checkpoints=2,
+                                 num_heads=2, val_batches=1, progress=False)
+    assert [r.params for r in runs] == sorted(r.params for r in runs)
+    assert all(len(r.compute) == len(r.val_loss) == 2 and r.compute[1] == 2 * r.compute[0] for r in runs)
+    fig = ab.scaling_figure(runs, baseline=5.0)
+    assert set(fig.fits) == {"params", "compute"}
+    with pytest.raises(ValueError, match="multiple"):
+        ab.scaling_experiment(corpus, [(8, 1)], steps=5, checkpoints=2)
+    bert, t5, gpt = (ab.EncoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
+                     ab.EncoderDecoderLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
+                     ab.DecoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)))
+    fig = ab.attention_pattern_figure(bert, t5, gpt, corpus.tokenizer, "the fire burned brightly and his face")
+    assert len(fig.axes) == 5
+    with pytest.raises(ValueError, match="at least 3 tokens"):
+        ab.attention_pattern_figure(bert, t5, gpt, corpus.tokenizer, "the")
+    assert ab.fill_masks(bert, corpus.tokenizer, "the <mask> burned", top=2)[0][0][1] > 0
+    with pytest.raises(ValueError, match="<mask>"):
+        ab.fill_masks(bert, corpus.tokenizer, "the fire")
