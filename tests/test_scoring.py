@@ -240,7 +240,9 @@ def test_checker_explains_uniform_and_nan_rows():
 
 
 def test_checker_reports_not_implemented(capsys):
-    def unfinished(X, valid_lens):
+    def unfinished(X, valid_lens):  # the student edition's scaffold
+        if valid_lens is None:
+            return torch.softmax(X, dim=-1)
         raise NotImplementedError
 
     report = ab.assignments.check_masked_softmax(unfinished)

@@ -17,9 +17,10 @@ values, valid_lens=None)``, the fused kernel when weights are not wanted, and
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -38,9 +39,11 @@ __all__ = [
     "SCORING_KINDS",
     "make_scorer",
     "scoring_cost",
+    "best_time",
     "measure_scoring_costs",
     "scoring_flops",
     "plot_scoring_costs",
+    "plot_token_weights",
 ]
 
 
@@ -154,11 +157,17 @@ def scaling_statistics(dims: Iterable[int], num_keys: int = 16, num_samples: int
       ``diag(α) - ααᵀ`` — how much gradient flows back through the softmax; it
       goes to 0 as the softmax saturates.
     """
-    dims = [int(d) for d in dims]
+    dims = tuple(int(d) for d in dims)
     if not dims or min(dims) < 1:
-        raise ValueError(f"dims must be positive feature sizes, got {dims}")
+        raise ValueError(f"dims must be positive feature sizes, got {list(dims)}")
     if num_keys < 2 or num_samples < 2:
         raise ValueError(f"num_keys and num_samples must be at least 2, got {num_keys} and {num_samples}")
+    return {k: v.copy() for k, v in _scaling_statistics(dims, int(num_keys), int(num_samples), int(seed)).items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _scaling_statistics(dims: tuple[int, ...], num_keys: int, num_samples: int, seed: int) -> dict[str, np.ndarray]:
+    """Cached: a slider moving ``d`` redraws the figure without redrawing the samples."""
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, list[float]] = {k: [] for k in
                                    ("var_raw", "var_scaled", "max_weight_raw", "max_weight_scaled", "grad_raw", "grad_scaled")}
@@ -260,7 +269,7 @@ def make_scorer(kind: str, dim: int, num_hiddens: int | None = None) -> nn.Modul
 
 def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None = None, value_size: int | None = None,
                  batch: int = 4, num_hiddens: int | None = None, backward: bool = False, fused: bool = False,
-                 repeats: int = 5, seed: int = 0) -> float:
+                 repeats: int = 5, seed: int = 0, num_threads: int | None = 1) -> float:
     """Seconds of one attention call with the ``kind`` score (the best of ``repeats`` timed calls).
 
     Shapes: queries (batch, num_queries, dim), keys (batch, num_keys, dim),
@@ -270,7 +279,9 @@ def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None 
     attention has no fused kernel; ``fused=True`` lets dot, distance and bilinear
     use PyTorch's fused kernel. ``backward=True`` times forward + backward.
     Two warm-up calls precede the timed ones; the fastest timed call is returned,
-    being the one least disturbed by other work on the machine.
+    being the one least disturbed by other work on the machine. ``num_threads``
+    (default 1: the cost on one core, which a busy machine disturbs least) sets
+    PyTorch's intra-op threads during the measurement; ``None`` keeps the setting.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -293,12 +304,28 @@ def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None 
             with torch.no_grad():
                 module(q, k, v)
 
-    run()
-    run()
+    threads_before = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        return best_time(run, repeats)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> float:
+    """Seconds of the fastest of ``repeats`` calls of ``fn()``, after ``warmup`` untimed calls.
+
+    The minimum is the run least disturbed by other work on a shared machine.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run()
+        fn()
         times.append(time.perf_counter() - start)
     return min(times)
 
@@ -377,4 +404,34 @@ def plot_scoring_costs(rows: Sequence[dict]):
         ax.set(xlabel=xlabel, ylabel="time per call (ms)",
                title=f"growing {'keys' if sweep == 'keys' else 'size'} (at {'d' if sweep == 'keys' else 'm'} = {fixed})")
         ax.legend()
+    return fig
+
+
+def plot_token_weights(tokens: Sequence[Sequence[str]], weights, title: str | None = None):
+    """One row per sequence: each cell names its token and shows its attention weight.
+
+    ``tokens`` are the (padded) sequences, all of the same length; ``weights``
+    is (sequences, length), e.g. one query's weights per sequence. Returns the figure.
+    """
+    data = np.asarray(weights.detach().cpu().float() if isinstance(weights, torch.Tensor) else weights)
+    if data.ndim != 2 or data.shape[0] != len(tokens) or any(len(row) != data.shape[1] for row in tokens):
+        raise ValueError(
+            f"weights has shape {data.shape} but needs (sequences, length) = "
+            f"({len(tokens)}, {len(tokens[0]) if tokens else 0}) to match tokens"
+        )
+    _ensure_style()
+    n_rows, n_cols = data.shape
+    fig, ax = plt.subplots(figsize=(1.5 * n_cols + 1.5, 0.75 * n_rows + 0.9), layout="constrained")
+    image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=max(float(data.max()), 1e-9), aspect="auto")
+    ax.grid(False)
+    for i in range(n_rows):
+        for j in range(n_cols):
+            dark = data[i, j] > 0.6 * data.max()
+            ax.text(j, i, f"{tokens[i][j]}\n{data[i, j]:.2f}", ha="center", va="center", fontsize=9,
+                    color="white" if dark else "black")
+    ax.set_xticks(range(n_cols), [f"key {j + 1}" for j in range(n_cols)])
+    ax.set_yticks(range(n_rows), [f"sequence {i + 1}" for i in range(n_rows)])
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, shrink=0.8, label="weight")
     return fig

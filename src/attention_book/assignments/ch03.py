@@ -76,15 +76,16 @@ def _in_place_case() -> Case:
 
 
 def _cases() -> list[Case]:
+    # The first case needs valid_lens, so that a scaffold which only handles None scores 0.
     g = torch.Generator().manual_seed(0)
     rand = lambda *shape: torch.rand(*shape, generator=g)  # noqa: E731
     big_negative = -1e7 + torch.randn(1, 2, 4, generator=g)  # valid scores far below -1e6
     half = (torch.randn(2, 2, 5, generator=g) * 8).half()
     return [
-        _case("no valid_lens: an ordinary softmax over the keys", rand(2, 3, 4), None,
-              hint="with valid_lens=None return torch.softmax(X, dim=-1)"),
         _case("1-D valid_lens (one length per example), the seed's example", rand(2, 2, 4), torch.tensor([2, 3]),
               hint="key j of example b is kept when j < valid_lens[b], for every query of that example"),
+        _case("no valid_lens: an ordinary softmax over the keys", rand(2, 3, 4), None,
+              hint="with valid_lens=None return torch.softmax(X, dim=-1)"),
         _case("2-D valid_lens (one length per query)", rand(2, 3, 5), torch.tensor([[1, 3, 5], [2, 4, 1]]),
               hint="with a 2-D valid_lens, key j of query i in example b is kept when j < valid_lens[b, i]; "
                    "do not repeat a 2-D tensor as if it were 1-D, and do not mix up its two axes"),
