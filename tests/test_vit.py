@@ -257,6 +257,25 @@ def test_fashion_mnist_is_registered_with_md5_hashes():
     assert all(len(f.urls) == 2 and f.known_hash.startswith("md5:") for f in ds.files)
 
 
+def test_load_fashion_mnist_reads_the_four_files(monkeypatch, tmp_path):
+    rng = np.random.default_rng(0)
+    files = {}
+    for prefix, n in (("train", 5), ("t10k", 3)):
+        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, size=n).astype(np.uint8)
+        for kind, array in (("images-idx3", images), ("labels-idx1", labels)):
+            path = tmp_path / f"{prefix}-{kind}-ubyte.gz"
+            path.write_bytes(gzip.compress(_idx_bytes(array)))
+            files[path.name] = (path, array)
+    monkeypatch.setattr(abvit, "fetch", lambda name, fname: files[fname][0])
+    X, y = ab.load_fashion_mnist(train=False)
+    assert X.shape == (3, 1, 28, 28) and X.dtype == torch.uint8 and y.dtype == torch.int64
+    np.testing.assert_array_equal(X[:, 0].numpy(), files["t10k-images-idx3-ubyte.gz"][1])
+    data = ab.load_image_data("fashion-mnist", 32, 2)
+    assert data.name == "fashion-mnist" and data.classes[9] == "ankle boot" and len(data.train) == 3
+    assert next(iter(data.train))[0].shape == (2, 1, 32, 32)
+
+
 def test_fashion_mnist_offline_falls_back_to_digits(monkeypatch, tmp_path):
     monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "nowhere"))
 

@@ -391,7 +391,7 @@ def load_fashion_mnist(train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     labels = read_idx(fetch("fashion-mnist", f"{prefix}-labels-idx1-ubyte.gz"))
     if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
         raise ValueError(f"Fashion-MNIST files disagree: images {images.shape}, labels {labels.shape}")
-    return torch.from_numpy(images.copy())[:, None], torch.from_numpy(labels.astype(np.int64))
+    return torch.from_numpy(images)[:, None], torch.from_numpy(labels.astype(np.int64))
 
 
 def load_digits_images(test_fraction: float = 0.2, seed: int = 0):
