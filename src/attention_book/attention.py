@@ -355,8 +355,9 @@ class AdditiveAttention(nn.Module):
                 )
         mask = key_mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], device=queries.device)
         q, k = self.W_q(queries), self.W_k(keys)
-        # (batch, queries, 1, h) + (batch, 1, keys, h) -> (batch, queries, keys, h)
-        features = torch.tanh(q.unsqueeze(2) + k.unsqueeze(1))
+        # (batch, queries, 1, h) + (batch, 1, keys, h) -> (batch, queries, keys, h); tanh in place
+        # saves allocating a second tensor of this size, the largest of the layer
+        features = (q.unsqueeze(2) + k.unsqueeze(1)).tanh_()
         scores = self.w_v(features).squeeze(-1)  # (batch, queries, keys)
         self.attention_weights = _softmax_where(scores, mask)
         return torch.bmm(self.dropout(self.attention_weights), values)
