@@ -56,19 +56,44 @@ PAGES = toc_files(SOURCE / "_toc.yml")
 CONFIG = yaml.safe_load((SOURCE / "_config.yml").read_text(encoding="utf-8"))
 CHAPTER = re.compile(r"^notebooks/ch\d\d_(?!exercises$)\w+$")
 EXERCISES = re.compile(r"^notebooks/ch\d\d_exercises$")
-SLIDER_CODE = re.compile(r"\binteractive\(|\binteract\(|\bwidgets\.\w*Slider\b|\b\w*Slider\(")
+WIDGET_CODE = re.compile(r"\binteractive\(|\binteract\(|\bwidgets\.[A-Z]\w*\(")
+SLIDER_CODE = re.compile(r"\b\w*Slider\(")
+# interact(f, n=(1, 20)) or interact(f, x=0.5) makes a slider out of a tuple or a number.
+SLIDER_ABBREVIATION = re.compile(r"\w+\s*=\s*(?:\(\s*[-+\d.]|[-+]?\d[\d.]*\s*(?:[,)]|$))")
 
 
 def notebook_code(docname: str) -> str:
+    """The code of a notebook's cells that show on the page (remove-cell/-output ones do not)."""
     path = SOURCE / f"{docname}.ipynb"
     if not path.exists():
         return ""
     nb = json.loads(path.read_text(encoding="utf-8"))
-    return "\n".join("".join(c.get("source", "")) for c in nb["cells"] if c["cell_type"] == "code")
+    hidden = {"remove-cell", "remove-output"}
+    return "\n".join("".join(c.get("source", "")) for c in nb["cells"]
+                     if c["cell_type"] == "code" and not hidden & set(c.get("metadata", {}).get("tags", [])))
+
+
+def _interact_calls(code: str) -> list[str]:
+    """The argument text of each interact(...)/interactive(...) call."""
+    calls = []
+    for match in re.finditer(r"\binteract(?:ive)?\(", code):
+        depth, i = 1, match.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        calls.append(code[match.end():i - 1])
+    return calls
+
+
+def creates_widgets(docname: str) -> bool:
+    return bool(WIDGET_CODE.search(notebook_code(docname)))
 
 
 def creates_sliders(docname: str) -> bool:
-    return bool(SLIDER_CODE.search(notebook_code(docname)))
+    code = notebook_code(docname)
+    return bool(SLIDER_CODE.search(code)) or any(
+        SLIDER_ABBREVIATION.search(re.sub(r"\b\w+\((?:[^()]|\([^()]*\))*\)", "", args))
+        for args in _interact_calls(code))
 
 
 @dataclass
@@ -380,22 +405,22 @@ def test_chapter_shows_a_figure(crawler, docname):
 
 
 @pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
-def test_sliders_render_with_executed_state(crawler, docname):
+def test_widgets_render_with_executed_state(crawler, docname):
     visit = crawler.visit(docname)
-    if not creates_sliders(docname):
-        assert visit.widgets_rendered == visit.widget_views
-        return
-    assert visit.widget_views >= 1, (
-        f"{visit.url}: the notebook creates sliders but the page has no widget view; was the "
-        "widget state saved when it was executed (nbclient store_widget_state)?")
+    if creates_widgets(docname):
+        assert visit.widget_views >= 1, (
+            f"{visit.url}: the notebook creates widgets but the page has no widget view; was the "
+            "widget state saved when it was executed (nbclient store_widget_state)?")
     assert visit.widgets_rendered == visit.widget_views, (
         f"{visit.url}: {visit.widgets_rendered} of {visit.widget_views} widget views rendered")
-    assert visit.slider_readouts, f"{visit.url}: the notebook creates sliders; none is visible"
-    wrong = [r for r in visit.slider_readouts if not readout_shows_state(r, visit.slider_models)]
-    assert not wrong, f"{visit.url}: slider readouts {wrong} show none of the executed values"
     assert not visit.widgets_without_figure, (
         f"{visit.url}: widgets without a plain figure in the next code cell (for the static page): "
         f"{visit.widgets_without_figure}")
+    if not creates_sliders(docname):
+        return
+    assert visit.slider_readouts, f"{visit.url}: the notebook creates sliders; none is visible"
+    wrong = [r for r in visit.slider_readouts if not readout_shows_state(r, visit.slider_models)]
+    assert not wrong, f"{visit.url}: slider readouts {wrong} show none of the executed values"
 
 
 @pytest.mark.parametrize("docname", PAGES)
