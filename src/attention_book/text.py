@@ -262,8 +262,9 @@ def _pad(tokens: list[str], num_steps: int) -> list[str]:
 
 
 def _arrays(src_tokens, tgt_tokens, src_vocab: Vocab, tgt_vocab: Vocab, num_steps: int):
-    src = torch.tensor([src_vocab[_pad(s, num_steps)] for s in src_tokens], dtype=torch.long)
-    tgt_full = torch.tensor([tgt_vocab[_pad([BOS] + t, num_steps + 1)] for t in tgt_tokens], dtype=torch.long)
+    src = torch.tensor([src_vocab[_pad(s, num_steps)] for s in src_tokens], dtype=torch.long).reshape(-1, num_steps)
+    tgt_full = torch.tensor([tgt_vocab[_pad([BOS] + t, num_steps + 1)] for t in tgt_tokens],
+                            dtype=torch.long).reshape(-1, num_steps + 1)
     valid = (src != src_vocab[PAD]).sum(dim=1)
     return src, tgt_full[:, :-1], valid, tgt_full[:, 1:]
 

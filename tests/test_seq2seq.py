@@ -1,0 +1,358 @@
+"""Tests of the RNN encoder–decoders, the masked loss, decoding and the chapter-4 checker."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import attention_book as ab
+from attention_book.assignments import ch04
+
+V_SRC, V_TGT, EMBED, HIDDEN, LAYERS = 11, 13, 8, 16, 2
+
+
+def _tokens(batch=3, steps=5, vocab=V_SRC, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, steps), generator=g)
+
+
+# --- shapes ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_encoder_shapes(cell):
+    enc = ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS, cell=cell)
+    outputs, hidden = enc(_tokens(3, 5))
+    assert outputs.shape == (3, 5, HIDDEN)
+    states = hidden if cell == "lstm" else (hidden,)
+    assert len(states) == (2 if cell == "lstm" else 1)
+    for h in states:
+        assert h.shape == (3, LAYERS, HIDDEN)  # batch-first
+    # the last layer's final state is the last output
+    torch.testing.assert_close(states[0][:, -1], outputs[:, -1])
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("attention", ["additive", "dot"])
+def test_attention_decoder_shapes_state_and_weights(cell, attention):
+    enc = ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS, cell=cell)
+    dec = ab.Seq2SeqAttentionDecoder(V_TGT, EMBED, HIDDEN, LAYERS, cell=cell, attention=attention)
+    enc.eval(), dec.eval()
+    src, valid = _tokens(3, 6), torch.tensor([6, 4, 1])
+    state = dec.init_state(enc(src, valid), valid)
+    logits, (enc_outputs, hidden, lens) = dec(_tokens(3, 4, V_TGT), state)
+    assert logits.shape == (3, 4, V_TGT)
+    assert enc_outputs.shape == (3, 6, HIDDEN) and torch.equal(lens, valid)
+    for h in (hidden if cell == "lstm" else (hidden,)):
+        assert h.shape == (3, LAYERS, HIDDEN)
+    weights = dec.attention_weights
+    assert len(weights) == 4  # one map per target step
+    for w in weights:
+        assert w.shape == (3, 1, 6)
+        torch.testing.assert_close(w.sum(-1), torch.ones(3, 1))
+        assert torch.all(w[1, :, 4:] == 0) and torch.all(w[2, :, 1:] == 0)  # padding gets no attention
+
+
+def test_decoding_one_step_at_a_time_equals_teacher_forcing():
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS).eval()
+    src, valid, tgt = _tokens(2, 5), torch.tensor([5, 2]), _tokens(2, 4, V_TGT, seed=1)
+    full = model(src, tgt, valid)
+    state = model.decoder.init_state(model.encoder(src, valid), valid)
+    steps = []
+    for t in range(4):
+        logits, state = model.decoder(tgt[:, t:t + 1], state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full)
+
+
+def test_plain_decoder_uses_one_fixed_context():
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, attention=None).eval()
+    src = _tokens(2, 5)
+    outputs, hidden = model.encoder(src)
+    context, h = model.decoder.init_state((outputs, hidden))
+    torch.testing.assert_close(context, hidden[:, -1])
+    logits, (context2, h2) = model.decoder(_tokens(2, 3, V_TGT), (context, h))
+    assert logits.shape == (2, 3, V_TGT) and torch.equal(context, context2) and h2.shape == h.shape
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("attention", ["additive", "dot", None])
+def test_meta_device_forward(cell, attention):
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, 0.1, cell=cell, attention=attention).to("meta")
+    src = torch.zeros(3, 5, dtype=torch.long, device="meta")
+    valid = torch.tensor([5, 3, 1], device="meta")
+    for training in (True, False):
+        model.train(training)
+        out = model(src, src[:, :4], valid)
+        assert out.shape == (3, 4, V_TGT) and out.device.type == "meta"
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="cell must be one of \\['gru', 'lstm'\\], got 'rnn'"):
+        ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS, cell="rnn")
+    with pytest.raises(ValueError, match="attention must be 'additive' or 'dot', got 'cosine'"):
+        ab.Seq2SeqAttentionDecoder(V_TGT, EMBED, HIDDEN, LAYERS, attention="cosine")
+    with pytest.raises(ValueError, match="num_layers must be positive, got 0"):
+        ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, 0)
+    enc = ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS)
+    with pytest.raises(ValueError, match="X must be a \\(batch, num_steps\\) tensor of token indices, got \\(5,\\)"):
+        enc(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer token indices, got dtype torch.float32"):
+        enc(torch.zeros(2, 5))
+
+
+# --- loss ---------------------------------------------------------------------------------------
+
+PAD = 0
+
+
+def test_masked_loss_matches_torch_ignore_index_and_counts_tokens():
+    logits = torch.randn(3, 4, 7)
+    labels = torch.tensor([[3, 2, PAD, PAD], [4, 4, 5, 2], [2, PAD, PAD, PAD]])
+    mean, count = ab.masked_cross_entropy(logits, labels, PAD)
+    reference = F.cross_entropy(logits.reshape(-1, 7), labels.reshape(-1), ignore_index=PAD)
+    torch.testing.assert_close(mean, reference)
+    assert count == 7
+
+
+def test_masked_loss_ignores_padded_positions():
+    logits = torch.randn(2, 5, 7)
+    labels = torch.tensor([[3, 2, PAD, PAD, PAD], [4, 4, 5, 6, 2]])
+    changed = logits.clone()
+    changed[0, 2:] = 100 * torch.randn(3, 7)
+    torch.testing.assert_close(ab.masked_cross_entropy(logits, labels, PAD)[0],
+                               ab.masked_cross_entropy(changed, labels, PAD)[0])
+    only_pad = torch.full((2, 5), PAD)
+    mean, count = ab.masked_cross_entropy(logits, only_pad, PAD)
+    assert mean == 0 and count == 0
+    with pytest.raises(ValueError, match="logits must be \\(batch, steps, vocab\\)"):
+        ab.masked_cross_entropy(logits, labels[:, :4], PAD)
+
+
+def test_translation_loss_unchanged_when_padded_targets_change():
+    """Teacher forcing: target inputs after <eos> only influence positions whose label is <pad>."""
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS).eval()
+    pad = 1
+    src, valid = _tokens(2, 5), torch.tensor([5, 3])
+    label = torch.tensor([[4, 5, 2, pad, pad], [6, 2, pad, pad, pad]])
+    tgt_in = torch.tensor([[3, 4, 5, 2, pad], [3, 6, 2, pad, pad]])
+    loss_fn = ab.translation_loss(pad)
+    base, count = loss_fn(model, (src, tgt_in, valid, label))
+    scrambled = tgt_in.clone()
+    scrambled[0, 3:] = torch.tensor([7, 8])
+    scrambled[1, 2:] = torch.tensor([9, 10, 11])
+    torch.testing.assert_close(loss_fn(model, (src, scrambled, valid, label))[0], base)
+    assert count == 5
+    # …but changing a real target input does change it
+    real = tgt_in.clone()
+    real[0, 1] = 9
+    assert not torch.allclose(loss_fn(model, (src, real, valid, label))[0], base)
+
+
+# --- decoding -----------------------------------------------------------------------------------
+
+BOS, EOS, A, B, C = 1, 2, 3, 4, 5
+
+
+class TableDecoder(ab.Decoder):
+    """Next-token log-probabilities depend only on the input token; counts its calls."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table  # (vocab, vocab) probabilities, row = input token
+        self.calls = 0
+        self.dummy = nn.Parameter(torch.zeros(()))
+
+    def init_state(self, enc_all_outputs, valid_len=None):
+        return (enc_all_outputs, torch.zeros(enc_all_outputs.shape[0]))
+
+    def forward(self, X, state):
+        self.calls += 1
+        enc, steps = state
+        logits = self.table[X[:, -1]].log().unsqueeze(1)
+        return logits, (enc, steps + 1)
+
+
+class TableModel(nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.encoder = lambda src, valid_len: src.float()
+        self.decoder = TableDecoder(table)
+
+
+def _table(rows):
+    table = torch.full((6, 6), 1e-6)
+    for token, probs in rows.items():
+        for nxt, p in probs.items():
+            table[token, nxt] = p
+    return table / table.sum(1, keepdim=True)
+
+
+def test_greedy_stops_at_eos_per_example_and_when_all_stopped():
+    # bos -> A -> B -> eos; the source's first token picks where each example starts
+    table = _table({BOS: {A: 0.9, EOS: 0.1}, A: {B: 0.8, A: 0.2}, B: {EOS: 0.7, C: 0.3}, C: {C: 1.0},
+                    EOS: {C: 1.0}})
+    model = TableModel(table)
+    tokens, attention = ab.greedy_search(model, torch.zeros(2, 3, dtype=torch.long), None, BOS, EOS, max_steps=9)
+    assert tokens == [[A, B], [A, B]]  # <eos> not included; nothing after it
+    assert model.decoder.calls == 3 and attention == []  # stopped as soon as every example ended
+    # without an <eos> in reach, max_steps bounds the output
+    loop = TableModel(_table({BOS: {C: 1.0}, C: {C: 1.0}}))
+    tokens, _ = ab.greedy_search(loop, torch.zeros(1, 2, dtype=torch.long), None, BOS, EOS, max_steps=4)
+    assert tokens == [[C, C, C, C]]
+    with pytest.raises(ValueError, match="max_steps must be at least 1"):
+        ab.greedy_search(loop, torch.zeros(1, 2, dtype=torch.long), None, BOS, EOS, max_steps=0)
+
+
+def test_greedy_on_a_real_model_keeps_per_step_attention():
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS)
+    model.train()
+    tokens, attention = ab.greedy_search(model, _tokens(2, 5), torch.tensor([5, 2]), BOS, EOS, 6,
+                                         save_attention=True)
+    assert model.training  # the mode is restored
+    assert 1 <= len(attention) <= 6 and all(len(t) <= 6 for t in tokens)
+    for step in attention:
+        assert len(step) == 1 and step[0].shape == (2, 1, 5)
+        assert torch.all(step[0][1, 0, 2:] == 0)
+    assert all(EOS not in t for t in tokens)
+
+
+def test_beam_search_beats_greedy_on_a_trap():
+    # greedy takes A (0.6) then the best is <eos> at 0.3: p = 0.18;
+    # beam search finds B (0.4) then <eos> at 0.9: p = 0.36
+    table = _table({BOS: {A: 0.6, B: 0.4}, A: {EOS: 0.3, A: 0.25, C: 0.25, B: 0.2}, B: {EOS: 0.9, C: 0.1},
+                    C: {EOS: 1.0}})
+    model = TableModel(table)
+    src = torch.zeros(1, 2, dtype=torch.long)
+    assert ab.greedy_search(model, src, None, BOS, EOS, 5)[0] == [[A]]
+    assert ab.beam_search(model, src, None, BOS, EOS, 5, beam_size=2) == [[B]]
+    assert ab.beam_search(model, src, None, BOS, EOS, 5, beam_size=1) == [[A]]
+    with pytest.raises(ValueError, match="beam_size must be at least 1, got 0"):
+        ab.beam_search(model, src, None, BOS, EOS, 5, beam_size=0)
+
+
+def test_beam_size_one_equals_greedy_on_a_real_model():
+    torch.manual_seed(0)
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, attention="additive").eval()
+    src, valid = _tokens(4, 5, seed=3), torch.tensor([5, 4, 2, 1])
+    greedy, _ = ab.greedy_search(model, src, valid, BOS, EOS, 7)
+    assert ab.beam_search(model, src, valid, BOS, EOS, 7, beam_size=1, alpha=0.0) == greedy
+
+
+def test_reorder_state_picks_rows_of_nested_states():
+    state = (torch.arange(6).reshape(3, 2), [torch.arange(3), None], {"k": torch.arange(3) * 10}, 7)
+    picked = ab.reorder_state(nn.Module(), state, torch.tensor([2, 2, 0]))
+    assert picked[0].tolist() == [[4, 5], [4, 5], [0, 1]]
+    assert picked[1][0].tolist() == [2, 2, 0] and picked[1][1] is None
+    assert picked[2]["k"].tolist() == [20, 20, 0] and picked[3] == 7
+
+    class Custom(nn.Module):
+        def reorder_state(self, s, index):
+            return "custom"
+
+    assert ab.reorder_state(Custom(), state, torch.tensor([0])) == "custom"
+
+
+def test_beam_search_reorders_rnn_states_correctly():
+    """Beam search on the RNN model scores its best hypothesis exactly as a fresh decoder run does."""
+    torch.manual_seed(1)
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, cell="lstm").eval()
+    src, valid = _tokens(1, 5, seed=4), torch.tensor([5])
+    (best,) = ab.beam_search(model, src, valid, BOS, EOS, 6, beam_size=3, alpha=0.0)
+    candidates = [best]
+    greedy, _ = ab.greedy_search(model, src, valid, BOS, EOS, 6)
+    candidates.append(greedy[0])
+
+    def logp(seq):
+        full = [BOS] + seq + ([EOS] if len(seq) < 6 else [])
+        logits = model(src, torch.tensor([full[:-1]]), valid)
+        return F.log_softmax(logits, -1)[0, torch.arange(len(full) - 1), torch.tensor(full[1:])].sum().item()
+
+    assert logp(best) >= logp(greedy[0]) - 1e-5
+
+
+# --- translating real sentences ------------------------------------------------------------------
+
+def _synthetic_data(batch_size=64):
+    return ab.load_translation(batch_size=batch_size, pairs=ab.synthetic_pairs(640), verbose=False)
+
+
+@pytest.fixture
+def one_thread():
+    """Small recurrent models train much faster on one thread when the CPU is shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_the_fallback_corpus_is_learnt_quickly(one_thread):
+    torch.manual_seed(0)
+    data = _synthetic_data(batch_size=128)
+    model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 32, 64, 1, 0.0)
+    ab.fit(model, data.train_loader(), ab.translation_loss(data.tgt_vocab[ab.PAD]), epochs=15, lr=0.01,
+           clip_grad=1.0, progress=False)
+    scores = ab.evaluate_translation(model, data, "val")
+    assert scores["bleu"] > 0.9, scores
+    engs = ["go .", "i lost .", "he's calm .", "i'm home ."]
+    fras = ["va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."]
+    table = ab.translate(model, data, engs, fras)
+    assert [r.bleu for r in table] == [1.0] * 4, [r.text for r in table]
+
+
+def test_translate_handles_unknown_empty_and_long_sentences(capsys):
+    data = _synthetic_data()
+    model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
+    out = ab.translate(model, data, ["zorglub !", "", "i'm home i'm home i'm home i'm home ."],
+                       ["va !", "va !", "je suis chez moi ."], save_attention=True)
+    assert len(out) == 3 and all(len(r.tokens) <= data.num_steps for r in out)
+    assert all(0.0 <= r.bleu <= 1.0 for r in out)
+    for r in out:
+        assert r.attention is None or r.attention.shape[1] == data.num_steps
+    assert ab.translate(model, data, []) == []
+    with pytest.raises(ValueError, match="2 sentences but 1 references"):
+        ab.translate(model, data, ["a", "b"], ["c"])
+    rows = ab.translation_table(model, data, ["go ."], ["va !"])
+    assert "go . => [" in capsys.readouterr().out and len(rows) == 1
+
+
+def test_attention_map_labels_tokens():
+    data = _synthetic_data()
+    model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
+    fig = ab.attention_map(model, data, "i'm home .", "je suis chez moi .")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["i'm", "home", ".", ab.EOS]
+    (result,) = ab.translate(model, data, ["i'm home ."], save_attention=True)
+    assert len(ax.get_yticklabels()) == result.attention.shape[0]
+    assert fig._suptitle.get_text().startswith("i'm home . => ") and "BLEU" in fig._suptitle.get_text()
+    fig = ab.attention_map(model, data, "zorglub .")
+    assert fig.axes[0].get_xticklabels()[0].get_text() == "zorglub (unk)"
+
+
+# --- the chapter's assignment checker ---------------------------------------------------------------
+
+def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
+    assert ch04.check_masked_cross_entropy(ch04.reference_masked_cross_entropy)
+
+    def mean_over_all(logits, labels, pad_id):  # forgets the mask: padding drags the mean
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return loss, labels.numel()
+
+    report = ch04.check_masked_cross_entropy(mean_over_all)
+    assert not report and report.score < 1
+
+    def mean_of_sentence_means(logits, labels, pad_id):  # averages per sentence, then over sentences
+        per = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+        mask = (labels != pad_id).float()
+        return ((per * mask).sum(1) / mask.sum(1).clamp(min=1)).mean(), int(mask.sum())
+
+    assert not ch04.check_masked_cross_entropy(mean_of_sentence_means)
+
+    def todo(logits, labels, pad_id):
+        raise NotImplementedError
+
+    report = ch04.check_masked_cross_entropy(todo)
+    assert report.not_implemented and report.score == 0
+    assert "not implemented" in capsys.readouterr().out
