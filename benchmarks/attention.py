@@ -23,6 +23,7 @@ Usage::
     python benchmarks/attention.py            # all sizes (a few minutes on 2 cores)
     python benchmarks/attention.py --quick    # small sizes only, seconds
     python benchmarks/attention.py --causal   # causal self-attention instead
+    python benchmarks/attention.py --threads 1 --cpu-time   # work done, robust to a busy machine
 
 Timings on a shared machine are inflated by whatever else runs; run it when the
 machine is quiet (``taskset -c 0,1`` and ``--repeats 5`` help).
@@ -106,8 +107,8 @@ def step(call, X, causal):
     out.sum().backward()
 
 
-def time_one(impl: str, batch: int, length: int, causal: bool, repeats: int) -> float:
-    """Median seconds of one forward + backward."""
+def time_one(impl: str, batch: int, length: int, causal: bool, repeats: int, clock=time.perf_counter) -> float:
+    """Median seconds of one forward + backward, read from ``clock``."""
     module, call = build(impl)
     X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
     step(call, X, causal)  # warm-up (allocations, kernel choice)
@@ -115,9 +116,9 @@ def time_one(impl: str, batch: int, length: int, causal: bool, repeats: int) -> 
     for _ in range(repeats):
         module.zero_grad(set_to_none=True)
         X.grad = None
-        start = time.perf_counter()
+        start = clock()
         step(call, X, causal)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
@@ -157,13 +158,20 @@ def main(argv=None) -> None:
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration (median)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time with the process CPU clock instead of the wall clock: with --threads 1 this "
+                             "measures the work done, nearly independent of other programs on a busy machine")
     parser.add_argument("--child", nargs=3, metavar=("IMPL", "BATCH", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal)
         return
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, num_hiddens={NUM_HIDDENS}, "
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
           f"heads={NUM_HEADS}, float32 CPU, {'causal' if args.causal else 'no mask'}, "
           f"median of {args.repeats} forward+backward runs; load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9} | "
@@ -173,7 +181,7 @@ def main(argv=None) -> None:
     print(header)
     print("-" * len(header))
     for batch, length in sizes:
-        t = {impl: time_one(impl, batch, length, args.causal, args.repeats) for impl in IMPLS}
+        t = {impl: time_one(impl, batch, length, args.causal, args.repeats, clock) for impl in IMPLS}
         row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
                f"{t['torch'] * 1e3:>9.1f} | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}")
         if not args.no_memory:
