@@ -186,6 +186,14 @@ def _scaling_statistics(dims: tuple[int, ...], num_keys: int, num_samples: int, 
     return result
 
 
+def _powers_of_two_axis(ax, values) -> None:
+    """Log-2 x axis with plain-number tick labels (mathtext tick labels are slow to draw)."""
+    ax.set_xscale("log", base=2)
+    ticks = [v for v in values if v & (v - 1) == 0][::2] or list(values)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+
+
 def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_samples: int = 400, seed: int = 0):
     """The "why 1/√d" figure at feature size ``d`` (the widget's callback). Returns the figure.
 
@@ -207,16 +215,18 @@ def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_sampl
     w_scaled = torch.softmax(raw / math.sqrt(d), 0).numpy()
     order = np.argsort(-w_scaled)
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.6), layout="constrained")
+    # Fixed margins instead of a layout engine: this figure is redrawn at every move of the slider.
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.6))
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.08, top=0.95, hspace=0.42, wspace=0.25)
     colors = {"raw": "C3", "scaled": "C0"}
-    labels = {"raw": r"raw $q^\top k$", "scaled": r"scaled $q^\top k/\sqrt{d}$"}
+    labels = {"raw": "raw qᵀk", "scaled": "scaled qᵀk/√d"}
     ax = axes[0, 0]
     for tag in ("raw", "scaled"):
         ax.plot(stats["dims"], stats[f"var_{tag}"], "o-", ms=3, color=colors[tag], label=labels[tag])
-    ax.plot(stats["dims"], stats["dims"], ":", color="grey", label="theory: $d$")
-    ax.set(xscale="log", yscale="log", xlabel="feature size $d$", ylabel="variance of the scores",
-           title="Score variance grows like $d$ unless scaled")
-    ax.set_xscale("log", base=2)
+    ax.plot(stats["dims"], stats["dims"], ":", color="grey", label="theory: d")
+    ax.set(yscale="log", xlabel="feature size d", ylabel="variance of the scores",
+           title="Score variance grows like d unless scaled")
+    _powers_of_two_axis(ax, stats["dims"])
     ax.legend()
 
     ax = axes[0, 1]
@@ -231,13 +241,12 @@ def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_sampl
 
     for ax, key, ylabel, title in (
         (axes[1, 0], "max_weight", "mean largest weight", "Raw scores saturate the softmax"),
-        (axes[1, 1], "grad", r"mean $\|\mathrm{diag}(\alpha) - \alpha\alpha^\top\|_F$",
-         "…and the gradient through it vanishes"),
+        (axes[1, 1], "grad", "mean norm of the softmax Jacobian", "…and the gradient through it vanishes"),
     ):
         for tag in ("raw", "scaled"):
             ax.plot(stats["dims"], stats[f"{key}_{tag}"], "o-", ms=3, color=colors[tag], label=labels[tag])
-        ax.set_xscale("log", base=2)
-        ax.set(xlabel="feature size $d$", ylabel=ylabel, title=title)
+        _powers_of_two_axis(ax, stats["dims"])
+        ax.set(xlabel="feature size d", ylabel=ylabel, title=title)
         ax.legend()
     axes[1, 0].axhline(1.0 / num_keys, color="grey", ls=":", lw=1)
     axes[1, 0].text(stats["dims"][0], 1.0 / num_keys, " uniform", va="bottom", fontsize=8, color="grey")
