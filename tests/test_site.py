@@ -171,8 +171,11 @@ JS_PAGE_FACTS = """() => {
   const sliders = Array.from(document.querySelectorAll('.widget-slider')).filter(e => e.offsetParent !== null);
   const readouts = sliders.map(s => { const r = s.querySelector('.widget-readout');
       return r ? (r.value !== undefined && r.tagName === 'INPUT' ? r.value : r.textContent).trim() : ''; });
-  // The plain figure beside each widget: the next code cell after a widget's cell draws one.
-  const widgetCells = new Set(Array.from(views).map(s => s.closest('.cell')).filter(c => c));
+  // The plain figure beside each interactive widget (ipywidgets.interactive: a
+  // .widget-interact box; tqdm's progress bars are widgets too, but need none):
+  // the next code cell after the widget's cell draws one.
+  const widgetCells = new Set(Array.from(views).map(s => s.closest('.cell'))
+      .filter(c => c && c.querySelector('.widget-interact')));
   const lonely = Array.from(widgetCells).filter(cell => {
     let next = cell.nextElementSibling;
     while (next && !next.classList.contains('cell')) next = next.nextElementSibling;
