@@ -356,3 +356,21 @@ def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
     report = ch04.check_masked_cross_entropy(todo)
     assert report.not_implemented and report.score == 0
     assert "not implemented" in capsys.readouterr().out
+
+
+def test_train_and_compare_translators_record_validation_loss(one_thread):
+    data = _synthetic_data(batch_size=128)
+    tiny = dict(embed_size=8, num_hiddens=8, num_layers=1, epochs=2, progress=False)
+    rows = ab.compare_translators(data, {"additive": dict(attention="additive"), "plain": dict(attention=None)},
+                                  **tiny)
+    assert [r["variant"] for r in rows] == ["additive", "plain"]
+    for row in rows:
+        assert len(row["history"].metrics["val loss"]) == 2
+        assert row["val loss"] == pytest.approx(ab.validation_loss(row["model"], data))
+        assert 0.0 <= row["val BLEU"] <= 1.0 and math.isfinite(row["train loss"])
+    # the same seed gives the same model
+    again, _ = ab.train_translator(data, attention="additive", **tiny)
+    for p, q in zip(again.parameters(), rows[0]["model"].parameters()):
+        torch.testing.assert_close(p, q)
+    with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
+        ab.evaluate_translation(again, data, "test")
