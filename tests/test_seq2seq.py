@@ -13,6 +13,15 @@ from attention_book.assignments import ch04
 V_SRC, V_TGT, EMBED, HIDDEN, LAYERS = 11, 13, 8, 16, 2
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small recurrent models run much faster on one thread when the CPU is shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _tokens(batch=3, steps=5, vocab=V_SRC, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (batch, steps), generator=g)
@@ -276,15 +285,6 @@ def test_beam_search_reorders_rnn_states_correctly():
 
 def _synthetic_data(batch_size=64):
     return ab.load_translation(batch_size=batch_size, pairs=ab.synthetic_pairs(640), verbose=False)
-
-
-@pytest.fixture
-def one_thread():
-    """Small recurrent models train much faster on one thread when the CPU is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.slow
