@@ -393,6 +393,12 @@ def test_task_batches(tok):
     g = torch.Generator().manual_seed(0)
     x, y = ab.order_task_batch(ids, tok, 64, 12, g)
     assert x.shape == (64, 12) and set(y.tolist()) == {0, 1}
+    x, y = ab.replaced_task_batch(ids, tok, 64, 12, g, replace_prob=0.3)
+    clean = x[y == 1][:, 1:]
+    assert all(any(torch.equal(row, ids[i:i + 11]) for i in range(len(ids) - 10)) for row in clean[:5])
+    assert not torch.isin(x[:, 1:], torch.tensor(tok.special_ids)).any() or (ids == tok.unk_id).any()
+    with pytest.raises(ValueError, match="replace_prob"):
+        ab.replaced_task_batch(ids, tok, 2, 12, g, replace_prob=0.0)
     enc, dec, lab = ab.text_to_text_batch(ids, tok, 16, 5, g, tasks=("<reverse>",))
     assert (enc[:, 0] == tok.id("<reverse>")).all()
     assert torch.equal(lab[:, :5], enc[:, 1:].flip(1)) and (lab[:, 5] == tok.eos_id).all()

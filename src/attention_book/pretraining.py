@@ -48,7 +48,7 @@ __all__ = [
     "unigram_cross_entropy", "unigram_baseline",
     "mlm_loss", "seq2seq_loss", "clm_loss", "classification_loss", "evaluate_loss", "classification_accuracy",
     "masked_accuracy", "fill_masks", "span_loss_parts",
-    "order_task_batch", "TEXT_TASKS", "text_to_text_batch", "greedy_decode", "exact_match",
+    "order_task_batch", "replaced_task_batch", "TEXT_TASKS", "text_to_text_batch", "greedy_decode", "exact_match",
     "next_word_accuracy", "few_shot_prompts",
     "next_token_distribution", "generate", "sampling_figure",
     "EncoderOnlyLM", "EncoderDecoderLM", "DecoderOnlyLM",
@@ -808,6 +808,31 @@ def order_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_len
                 if not torch.equal(perm, piece):
                     break
             windows[i, start:start + span] = perm
+    inputs = torch.cat([torch.full((batch_size, 1), tok.cls_id), windows], dim=1)
+    return inputs, labels
+
+
+def replaced_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_len: int,
+                        generator: torch.Generator | None = None, replace_prob: float = 0.2):
+    """A labelled task made from unlabelled text: has this passage been tampered with?
+
+    Each example is ``<cls>`` + ``seq_len - 1`` consecutive tokens. Half of them
+    (label 0) have each token replaced, with probability ``replace_prob``, by a
+    random ordinary token (at least one is replaced); the other half (label 1)
+    are untouched. Spotting the intruders needs a sense of which words fit their
+    context — what masked-LM pretraining, with its 10% random replacements,
+    practises. Returns ``(inputs, labels)``.
+    """
+    if not 0.0 < replace_prob <= 1.0:
+        raise ValueError(f"replace_prob must lie in (0, 1], got {replace_prob}")
+    windows = random_windows(ids, batch_size, seq_len - 1, generator)
+    labels = torch.randint(0, 2, (batch_size,), generator=generator)
+    ordinary = tok.ordinary_ids
+    hit = torch.rand(windows.shape, generator=generator) < replace_prob
+    hit[torch.arange(batch_size), torch.randint(0, seq_len - 1, (batch_size,), generator=generator)] = True
+    hit &= (labels == 0)[:, None]
+    random_words = ordinary[torch.randint(len(ordinary), windows.shape, generator=generator)]
+    windows = torch.where(hit, random_words, windows)
     inputs = torch.cat([torch.full((batch_size, 1), tok.cls_id), windows], dim=1)
     return inputs, labels
 
