@@ -1187,6 +1187,7 @@ class EncoderOnlyLM(nn.Module):
                                           num_blks, dropout, max_len=max_len, norm_first=norm_first)
         self.lm_head = nn.Linear(num_hiddens, vocab_size)
         self.cls_head: nn.Module | None = None
+        _small_embeddings(self)
 
     @property
     def embedding(self) -> nn.Embedding:
@@ -1240,6 +1241,7 @@ class DecoderOnlyLM(nn.Module):
         self.body = TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens or 4 * num_hiddens, num_heads,
                                        num_blks, dropout, max_len=max_len, causal=True, norm_first=norm_first)
         self.lm_head = nn.Linear(num_hiddens, vocab_size)
+        _small_embeddings(self)
 
     @property
     def embedding(self) -> nn.Embedding:
@@ -1287,6 +1289,7 @@ class EncoderDecoderLM(nn.Module):
                                           norm_first=norm_first)
         self.decoder = TransformerDecoder(vocab_size, num_hiddens, ffn, num_heads, num_blks, dropout, max_len=max_len,
                                           norm_first=norm_first)
+        _small_embeddings(self)
 
     def attention_masks(self, enc_ids: torch.Tensor, dec_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The three masks (True = may attend): encoder self (batch, S, S), decoder self (batch, T, T; causal)
@@ -1331,6 +1334,19 @@ class EncoderDecoderLM(nn.Module):
         names = (["encoder self-attention"] * len(self.encoder.blks)
                  + ["decoder self-attention", "cross-attention"] * len(self.decoder.blks))
         return _collect_maps(self, lambda: self(enc_ids, dec_ids), names)
+
+
+def _small_embeddings(model: nn.Module) -> None:
+    """Token embeddings drawn with standard deviation 1/√d instead of 1.
+
+    The stacks multiply embeddings by √d before adding the positional encoding
+    (entries in [-1, 1]); with PyTorch's default N(0, 1) embeddings the positions
+    would be 8 times weaker than the words at d = 64 and short training would
+    barely see word order. With 1/√d both start at the same scale.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
 
 
 def _real_keys(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
