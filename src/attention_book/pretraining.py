@@ -1059,6 +1059,7 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
     """Loss against parameters (final checkpoint) and against compute (every checkpoint), log–log,
     each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     from .plot import _ensure_style
 
@@ -1087,6 +1088,8 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
             ax.axhline(baseline, color="0.5", ls=":", label="unigram baseline")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
         ax.set_ylabel("validation loss (nats / token)")
         ax.legend(fontsize=8)
     ax1.set_xlabel("non-embedding parameters N")
