@@ -14,3 +14,12 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models and tensors: one intra-op thread is faster, and far faster on a shared CPU."""
+    import attention_book as ab
+
+    with ab.single_thread():
+        yield

@@ -273,3 +273,17 @@ def test_move_to_nested():
     batch = {"a": (torch.zeros(1), [torch.ones(1)]), "b": 3}
     moved = ab.move_to(batch, torch.device("cpu"))
     assert moved["b"] == 3 and torch.equal(moved["a"][1][0], torch.ones(1))
+
+
+def test_every_public_name_is_defined_once_and_exported_at_the_top():
+    import importlib
+
+    owners = {}
+    for name in ab.MODULES:
+        module = importlib.import_module(f"attention_book.{name}")
+        for public in module.__all__:
+            assert public not in owners, f"{public!r} is exported by both {owners[public]} and {name}"
+            owners[public] = name
+            assert getattr(ab, public) is getattr(module, public), f"ab.{public} is not {name}.{public}"
+    modules_on_disk = {p.stem for p in Path(ab.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
+    assert modules_on_disk == set(ab.MODULES), "ab.MODULES must list every package module"

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from torch import nn
 
 import attention_book as ab
-from test_attention import SETTINGS, _one_thread, gradcheck_inputs  # noqa: F401 (a fixture)
+from test_attention import SETTINGS, gradcheck_inputs
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @st.composite

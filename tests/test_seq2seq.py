@@ -13,13 +13,7 @@ from attention_book.assignments import ch04
 V_SRC, V_TGT, EMBED, HIDDEN, LAYERS = 11, 13, 8, 16, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small recurrent models run much faster on one thread when the CPU is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokens(batch=3, steps=5, vocab=V_SRC, seed=0):

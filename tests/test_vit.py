@@ -162,15 +162,6 @@ def test_meta_device_forward(make, training):
     assert out.device.type == "meta"
 
 
-@pytest.fixture
-def one_thread():
-    # A tiny model trains faster on one thread when the processor is shared with other jobs.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 @pytest.mark.slow
 def test_vit_learns_digits_quickly(one_thread):
     ab.seed_everything(0)

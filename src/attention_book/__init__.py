@@ -5,10 +5,13 @@ Public names live at the top level, d2l-style::
     import attention_book as ab
     ab.MultiHeadAttention(num_hiddens=64, num_heads=4)
 
-Each concept is defined once, in the module named after it; chapters import it
-from here. Modules are listed in reading order.
+Each concept is defined once, in the module named after it (a test checks that
+no two modules export the same name); chapters import it from here. Modules are
+listed in reading order: the core shared by every chapter, then one module per
+chapter.
 """
 
+# Core: settings, plotting, training, data, attention, positions, text.
 from .config import *  # noqa: F401,F403
 from .plot import *  # noqa: F401,F403
 from .train import *  # noqa: F401,F403
@@ -16,21 +19,21 @@ from .data import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
+
+# Chapters 1–9.
+from .lookup import *  # noqa: F401,F403
+from .kernels import *  # noqa: F401,F403
+from .scoring import *  # noqa: F401,F403
+from .seq2seq import *  # noqa: F401,F403
+from .heads import *  # noqa: F401,F403
+from .selfattention import *  # noqa: F401,F403
+from .transformer import *  # noqa: F401,F403
+from .vit import *  # noqa: F401,F403
+from .pretraining import *  # noqa: F401,F403
+
 from . import assignments  # noqa: F401
 
-# Chapter modules: each one is optional while the book is being written, so a
-# missing module never breaks the chapters that do not need it.
-import importlib as _importlib
-
-for _name in ("lookup", "kernels", "scoring", "seq2seq", "heads", "selfattention", "transformer", "vit",
-              "pretraining", "widgets"):
-    try:
-        _module = _importlib.import_module(f".{_name}", __name__)
-    except ModuleNotFoundError as _err:
-        if _err.name != f"{__name__}.{_name}":
-            raise
-        continue
-    for _public in getattr(_module, "__all__", ()):
-        globals()[_public] = getattr(_module, _public)
+MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "lookup", "kernels", "scoring",
+           "seq2seq", "heads", "selfattention", "transformer", "vit", "pretraining")
 
 __version__ = "0.1.0"

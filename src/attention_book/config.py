@@ -13,10 +13,11 @@ Every environment variable the book reads is read here, and only here:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
-from typing import TypeVar
+from typing import Iterator, TypeVar
 
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ __all__ = [
     "device",
     "seed_everything",
     "describe_run",
+    "single_thread",
+    "small_model_threads",
 ]
 
 DATA_ENV = "ATTENTION_BOOK_DATA"
@@ -119,3 +122,31 @@ def describe_run() -> str:
     )
     print(line)
     return line
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run the block with one intra-op CPU thread, then restore the previous count.
+
+    Models of a few thousand parameters spend their time in many tiny operations;
+    splitting each over several threads costs more than it saves, and on a
+    processor shared with other programs the threads mostly wait for each other.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def small_model_threads() -> torch.device:
+    """For the rest of a notebook that trains small models: one CPU thread when running on the CPU.
+
+    Returns the device (see :func:`device`); on a GPU nothing changes. Use
+    :func:`single_thread` instead to limit only one block.
+    """
+    dev = device(verbose=False)
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    return dev

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .config import single_thread
 from .attention import MultiHeadAttention, keep_attention_weights
 from .positional import LearnedPositionalEmbedding
 from .train import History, fit
@@ -37,7 +38,6 @@ __all__ = [
     "collect_attention",
     "plot_head_maps",
     "head_count_figure",
-    "single_thread",
 ]
 
 
@@ -80,17 +80,6 @@ class OffsetTaskModel(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         H = self.positions(self.embedding(X))  # (batch, seq_len, num_hiddens)
         return self.mlp(self.attention(H, H, H))  # (batch, seq_len, vocab_size)
-
-
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run the block with one intra-op thread (tiny models train faster so on a busy CPU)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .heads import single_thread
+from .config import single_thread
 from .plot import _ensure_style, show_heatmaps
 from .positional import PositionalEncoding, sinusoidal_table
 
