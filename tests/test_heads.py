@@ -121,3 +121,12 @@ def test_split_heads_checker():
 
     pending = ab.assignments.check_split_heads(todo, verbose=False)
     assert pending.not_implemented and pending.score == 0.0
+
+
+def test_eight_head_maps_wrap_onto_rows_of_four():
+    run = ab.train_offset_task(8, num_train=64, num_test=32, epochs=1, progress=False)
+    fig = ab.plot_head_maps(run, importance=torch.arange(8) / 100)
+    maps = fig.axes[:-1]
+    assert len(maps) == 8
+    assert [ax.get_title().splitlines()[0] for ax in maps] == [f"head {h}" for h in range(8)]
+    assert len({round(ax.get_position().y0, 3) for ax in maps}) == 2  # two rows

@@ -250,10 +250,14 @@ def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tens
     if importance is not None:
         titles = [f"{t}\n(-{100 * float(d):.0f} pts)" for t, d in zip(titles, importance)]
     n = mean.shape[-1]
-    width = min(2.1 * run.num_heads + 1.2, 14.0)
-    fig = show_heatmaps(mean[None], xlabel="key position", ylabel="query position", titles=titles,
-                        figsize=(width, 2.6 if importance is None else 2.9), vmin=0.0, vmax=1.0)
-    for ax in fig.axes[:-1]:
+    # More than four heads wrap onto rows of four, so each map stays readable on a narrow page.
+    cols = 4 if run.num_heads > 4 and run.num_heads % 4 == 0 else run.num_heads
+    rows = run.num_heads // cols
+    height = (2.6 if importance is None else 2.9) * rows
+    fig = show_heatmaps(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
+                        figsize=(min(2.1 * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
+    for ax, title in zip(fig.axes[:-1], titles):
+        ax.set_title(title)
         ax.set_xticks(range(0, n, 2))
         ax.set_yticks(range(0, n, 2))
     fig.suptitle(f"{run.num_heads} head{'s' if run.num_heads > 1 else ''}: "
