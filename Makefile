@@ -9,7 +9,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # The torch release tested here; readers may override: make test TORCH_SPEC=torch
 TORCH_SPEC ?= torch==2.13.0
-STAGE := _build/stage
+# Not under _build/: nbmake skips every path with a "_build" part, and would find no notebooks.
+STAGE := _stage
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
 JOBS ?= 2
 

@@ -13,7 +13,7 @@ check (tests/test_site.py) run exactly the same files:
 - MathJax 3 (`_config.yml`: `mathjax_path`), with the fonts and the TeX
   extensions it loads on demand.
 
-`scripts/stage.py` calls this for the staged book (DEST = `_build/stage/_vendor`,
+`scripts/stage.py` calls this for the staged book (DEST = `_stage/_vendor`,
 listed in `html_static_path`, so the files land in `_static/` of the site).
 Tarballs come from the npm registry through `npm pack`, are cached in
 `_build/cache/npm`, and are used only if their SHA-512 (npm's `integrity`) and
