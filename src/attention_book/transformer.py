@@ -36,6 +36,7 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .attention import MultiHeadAttention
 from .positional import PositionalEncoding
@@ -47,6 +48,18 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoder",
     "TransformerDecoder",
+    "make_transformer",
+    "greedy_without_cache",
+    "translation_attention",
+    "warmup_cosine_factor",
+    "warmup_cosine_schedule",
+    "schedule_figure",
+    "reverse_dataset",
+    "reverse_loaders",
+    "SequencePredictor",
+    "AdditiveSelfAttention",
+    "token_loss",
+    "token_accuracy",
 ]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -59,10 +72,9 @@ def _check_sizes(num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout
             f"{ffn_num_hiddens} and {num_heads}"
         )
     if num_hiddens % num_heads:
-        options = [h for h in range(1, num_hiddens + 1) if num_hiddens % h == 0]
         raise ValueError(
-            f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}: every head gets "
-            f"num_hiddens / num_heads features; head counts that work: {options}"
+            f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}: each head gets "
+            f"num_hiddens / num_heads features, so pick num_heads among the divisors of {num_hiddens}"
         )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
@@ -139,7 +151,8 @@ class TransformerEncoderBlock(nn.Module):
     """Self-attention and a position-wise FFN, each inside an :class:`AddNorm`.
 
     ``TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
-    use_bias=False, *, norm_first=False, causal=False, activation='relu')``.
+    use_bias=False, *, norm_first=False, causal=False, activation='relu',
+    attention=None)``.
 
     ``forward(X, valid_lens=None, *, attn_mask=None, causal=None)`` maps
     (batch, length, num_hiddens) to the same shape. ``valid_lens`` masks keys
@@ -147,18 +160,21 @@ class TransformerEncoderBlock(nn.Module):
     further boolean (length, length) or (batch, length, length) mask;
     ``causal`` (default: the constructor's) lets position ``t`` see positions
     ``<= t`` only — a causal encoder block is a decoder-only (GPT) block.
-    ``self.attention`` is the :class:`~attention_book.MultiHeadAttention`;
-    its ``attention_weights`` (batch, heads, length, length) are kept in eval
-    mode or under ``ab.keep_attention_weights()``.
+    ``self.attention`` is the :class:`~attention_book.MultiHeadAttention`
+    (or the module passed as ``attention``, which must accept the same call,
+    e.g. :class:`AdditiveSelfAttention`); its ``attention_weights``
+    (batch, heads, length, length) are kept in eval mode or under
+    ``ab.keep_attention_weights()``.
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
                  use_bias: bool = False, *, norm_first: bool = False, causal: bool = False,
-                 activation: str = "relu"):
+                 activation: str = "relu", attention: nn.Module | None = None):
         super().__init__()
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.num_hiddens, self.causal = num_hiddens, bool(causal)
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.attention = attention if attention is not None else MultiHeadAttention(num_hiddens, num_heads, dropout,
+                                                                                     bias=use_bias)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
         self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
@@ -274,16 +290,42 @@ def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> 
             )
 
 
-class TransformerEncoder(nn.Module):
+class _TokenStack(nn.Module):
+    """What encoder and decoder share: checks, token embedding × √d + positions, a final norm if pre-norm."""
+
+    def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
+                 dropout: float, max_len: int, norm_first: bool):
+        super().__init__()
+        if vocab_size < 1 or num_blks < 1 or max_len < 1:
+            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
+                             f"{max_len}")
+        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
+        self.vocab_size, self.num_hiddens, self.max_len, self.num_blks = vocab_size, num_hiddens, max_len, num_blks
+        self.embedding = nn.Embedding(vocab_size, num_hiddens)
+        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len)
+        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else None
+
+    def embed(self, name: str, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Checked token ids (batch, T) -> embedding · √num_hiddens + the positions offset .. offset+T-1."""
+        _check_ids(name, X, self.vocab_size, self.max_len, offset)
+        return self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
+
+    def finish(self, X: torch.Tensor) -> torch.Tensor:
+        return X if self.final_norm is None else self.final_norm(X)
+
+
+class TransformerEncoder(_TokenStack):
     """Embedding × √num_hiddens + sinusoidal positions, then ``num_blks`` encoder blocks.
 
     ``TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
     num_blks, dropout, use_bias=False, *, max_len=1000, norm_first=False,
-    causal=False)``. ``forward(X, valid_lens=None)`` maps token ids
-    (batch, num_steps) to (batch, num_steps, num_hiddens). The embedding is
+    causal=False, attention=None)``. ``forward(X, valid_lens=None)`` maps token
+    ids (batch, num_steps) to (batch, num_steps, num_hiddens). The embedding is
     scaled by √num_hiddens so that it is not drowned by the positional
     encoding, whose entries lie in [-1, 1]. With ``norm_first=True`` a final
-    layer norm follows the stack (pre-norm stacks end un-normalised otherwise).
+    layer norm follows the stack (a pre-norm stack ends un-normalised otherwise).
+    ``attention`` (a function ``() -> module``) swaps the attention sublayer of
+    every block (see :class:`TransformerEncoderBlock`).
 
     ``attention_weights`` is a list with one (batch, heads, num_steps, num_steps)
     tensor per block after a forward pass in eval mode or under
@@ -292,33 +334,25 @@ class TransformerEncoder(nn.Module):
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
                  dropout: float = 0.0, use_bias: bool = False, *, max_len: int = 1000, norm_first: bool = False,
-                 causal: bool = False):
-        super().__init__()
-        if vocab_size < 1 or num_blks < 1 or max_len < 1:
-            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
-                             f"{max_len}")
-        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
-        self.vocab_size, self.num_hiddens, self.max_len = vocab_size, num_hiddens, max_len
-        self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len)
+                 causal: bool = False, attention: Callable[[], nn.Module] | None = None):
+        super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len, norm_first)
         self.blks = nn.ModuleList(
             TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, use_bias,
-                                    norm_first=norm_first, causal=causal)
+                                    norm_first=norm_first, causal=causal,
+                                    attention=None if attention is None else attention())
             for _ in range(num_blks)
         )
-        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else None
         self.attention_weights: list[torch.Tensor | None] = [None] * num_blks
 
     def forward(self, X: torch.Tensor, valid_lens=None) -> torch.Tensor:
-        _check_ids("X (source tokens)", X, self.vocab_size, self.max_len)
-        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens))
+        X = self.embed("X (source tokens)", X)
         for i, blk in enumerate(self.blks):
             X = blk(X, valid_lens)
             self.attention_weights[i] = blk.attention.attention_weights
-        return X if self.final_norm is None else self.final_norm(X)
+        return self.finish(X)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_TokenStack):
     """Embedding × √num_hiddens + positions, ``num_blks`` decoder blocks, a dense layer to the vocabulary.
 
     ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
@@ -330,11 +364,12 @@ class TransformerDecoder(nn.Module):
     * ``init_state(enc_outputs, enc_valid_lens=None)`` returns the state
       ``{'enc_outputs', 'enc_valid_lens', 'cache'}``; ``cache`` has one entry per
       block, ``None`` until the first call. (Without cross-attention:
-      ``init_state(None)``.)
+      ``init_state(None)``, a decoder-only language model.)
     * ``forward(X, state) -> (logits, state)``: ``X`` (batch, T) holds the
       tokens at the positions after those already in the cache (all of them,
       teacher-forced, in training; the newest one when decoding step by step);
-      logits are (batch, T, vocab_size).
+      logits are (batch, T, vocab_size). The state returned has the cache
+      extended by these T positions.
 
     ``attention_weights`` is ``[self-attention per block, cross-attention per
     block]``, each entry (batch, heads, T, keys), filled in eval mode or under
@@ -344,21 +379,13 @@ class TransformerDecoder(nn.Module):
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
                  dropout: float = 0.0, use_bias: bool = False, *, max_len: int = 1000, norm_first: bool = False,
                  cross_attention: bool = True):
-        super().__init__()
-        if vocab_size < 1 or num_blks < 1 or max_len < 1:
-            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
-                             f"{max_len}")
-        _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
-        self.vocab_size, self.num_hiddens, self.max_len = vocab_size, num_hiddens, max_len
-        self.num_blks, self.cross_attention = num_blks, bool(cross_attention)
-        self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        self.pos_encoding = PositionalEncoding(num_hiddens, dropout, max_len)
+        super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len, norm_first)
+        self.cross_attention = bool(cross_attention)
         self.blks = nn.ModuleList(
             TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias,
                                     norm_first=norm_first, cross_attention=cross_attention)
             for i in range(num_blks)
         )
-        self.final_norm = nn.LayerNorm(num_hiddens) if norm_first else None
         self.dense = nn.Linear(num_hiddens, vocab_size)
         self._attention_weights: list[list[torch.Tensor | None]] = [[None] * num_blks, [None] * num_blks]
 
@@ -375,17 +402,299 @@ class TransformerDecoder(nn.Module):
         if not isinstance(state, dict) or len(state.get("cache", ())) != self.num_blks:
             raise ValueError(f"state must come from init_state (a dict with a cache of {self.num_blks} entries)")
         offset = self.cached_steps(state)
-        _check_ids("X (target tokens)", X, self.vocab_size, self.max_len, offset)
-        X = self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
+        X = self.embed("X (target tokens)", X, offset)
         cache = list(state["cache"])
         for i, blk in enumerate(self.blks):
             X = blk(X, state["enc_outputs"], None, state["enc_valid_lens"], cache=cache)
             self._attention_weights[0][i] = blk.attention1.attention_weights
             self._attention_weights[1][i] = None if blk.attention2 is None else blk.attention2.attention_weights
-        if self.final_norm is not None:
-            X = self.final_norm(X)
-        return self.dense(X), {**state, "cache": cache}
+        return self.dense(self.finish(X)), {**state, "cache": cache}
 
     @property
     def attention_weights(self) -> list[list[torch.Tensor | None]]:
         return self._attention_weights
+
+
+# --- the encoder–decoder model for translation ----------------------------------------------
+
+def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int = 256, ffn_num_hiddens: int = 64,
+                     num_heads: int = 4, num_blks: int = 2, dropout: float = 0.2, max_len: int = 1000,
+                     norm_first: bool = False) -> nn.Module:
+    """The seed's translation Transformer (defaults: 2 blocks, 4 heads, 256 hidden, FFN 64, dropout 0.2).
+
+    Returns a :class:`attention_book.seq2seq.EncoderDecoder`:
+    ``model(src, tgt_input, src_valid_len)`` gives logits (batch, T, tgt_vocab_size),
+    and ``ab.greedy_search`` / ``ab.beam_search`` / ``ab.translate`` decode with it
+    (step by step, through the decoder's key/value cache).
+    """
+    from .seq2seq import EncoderDecoder
+
+    encoder = TransformerEncoder(src_vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
+                                 max_len=max_len, norm_first=norm_first)
+    decoder = TransformerDecoder(tgt_vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout,
+                                 max_len=max_len, norm_first=norm_first)
+    return EncoderDecoder(encoder, decoder)
+
+
+@torch.no_grad()
+def greedy_without_cache(model: nn.Module, src: torch.Tensor, src_valid_len, bos_id: int, eos_id: int,
+                         max_steps: int) -> list[list[int]]:
+    """Greedy decoding that re-runs the decoder on the *whole* prefix at every step (no cache).
+
+    The slow reference for ``ab.greedy_search``, which feeds one token per step
+    and keeps the earlier positions in the decoder's key/value cache. Both must
+    produce the same tokens. Returns the ids of each example without ``<eos>``.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        enc_outputs = model.encoder(src, src_valid_len)
+        prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        for _ in range(max_steps):
+            logits, _ = model.decoder(prefix, model.decoder.init_state(enc_outputs, src_valid_len))
+            prefix = torch.cat((prefix, logits[:, -1:].argmax(dim=-1)), dim=1)
+            if bool((prefix[:, 1:] == eos_id).any(dim=1).all()):
+                break
+    finally:
+        model.train(was_training)
+    out = []
+    for row in prefix[:, 1:].tolist():
+        out.append(row[: row.index(eos_id)] if eos_id in row else row)
+    return out
+
+
+def translation_attention(model: nn.Module, data, sentence: str) -> dict:
+    """Translate ``sentence`` greedily and collect every attention map of the model for it.
+
+    Returns a dict with
+
+    * ``'source'``: the source tokens (without padding), ``'output'``: the
+      predicted tokens, ``'queries'``: the decoder inputs ``<bos>`` + output (the
+      query in row t predicts output token t, or ``<eos>`` in the last row);
+    * ``'encoder'`` (layers, heads, S, S), ``'decoder_self'`` (layers, heads, T, T)
+      and ``'cross'`` (layers, heads, T, S) attention weights, S the source length
+      with ``<eos>``, T = len(output) + 1.
+
+    The maps come from one teacher-forced pass over ``<bos>`` + output in eval
+    mode, which computes the same numbers as the step-by-step decoding with the
+    cache (a test checks the two agree).
+    """
+    from .seq2seq import translate
+    from .text import BOS
+
+    (result,) = translate(model, data, [sentence])
+    dev = next(model.parameters()).device
+    src, _, src_valid_len, _ = data.build([sentence])
+    src, src_valid_len = src.to(dev), src_valid_len.to(dev)
+    bos = data.tgt_vocab[BOS]
+    tgt = torch.tensor([[bos] + data.tgt_vocab[result.tokens]], dtype=torch.long, device=dev)
+    S, T = int(src_valid_len[0]), tgt.shape[1]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            enc_outputs = model.encoder(src, src_valid_len)
+            model.decoder(tgt, model.decoder.init_state(enc_outputs, src_valid_len))
+    finally:
+        model.train(was_training)
+    enc = torch.stack([w[0] for w in model.encoder.attention_weights])[:, :, :S, :S]
+    dec_self = torch.stack([w[0] for w in model.decoder.attention_weights[0]])
+    cross = torch.stack([w[0] for w in model.decoder.attention_weights[1]])[:, :, :, :S]
+    return {
+        "source": data.src_vocab.to_tokens(src[0, :S].tolist()),
+        "output": list(result.tokens),
+        "queries": [BOS] + list(result.tokens),
+        "encoder": enc.cpu(),
+        "decoder_self": dec_self.cpu(),
+        "cross": cross.cpu()[:, :, :T],
+    }
+
+
+# --- learning-rate schedule -------------------------------------------------------------------
+
+def warmup_cosine_factor(step: int, warmup: int, max_steps: int) -> float:
+    """Multiplier of the base learning rate at optimisation step ``step``.
+
+    Linear warm-up from 0 to 1 over the first ``warmup`` steps, times a cosine
+    decay from 1 (step 0) to 0 (step ``max_steps``):
+
+        factor(t) = min(1, t / warmup) · ½ (1 + cos(π t / max_steps)),
+
+    with t clipped to ``[0, max_steps]`` (``warmup=0`` means no warm-up).
+    """
+    if max_steps < 1 or warmup < 0 or warmup > max_steps:
+        raise ValueError(f"need max_steps >= 1 and 0 <= warmup <= max_steps, got warmup={warmup}, "
+                         f"max_steps={max_steps}")
+    t = min(max(step, 0), max_steps)
+    factor = 0.5 * (1.0 + math.cos(math.pi * t / max_steps))
+    if warmup > 0 and t < warmup:
+        factor *= t / warmup
+    return factor
+
+
+def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup: int,
+                           max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` scaling every parameter group's learning rate by :func:`warmup_cosine_factor`.
+
+    Step it once per optimisation step (``ab.fit(..., scheduler=...)`` does).
+    """
+    warmup_cosine_factor(0, warmup, max_steps)  # validates the arguments
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine_factor(step, warmup, max_steps))
+
+
+def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-4, figsize=(5.5, 3.0)):
+    """The learning rate a ``warmup_cosine_schedule`` gives at every step, read off a real scheduler."""
+    from .plot import _ensure_style
+    import matplotlib.pyplot as plt
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base_lr)
+    sched = warmup_cosine_schedule(opt, warmup, max_steps)
+    lrs = []
+    for _ in range(max_steps + 1):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    _ensure_style()
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    ax.plot(range(max_steps + 1), lrs)
+    if warmup:
+        ax.axvline(warmup, color="0.6", linestyle="--", linewidth=1)
+        ax.annotate("end of warm-up", (warmup, base_lr), xytext=(4, -12), textcoords="offset points", fontsize=8)
+    ax.set_xlabel("optimisation step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"warm-up {warmup} steps, cosine decay to step {max_steps}")
+    return fig
+
+
+# --- sequence reversal: an encoder-only predictor ---------------------------------------------
+
+def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, seed: int = 0):
+    """``TensorDataset`` of random digit sequences (num_samples, seq_len) and their reversals."""
+    from torch.utils.data import TensorDataset
+
+    if num_samples < 1 or seq_len < 1 or num_classes < 2:
+        raise ValueError(f"need num_samples >= 1, seq_len >= 1, num_classes >= 2, got {num_samples}, {seq_len}, "
+                         f"{num_classes}")
+    gen = torch.Generator().manual_seed(seed)
+    X = torch.randint(num_classes, (num_samples, seq_len), generator=gen)
+    return TensorDataset(X, X.flip(1))
+
+
+def reverse_loaders(batch_size: int = 128, num_train: int = 50000, num_val: int = 1000, num_test: int = 10000,
+                    seq_len: int = 16, num_classes: int = 10, seed: int = 0):
+    """Train (shuffled, full batches only), validation and test loaders for the reversal task."""
+    from torch.utils.data import DataLoader
+
+    train = reverse_dataset(num_train, seq_len, num_classes, seed)
+    val = reverse_dataset(num_val, seq_len, num_classes, seed + 1)
+    test = reverse_dataset(num_test, seq_len, num_classes, seed + 2)
+    gen = torch.Generator().manual_seed(seed)
+    return (DataLoader(train, batch_size=batch_size, shuffle=True, drop_last=True, generator=gen),
+            DataLoader(val, batch_size=batch_size), DataLoader(test, batch_size=batch_size))
+
+
+class SequencePredictor(nn.Module):
+    """Encoder-only Transformer that predicts one class per input position.
+
+    ``SequencePredictor(num_classes, num_hiddens=32, num_heads=1, num_blks=1,
+    ffn_num_hiddens=None, dropout=0.0, max_len=64, scoring='dot')``: a
+    :class:`TransformerEncoder` over the input tokens (an embedding is the same
+    as a one-hot vector times a dense layer), then a small output network
+    (dense, layer norm, ReLU, dense) to ``num_classes`` scores at every position.
+    ``ffn_num_hiddens`` defaults to ``2 * num_hiddens``. The embedding starts
+    with entries of std ``1/sqrt(num_hiddens)`` so that, once scaled by
+    ``sqrt(num_hiddens)``, it is as large as the positional encoding, which
+    this task needs to see. ``scoring='additive'``
+    swaps the scaled dot-product attention for :class:`AdditiveSelfAttention`.
+    ``forward(X)``: (batch, length) ids -> (batch, length, num_classes).
+    """
+
+    def __init__(self, num_classes: int, num_hiddens: int = 32, num_heads: int = 1, num_blks: int = 1,
+                 ffn_num_hiddens: int | None = None, dropout: float = 0.0, max_len: int = 64, scoring: str = "dot"):
+        super().__init__()
+        if scoring not in ("dot", "additive"):
+            raise ValueError(f"scoring must be 'dot' or 'additive', got {scoring!r}")
+        if scoring == "additive" and num_heads != 1:
+            raise ValueError(f"scoring='additive' has a single head, got num_heads={num_heads}")
+        attention = (lambda: AdditiveSelfAttention(num_hiddens, dropout)) if scoring == "additive" else None
+        self.num_classes = num_classes
+        self.encoder = TransformerEncoder(num_classes, num_hiddens, ffn_num_hiddens or 2 * num_hiddens, num_heads,
+                                          num_blks, dropout, max_len=max_len, attention=attention)
+        # Reversal is a task about positions only. With nn.Embedding's default N(0, 1) entries, the
+        # token embedding × √num_hiddens would be √num_hiddens times larger than the positional
+        # encoding (entries in [-1, 1]) and hide it: training then stalls near chance. Entries of
+        # std 1/√num_hiddens make both of the same size at the start.
+        nn.init.normal_(self.encoder.embedding.weight, std=num_hiddens ** -0.5)
+        self.output_net = nn.Sequential(nn.Linear(num_hiddens, num_hiddens), nn.LayerNorm(num_hiddens), nn.ReLU(),
+                                        nn.Dropout(dropout), nn.Linear(num_hiddens, num_classes))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.output_net(self.encoder(X))
+
+    @torch.no_grad()
+    def attention_maps(self, X: torch.Tensor) -> list[torch.Tensor]:
+        """One (batch, heads, length, length) map per layer, from an eval-mode pass."""
+        was_training = self.training
+        self.eval()
+        try:
+            self(X)
+        finally:
+            self.train(was_training)
+        return list(self.encoder.attention_weights)
+
+
+class AdditiveSelfAttention(nn.Module):
+    """A one-head attention sublayer scored additively, as a drop-in for ``MultiHeadAttention``.
+
+    Values are projected by ``W_v``, weighted by :class:`~attention_book.AdditiveAttention`
+    (score ``wᵀ tanh(W_q q + W_k k)``) and mixed by ``W_o``. Accepts the same
+    ``forward(queries, keys, values, valid_lens=None, *, attn_mask=None,
+    causal=False)``; ``attention_weights`` is (batch, 1, queries, keys).
+    """
+
+    def __init__(self, num_hiddens: int, dropout: float = 0.0):
+        super().__init__()
+        from .attention import AdditiveAttention
+
+        self.attention = AdditiveAttention(num_hiddens, dropout, query_size=num_hiddens, key_size=num_hiddens)
+        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False)
+
+    @property
+    def attention_weights(self) -> torch.Tensor | None:
+        w = self.attention.attention_weights
+        return None if w is None else w.unsqueeze(1)
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False):
+        from .attention import causal_mask, key_mask
+
+        b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
+        mask = key_mask(valid_lens, b, n_q, n_k, device=queries.device)
+        for extra in (attn_mask, causal_mask(n_q, n_k, device=queries.device) if causal else None):
+            if extra is not None:
+                mask = extra.expand(b, n_q, n_k) if mask is None else mask & extra
+        return self.W_o(self.attention(queries, keys, self.W_v(values), mask))
+
+
+def token_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
+    """``loss_fn`` for ``ab.fit`` on (inputs, labels) batches: cross-entropy over every position."""
+    X, Y = batch
+    logits = model(X)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), Y.reshape(-1)), Y.numel()
+
+
+@torch.no_grad()
+def token_accuracy(model: nn.Module, loader, device=None) -> float:
+    """Fraction of positions whose most likely class is the label (eval mode)."""
+    was_training = model.training
+    model.eval()
+    dev = device or next(model.parameters()).device
+    right = total = 0
+    try:
+        for X, Y in loader:
+            X, Y = X.to(dev), Y.to(dev)
+            right += int((model(X).argmax(dim=-1) == Y).sum())
+            total += Y.numel()
+    finally:
+        model.train(was_training)
+    return right / total

@@ -1,0 +1,295 @@
+"""Chapter 7: the Transformer blocks, stacks, cache, schedule, reversal predictor and checker."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import attention_book as ab
+from attention_book import transformer as tf
+
+
+def _copy_into_torch_layer(blk: ab.TransformerEncoderBlock, ref: nn.TransformerEncoderLayer) -> None:
+    a = blk.attention
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_q.weight, a.W_k.weight, a.W_v.weight]))
+        ref.self_attn.in_proj_bias.copy_(torch.cat([a.W_q.bias, a.W_k.bias, a.W_v.bias]))
+        ref.self_attn.out_proj.load_state_dict(a.W_o.state_dict())
+        ref.linear1.load_state_dict(blk.ffn.dense1.state_dict())
+        ref.linear2.load_state_dict(blk.ffn.dense2.state_dict())
+        ref.norm1.load_state_dict(blk.addnorm1.ln.state_dict())
+        ref.norm2.load_state_dict(blk.addnorm2.ln.state_dict())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_matches_torch_layer(norm_first):
+    torch.manual_seed(0)
+    d, ffn, heads = 16, 24, 4
+    blk = ab.TransformerEncoderBlock(d, ffn, heads, 0.0, use_bias=True, norm_first=norm_first).eval()
+    ref = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
+    _copy_into_torch_layer(blk, ref)
+    X = torch.randn(3, 7, d)
+    torch.testing.assert_close(blk(X), ref(X), atol=1e-5, rtol=1e-5)
+    # padding: torch masks keys with True = "ignore"; compare the real positions only
+    lens = torch.tensor([3, 7, 5])
+    pad = torch.arange(7)[None] >= lens[:, None]
+    ours, theirs = blk(X, lens), ref(X, src_key_padding_mask=pad)
+    torch.testing.assert_close(ours[~pad], theirs[~pad], atol=1e-5, rtol=1e-5)
+    # causal: the same as torch's causal mask
+    causal = nn.Transformer.generate_square_subsequent_mask(7)
+    torch.testing.assert_close(blk(X, causal=True), ref(X, src_mask=causal, is_causal=True), atol=1e-5, rtol=1e-5)
+
+
+def test_addnorm_post_and_pre():
+    torch.manual_seed(0)
+    X, Y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    post = ab.AddNorm(4, 0.0)
+    torch.testing.assert_close(post(X, Y), nn.functional.layer_norm(X + Y, (4,)))
+    f = nn.Linear(4, 4)
+    torch.testing.assert_close(post(X, f), post(X, f(X)))
+    pre = ab.AddNorm(4, 0.0, norm_first=True)
+    torch.testing.assert_close(pre(X, f), X + f(nn.functional.layer_norm(X, (4,))))
+    with pytest.raises(ValueError, match="callable"):
+        pre(X, Y)
+    with pytest.raises(ValueError, match="shape"):
+        post(X, torch.ones(2, 3, 5))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 6), st.integers(1, 8))
+def test_ffn_is_position_wise(batch, length, width):
+    torch.manual_seed(0)
+    ffn = ab.PositionWiseFFN(width * 2, 5, num_inputs=width)
+    row = torch.randn(width)
+    out = ffn(row.expand(batch, length, width))
+    assert out.shape == (batch, length, 5)
+    torch.testing.assert_close(out, ffn(row[None, None]).expand(batch, length, 5))
+    # and permuting positions permutes the outputs
+    X = torch.randn(batch, length, width)
+    perm = torch.randperm(length)
+    torch.testing.assert_close(ffn(X[:, perm]), ffn(X)[:, perm])
+
+
+def test_layer_norm_vs_batch_norm_seed_example():
+    X = torch.tensor([[1.0, 2.0], [2.0, 3.0]])
+    ln, bn = nn.LayerNorm(2), nn.BatchNorm1d(2)
+    torch.testing.assert_close(ln(X), torch.tensor([[-1.0, 1.0], [-1.0, 1.0]]), atol=1e-3, rtol=0)
+    torch.testing.assert_close(bn(X), torch.tensor([[-1.0, -1.0], [1.0, 1.0]]), atol=1e-3, rtol=0)
+
+
+def _small_model(seed=0, dropout=0.0, **kw):
+    torch.manual_seed(seed)
+    return ab.make_transformer(13, 11, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
+                               dropout=dropout, max_len=32, **kw)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_equals_full_prefix(norm_first):
+    model = _small_model(norm_first=norm_first).eval()
+    src = torch.randint(0, 13, (3, 6))
+    lens = torch.tensor([6, 2, 4])
+    tgt = torch.randint(0, 11, (3, 7))
+    enc = model.encoder(src, lens)
+    full, _ = model.decoder(tgt, model.decoder.init_state(enc, lens))
+    state, steps = model.decoder.init_state(enc, lens), []
+    for t in range(tgt.shape[1]):
+        logits, state = model.decoder(tgt[:, t:t + 1], state)
+        steps.append(logits)
+        # the step's logits equal those of re-running the whole prefix
+        prefix, _ = model.decoder(tgt[:, :t + 1], model.decoder.init_state(enc, lens))
+        torch.testing.assert_close(logits[:, 0], prefix[:, -1], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert tf.TransformerDecoder.cached_steps(state) == tgt.shape[1]
+    # greedy decoding with the cache (seq2seq's greedy_search) = without it
+    cached, _ = ab.greedy_search(model, src, lens, bos_id=1, eos_id=2, max_steps=9)
+    assert cached == tf.greedy_without_cache(model, src, lens, bos_id=1, eos_id=2, max_steps=9)
+
+
+def test_cache_with_chunks_and_beam_reordering():
+    model = _small_model(1).eval()
+    src, lens = torch.randint(0, 13, (2, 5)), torch.tensor([5, 3])
+    tgt = torch.randint(0, 11, (2, 6))
+    enc = model.encoder(src, lens)
+    full, _ = model.decoder(tgt, model.decoder.init_state(enc, lens))
+    a, state = model.decoder(tgt[:, :4], model.decoder.init_state(enc, lens))
+    b, state = model.decoder(tgt[:, 4:], state)
+    torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
+    # reorder_state picks rows of the cache along the batch axis (beam search relies on it)
+    flipped = ab.reorder_state(model.decoder, state, torch.tensor([1, 0]))
+    assert torch.equal(flipped["cache"][0], state["cache"][0].flip(0))
+
+
+def test_decoder_self_attention_sees_no_future():
+    """Changing a later target token never changes the outputs at earlier positions."""
+    model = _small_model(2).eval()
+    src, lens = torch.randint(0, 13, (2, 5)), torch.tensor([5, 4])
+    tgt = torch.randint(0, 11, (2, 6))
+    enc = model.encoder(src, lens)
+    base, _ = model.decoder(tgt, model.decoder.init_state(enc, lens))
+    for t in range(6):
+        changed = tgt.clone()
+        changed[:, t] = (changed[:, t] + 1) % 11
+        out, _ = model.decoder(changed, model.decoder.init_state(enc, lens))
+        torch.testing.assert_close(out[:, :t], base[:, :t])
+        assert not torch.allclose(out[:, t:], base[:, t:])
+    weights = model.decoder.attention_weights[0][0]  # (batch, heads, T, T)
+    assert torch.all(weights.triu(1) == 0)
+    # the encoder block with causal=True is a decoder-only block: the same property
+    blk = ab.TransformerEncoderBlock(8, 16, 2, causal=True).eval()
+    X = torch.randn(1, 5, 8)
+    Y = X.clone()
+    Y[:, 3:] += 1.0
+    torch.testing.assert_close(blk(X)[:, :3], blk(Y)[:, :3])
+
+
+def test_decoder_only_stack_without_cross_attention():
+    torch.manual_seed(0)
+    dec = ab.TransformerDecoder(9, 8, 16, 2, 2, cross_attention=False).eval()
+    ids = torch.randint(0, 9, (2, 5))
+    full, _ = dec(ids, dec.init_state(None))
+    state, outs = dec.init_state(None), []
+    for t in range(5):
+        o, state = dec(ids[:, t:t + 1], state)
+        outs.append(o)
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
+    assert dec.attention_weights[1] == [None, None]
+    with pytest.raises(ValueError, match="cross_attention=False"):
+        dec.blks[0](torch.randn(2, 5, 8), torch.randn(2, 3, 8))
+
+
+def test_attention_weights_collected_per_layer():
+    model = _small_model(3).eval()
+    src, lens = torch.randint(0, 13, (2, 6)), torch.tensor([6, 3])
+    tgt = torch.randint(0, 11, (2, 4))
+    model(src, tgt, lens)
+    enc_w = model.encoder.attention_weights
+    assert len(enc_w) == 2 and enc_w[0].shape == (2, 2, 6, 6)
+    assert torch.all(enc_w[1][1, :, :, 3:] == 0)  # padding keys get no weight
+    self_w, cross_w = model.decoder.attention_weights
+    assert self_w[1].shape == (2, 2, 4, 4) and cross_w[1].shape == (2, 2, 4, 6)
+    torch.testing.assert_close(cross_w[0].sum(-1), torch.ones(2, 2, 4))
+    model.train()
+    model(src, tgt, lens)  # training runs the fused kernel: no weights kept ...
+    assert model.encoder.attention_weights[0] is None
+    with ab.keep_attention_weights():  # ... unless asked
+        model(src, tgt, lens)
+    assert model.encoder.attention_weights[0] is not None
+
+
+def test_meta_device_forward():
+    with torch.device("meta"):
+        model = _small_model(dropout=0.1)
+        src = torch.zeros(2, 6, dtype=torch.long)
+        tgt = torch.zeros(2, 5, dtype=torch.long)
+        lens = torch.tensor([6, 3])
+        assert model(src, tgt, lens).shape == (2, 5, 11)
+        state = model.decoder.init_state(model.encoder(src, lens), lens)
+        for _ in range(2):
+            logits, state = model.decoder(tgt[:, :1], state)
+        assert logits.shape == (2, 1, 11) and logits.device.type == "meta"
+        pred = ab.SequencePredictor(10, 16, 2, 1)
+        assert pred(torch.zeros(3, 16, dtype=torch.long)).shape == (3, 16, 10)
+        add = ab.SequencePredictor(10, 16, 1, 1, scoring="additive")
+        assert add(torch.zeros(3, 16, dtype=torch.long)).shape == (3, 16, 10)
+        blk = ab.TransformerEncoderBlock(8, 16, 2, norm_first=True, causal=True)
+        assert blk(torch.zeros(2, 4, 8)).device.type == "meta"
+        ffn = ab.PositionWiseFFN(8, 4)
+        assert ffn(torch.zeros(2, 3, 4)).shape == (2, 3, 4)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="num_hiddens=30 is not divisible by num_heads=4"):
+        ab.TransformerEncoderBlock(30, 16, 4)
+    with pytest.raises(ValueError, match="num_hiddens=30 is not divisible by num_heads=4"):
+        ab.make_transformer(10, 10, num_hiddens=30, num_heads=4)
+    model = _small_model()
+    with pytest.raises(ValueError, match=r"max_len=32"):  # source longer than the positional table
+        model.encoder(torch.zeros(1, 40, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"vocab_size=13"):  # data from a bigger vocabulary
+        model.encoder(torch.tensor([[1, 2, 20]]))
+    state = model.decoder.init_state(model.encoder(torch.zeros(1, 3, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"vocab_size=11"):
+        model.decoder(torch.tensor([[11]]), state)
+    with pytest.raises(ValueError, match="integer token ids"):
+        model.encoder(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="num_hiddens=8"):
+        ab.TransformerEncoderBlock(8, 16, 2)(torch.zeros(1, 3, 6))
+    with pytest.raises(ValueError, match="needs enc_outputs"):
+        ab.TransformerDecoderBlock(8, 16, 2)(torch.zeros(1, 3, 8))
+    with pytest.raises(ValueError, match="activation"):
+        ab.PositionWiseFFN(8, 4, activation="tanh")
+    with pytest.raises(ValueError, match="dropout"):
+        ab.TransformerEncoderBlock(8, 16, 2, dropout=1.5)
+
+
+def test_decoder_positions_beyond_table_raise_while_decoding():
+    model = _small_model()
+    model.eval()
+    enc = model.encoder(torch.zeros(1, 3, dtype=torch.long))
+    state = model.decoder.init_state(enc)
+    _, state = model.decoder(torch.zeros(1, 31, dtype=torch.long), state)
+    _, state = model.decoder(torch.zeros(1, 1, dtype=torch.long), state)  # position 31: the last row
+    with pytest.raises(ValueError, match="position 32"):
+        model.decoder(torch.zeros(1, 1, dtype=torch.long), state)
+
+
+def test_warmup_cosine_schedule_values():
+    f = ab.warmup_cosine_factor
+    assert f(0, 10, 100) == 0.0
+    assert f(5, 10, 100) == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 100)))
+    assert f(10, 10, 100) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.1)))
+    assert f(50, 10, 100) == pytest.approx(0.5)
+    assert f(100, 10, 100) == pytest.approx(0.0, abs=1e-12)
+    assert f(150, 10, 100) == pytest.approx(0.0, abs=1e-12)  # stays at 0 after the end
+    assert f(0, 0, 100) == 1.0  # no warm-up
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = ab.warmup_cosine_schedule(opt, 10, 100)
+    seen = []
+    for _ in range(101):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx([2.0 * f(t, 10, 100) for t in range(101)])
+    assert max(range(101), key=seen.__getitem__) == 10
+    with pytest.raises(ValueError, match="warmup"):
+        ab.warmup_cosine_schedule(opt, 200, 100)
+
+
+def test_reverse_data_and_predictor_shapes():
+    ds = ab.reverse_dataset(5, seq_len=16, num_classes=10, seed=0)
+    X, Y = ds.tensors
+    assert X.shape == (5, 16) and torch.equal(Y, X.flip(1)) and int(X.max()) < 10
+    model = ab.SequencePredictor(10, 16, 1, 1)
+    maps = model.attention_maps(X)
+    assert len(maps) == 1 and maps[0].shape == (5, 1, 16, 16)
+    assert model.training  # attention_maps restores the mode
+    add = ab.SequencePredictor(10, 16, 1, 1, scoring="additive")
+    assert add.attention_maps(X)[0].shape == (5, 1, 16, 16)
+
+
+@pytest.mark.slow
+def test_reversal_learns_quickly():
+    """A short run already reverses most positions (the chapter trains to 100%)."""
+    ab.seed_everything(0)
+    train, val, _ = ab.reverse_loaders(128, num_train=12800, num_val=256, num_test=1)
+    model = ab.SequencePredictor(10, 32, 1, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    sched = ab.warmup_cosine_schedule(opt, 50, 5 * len(train))
+    with ab.single_thread():
+        ab.fit(model, train, ab.token_loss, epochs=5, optimizer=opt, scheduler=sched, clip_grad=5.0,
+               progress=False, device="cpu")
+    assert ab.token_accuracy(model, val) > 0.95
+
+
+def test_schedule_figure_reads_a_real_scheduler():
+    import matplotlib.pyplot as plt
+
+    fig = ab.schedule_figure(warmup=20, max_steps=100, base_lr=1e-3)
+    ys = fig.axes[0].lines[0].get_ydata()
+    assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.warmup_cosine_factor(20, 20, 100))
+    plt.close(fig)
