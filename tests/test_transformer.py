@@ -12,6 +12,7 @@ from torch import nn
 
 import attention_book as ab
 from attention_book import transformer as tf
+from attention_book.assignments import ch07
 
 
 def _copy_into_torch_layer(blk: ab.TransformerEncoderBlock, ref: nn.TransformerEncoderLayer) -> None:
@@ -293,3 +294,75 @@ def test_schedule_figure_reads_a_real_scheduler():
     ys = fig.axes[0].lines[0].get_ydata()
     assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.warmup_cosine_factor(20, 20, 100))
     plt.close(fig)
+
+
+def test_reversal_attention_figure_labels_positions_and_digits():
+    model = ab.SequencePredictor(10, 16, 1, 1)
+    X = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
+    fig = ab.reversal_attention_figure(model, X, index=1)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0:5", "1:9", "2:2", "3:6"]
+    with pytest.raises(ValueError, match="index"):
+        ab.reversal_attention_figure(model, X, index=2)
+
+
+def _tiny_translation_data():
+    pairs = [("go .", "va !"), ("i lost .", "j'ai perdu ."), ("i'm home .", "je suis chez moi ."),
+             ("he's calm .", "il est calme .")] * 8
+    return ab.load_translation(batch_size=8, num_steps=6, num_train=24, num_val=8, min_freq=1, pairs=pairs,
+                               verbose=False)
+
+
+def test_train_transformer_and_translation_maps(one_thread):
+    data = _tiny_translation_data()
+    model, history = ab.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
+                                          dropout=0.0, lr=0.01, epochs=2, progress=False)
+    assert len(history.train_loss) == 2 and len(history.metrics["val loss"]) == 2
+    maps = ab.translation_attention(model, data, "i'm home .")
+    S, T = len(maps["source"]), len(maps["queries"])
+    assert maps["source"][-1] == "<eos>" and maps["queries"][0] == "<bos>"
+    assert maps["encoder"].shape == (2, 2, S, S)
+    assert maps["decoder_self"].shape == (2, 2, T, T) and maps["cross"].shape == (2, 2, T, S)
+    assert torch.all(maps["decoder_self"].triu(1) == 0)
+    fig = ab.translation_attention_figure(maps, "cross", layer=2)
+    assert len(fig.axes) == 2 + 1  # two heads and the colour bar
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == maps["queries"]
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == maps["source"]
+    with pytest.raises(ValueError, match="kind"):
+        ab.translation_attention_figure(maps, "self")
+    with pytest.raises(ValueError, match="layer"):
+        ab.translation_attention_figure(maps, "encoder", layer=3)
+
+
+# --- the chapter's assignment checker ---------------------------------------------------------------
+
+def test_warmup_cosine_checker_accepts_reference_and_rejects_wrong_ones(capsys):
+    assert ch07.check_warmup_cosine(ab.warmup_cosine_factor)
+
+    def ramp_replaces_cosine(step, warmup, max_steps):  # warm-up ramp alone, cosine only afterwards
+        if step < warmup:
+            return step / warmup
+        return 0.5 * (1 + math.cos(math.pi * min(step, max_steps) / max_steps))
+
+    assert not ch07.check_warmup_cosine(ramp_replaces_cosine)
+
+    def unclipped(step, warmup, max_steps):  # the cosine climbs back up after max_steps
+        ramp = min(1.0, step / warmup) if warmup else 1.0
+        return ramp * 0.5 * (1 + math.cos(math.pi * step / max_steps))
+
+    report = ch07.check_warmup_cosine(unclipped)
+    assert not report and report.score >= 0.8
+
+    def divides_by_warmup(step, warmup, max_steps):  # fails with warmup = 0
+        t = min(step, max_steps)
+        return min(1.0, t / warmup) * 0.5 * (1 + math.cos(math.pi * t / max_steps))
+
+    report = ch07.check_warmup_cosine(divides_by_warmup)
+    assert not report
+    assert "ZeroDivisionError" in capsys.readouterr().out
+
+    def todo(step, warmup, max_steps):
+        raise NotImplementedError
+
+    report = ch07.check_warmup_cosine(todo)
+    assert report.not_implemented and report.score == 0

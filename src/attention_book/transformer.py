@@ -49,14 +49,17 @@ __all__ = [
     "TransformerEncoder",
     "TransformerDecoder",
     "make_transformer",
+    "train_transformer",
     "greedy_without_cache",
     "translation_attention",
+    "translation_attention_figure",
     "warmup_cosine_factor",
     "warmup_cosine_schedule",
     "schedule_figure",
     "reverse_dataset",
     "reverse_loaders",
     "SequencePredictor",
+    "reversal_attention_figure",
     "AdditiveSelfAttention",
     "token_loss",
     "token_accuracy",
@@ -436,6 +439,34 @@ def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int 
     return EncoderDecoder(encoder, decoder)
 
 
+def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4,
+                      num_blks: int = 2, dropout: float = 0.2, lr: float = 0.001, epochs: int = 30,
+                      clip_grad: float = 1.0, norm_first: bool = False, progress: bool = True,
+                      desc: str = "Transformer", seed: int | None = 0):
+    """Build a :func:`make_transformer` model for ``data`` and train it with :func:`attention_book.fit`.
+
+    The seed's recipe: Adam at a constant ``lr``, gradient norm clipped at
+    ``clip_grad``, the masked cross-entropy of ``ab.translation_loss``, and the
+    validation loss recorded after every epoch (``history.metrics['val loss']``).
+    ``seed`` (when not ``None``) seeds the initial weights and the batch order.
+    Returns ``(model, history)``.
+    """
+    from .config import seed_everything
+    from .seq2seq import translation_loss, validation_loss
+    from .text import PAD
+    from .train import fit
+
+    if seed is not None:
+        seed_everything(seed)
+    model = make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens, ffn_num_hiddens, num_heads,
+                             num_blks, dropout, norm_first=norm_first)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history = fit(model, data.train_loader(seed=seed or 0), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
+                  optimizer=optimizer, clip_grad=clip_grad,
+                  evaluate=lambda m: {"val loss": validation_loss(m, data)}, progress=progress, desc=desc)
+    return model, history
+
+
 @torch.no_grad()
 def greedy_without_cache(model: nn.Module, src: torch.Tensor, src_valid_len, bos_id: int, eos_id: int,
                          max_steps: int) -> list[list[int]]:
@@ -508,6 +539,40 @@ def translation_attention(model: nn.Module, data, sentence: str) -> dict:
         "decoder_self": dec_self.cpu(),
         "cross": cross.cpu()[:, :, :T],
     }
+
+
+_MAP_KINDS = {
+    "encoder": ("encoder self-attention", "source", "source", "key (source token)", "query (source token)"),
+    "decoder_self": ("decoder self-attention", "queries", "queries", "key (decoder input)", "query (decoder input)"),
+    "cross": ("encoder–decoder attention", "queries", "source", "key (source token)", "query (decoder input)"),
+}
+
+
+def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int | None = None, figsize=None):
+    """Heatmaps of one kind of attention from :func:`translation_attention`, labelled with tokens.
+
+    ``kind`` is ``'encoder'``, ``'decoder_self'`` or ``'cross'``. One row of
+    plots per layer (or only ``layer``, counted from 1), one column per head;
+    in each plot the rows are queries and the columns keys.
+    """
+    if kind not in _MAP_KINDS:
+        raise ValueError(f"kind must be one of {sorted(_MAP_KINDS)}, got {kind!r}")
+    from .plot import show_heatmaps
+
+    title, q_name, k_name, xlabel, ylabel = _MAP_KINDS[kind]
+    weights = maps[kind]  # (layers, heads, queries, keys)
+    num_layers, num_heads = weights.shape[:2]
+    layers = list(range(num_layers))
+    if layer is not None:
+        if not 1 <= layer <= num_layers:
+            raise ValueError(f"layer must lie in 1..{num_layers}, got {layer}")
+        layers = [layer - 1]
+    fig = show_heatmaps(weights[layers], xlabel=xlabel, ylabel=ylabel,
+                        titles=[f"head {h + 1}" for h in range(num_heads)],
+                        row_titles=[f"layer {i + 1}" for i in layers], figsize=figsize,
+                        xticklabels=maps[k_name], yticklabels=maps[q_name], vmin=0.0, vmax=1.0)
+    fig.suptitle(f"{title}: {' '.join(maps['source'][:-1])} → {' '.join(maps['output'])}")
+    return fig
 
 
 # --- learning-rate schedule -------------------------------------------------------------------
@@ -641,6 +706,24 @@ class SequencePredictor(nn.Module):
         finally:
             self.train(was_training)
         return list(self.encoder.attention_weights)
+
+
+def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: int = 0, figsize=(4.6, 4.0)):
+    """The attention map of example ``index`` of ``X`` (batch, length), one plot per layer and head.
+
+    Rows are query positions, columns key positions; the ticks show the
+    position and the digit there (``position:digit``).
+    """
+    from .plot import show_heatmaps
+
+    if not 0 <= index < X.shape[0]:
+        raise ValueError(f"index must lie in 0..{X.shape[0] - 1}, got {index}")
+    maps = torch.stack([m[0] for m in model.attention_maps(X[index:index + 1])])  # (layers, heads, n, n)
+    ticks = [f"{i}:{d}" for i, d in enumerate(X[index].tolist())]
+    return show_heatmaps(maps, xlabel="key position : digit", ylabel="query position : digit",
+                         titles=[f"head {h + 1}" for h in range(maps.shape[1])],
+                         row_titles=[f"layer {i + 1}" for i in range(maps.shape[0])] if maps.shape[0] > 1 else None,
+                         xticklabels=ticks, yticklabels=ticks, figsize=figsize, vmin=0.0)
 
 
 class AdditiveSelfAttention(nn.Module):
