@@ -13,6 +13,9 @@ TORCH_SPEC ?= torch==2.13.0
 STAGE := _stage
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
 JOBS ?= 2
+# With JOBS test processes on a 2-core machine, each torch process gets one intra-op thread:
+# several processes each spinning several threads slow one another down many times over.
+PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
 .PHONY: venv book test test-unit test-notebooks test-site lab stage clean student grade
 
@@ -40,12 +43,12 @@ book: stage
 	@echo "Website: _build/html/index.html"
 
 test-unit: venv
-	$(PY) -m pytest -n $(JOBS) -m "not notebooks and not browser" tests
+	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) -m "not notebooks and not browser" tests
 
 ## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
 ## so the site build below reuses them instead of executing again.
 test-notebooks: stage
-	$(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly $(STAGE)/notebooks
+	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).

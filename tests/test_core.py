@@ -67,6 +67,13 @@ def test_show_heatmaps_grid_and_colourbar():
     assert fig.axes[0].get_title() == "a"
 
 
+def test_show_heatmaps_one_title_per_plot():
+    fig = ab.show_heatmaps(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c", "d"])
+    assert [ax.get_title() for ax in fig.axes[:-1]] == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="one per plot"):
+        ab.show_heatmaps(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c"])
+
+
 def test_show_heatmaps_accepts_any_device_and_dtype():
     ab.show_heatmaps(torch.eye(3, dtype=torch.bfloat16).reshape(1, 1, 3, 3), "k", "q")
     ab.show_heatmaps(np.eye(3).reshape(1, 1, 3, 3), "k", "q")

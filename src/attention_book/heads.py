@@ -255,9 +255,8 @@ def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tens
     rows = run.num_heads // cols
     height = (2.6 if importance is None else 2.9) * rows
     fig = show_heatmaps(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
-                        figsize=(min(2.1 * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
-    for ax, title in zip(fig.axes[:-1], titles):
-        ax.set_title(title)
+                        titles=titles, figsize=(min(2.1 * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
+    for ax in fig.axes[:-1]:
         ax.set_xticks(range(0, n, 2))
         ax.set_yticks(range(0, n, 2))
     fig.suptitle(f"{run.num_heads} head{'s' if run.num_heads > 1 else ''}: "

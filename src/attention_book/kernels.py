@@ -371,17 +371,29 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
 _TITLES = {"gaussian": "Gaussian", "boxcar": "Boxcar", "constant": "Constant", "epanechnikov": "Epanechnikov"}
 
 
+def _panels(num: int, width: float, height: float):
+    """A figure with ``num`` panels sharing the y axis; more than three wrap onto rows of two
+    (four panels in a row shrink to unreadable on a phone). Unused cells are removed."""
+    cols = num if num <= 3 else 2
+    rows = -(-num // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols + 0.4, height * rows), sharey=True, squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[num:]:
+        ax.remove()
+    return fig, axes
+
+
 def plot_kernels(kernels=KERNEL_NAMES, sigma: float = 1.0, x_range: float = 2.5):
     """One panel per kernel: ``alpha(q, k)`` against ``q - k`` for the key at 0."""
     _ensure_style()
     d = torch.linspace(-x_range, x_range, 401)
-    fig, axes = plt.subplots(1, len(kernels), figsize=(2.9 * len(kernels), 2.6), sharey=True, squeeze=False,
-                             layout="constrained")
-    for ax, name in zip(axes[0], kernels):
+    fig, axes = _panels(len(kernels), 3.2, 2.4)
+    for ax, name in zip(axes.flat, kernels):
         ax.plot(d.numpy(), kernel_function(d, name, sigma).numpy())
         ax.set_title(_TITLES[name])
         ax.set_xlabel("q − k")
-    axes[0, 0].set_ylabel("α(q, k)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("α(q, k)")
     return fig
 
 
@@ -412,11 +424,11 @@ def plot_estimates(data: KernelData, settings, titles=None):
     _ensure_style()
     preds, _ = estimate_weights(data, settings)
     titles = titles or [f"{_TITLES[k]}, σ={s:g}" for k, s in settings]
-    fig, axes = plt.subplots(1, len(settings), figsize=(3.1 * len(settings), 3.0), sharey=True, squeeze=False,
-                             layout="constrained")
-    for ax, y_hat, title in zip(axes[0], preds, titles):
+    fig, axes = _panels(len(settings), 3.6, 2.8)
+    for ax, y_hat, title in zip(axes.flat, preds, titles):
         _draw_fit(ax, data, y_hat, title)
-    axes[0, 0].set_ylabel("y")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("y")
     axes[0, 0].legend(loc="upper left", fontsize=8)
     return fig
 

@@ -77,7 +77,8 @@ def show_heatmaps(
 
     ``matrices`` has four axes, as in d2l: (rows of plots, columns of plots,
     queries, keys). Each small matrix is drawn with queries down and keys across.
-    ``titles`` label the columns of plots; ``row_titles`` the rows;
+    ``titles`` label the columns of plots (or, with one entry per plot, every
+    plot, row by row); ``row_titles`` the rows;
     ``xticklabels``/``yticklabels`` name the keys/queries (tokens, say).
     Returns the figure.
     """
@@ -93,8 +94,10 @@ def show_heatmaps(
     if not np.all(np.isfinite(data)):
         raise ValueError("show_heatmaps got NaN or infinite values; check the attention weights")
     num_rows, num_cols, n_q, n_k = data.shape
-    if titles is not None and len(titles) != num_cols:
-        raise ValueError(f"titles has {len(titles)} entries but there are {num_cols} columns of plots")
+    per_panel = titles is not None and num_rows > 1 and len(titles) == num_rows * num_cols
+    if titles is not None and len(titles) != num_cols and not per_panel:
+        raise ValueError(f"titles has {len(titles)} entries; give one per column of plots ({num_cols}) "
+                         f"or one per plot ({num_rows * num_cols}, row by row)")
     if row_titles is not None and len(row_titles) != num_rows:
         raise ValueError(f"row_titles has {len(row_titles)} entries but there are {num_rows} rows of plots")
     if xticklabels is not None and len(xticklabels) != n_k:
@@ -130,7 +133,9 @@ def show_heatmaps(
                 ax.set_xlabel(xlabel)
             if j == 0:
                 ax.set_ylabel(ylabel if row_titles is None else f"{row_titles[i]}\n{ylabel}")
-            if titles is not None and i == 0:
+            if per_panel:
+                ax.set_title(titles[i * num_cols + j])
+            elif titles is not None and i == 0:
                 ax.set_title(titles[j])
     fig.colorbar(image, ax=axes, shrink=0.7)
     return fig
