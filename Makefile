@@ -48,7 +48,7 @@ test-unit: venv
 ## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
 ## so the site build below reuses them instead of executing again.
 test-notebooks: stage
-	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly $(STAGE)/notebooks
+	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly --durations=0 $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).
