@@ -43,12 +43,14 @@ book: stage
 	@echo "Website: _build/html/index.html"
 
 test-unit: venv
-	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) -m "not notebooks and not browser" tests
+	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks and not browser" tests
 
 ## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
-## so the site build below reuses them instead of executing again.
+## so the site build below reuses them instead of executing again. One notebook at a time:
+## two processes starting kernels together can pick the same TCP ports (jupyter_client#487),
+## which left a run waiting forever here.
 test-notebooks: stage
-	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --nbmake --overwrite --nbmake-timeout=900 -p no:randomly --durations=0 $(STAGE)/notebooks
+	$(PY) -m pytest --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).

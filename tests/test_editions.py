@@ -109,6 +109,9 @@ def test_every_exercises_page_has_a_checked_assignment():
         assert any("solution" in editions.tags(c) for c in nb["cells"]), f"{path.name} has no solution cell"
 
 
+# Tests that start Jupyter kernels run on one xdist worker, one after another: kernels started at the
+# same moment by two processes can pick the same free TCP ports (jupyter/jupyter_client#487).
+@pytest.mark.xdist_group("kernels")
 @pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
 def test_student_notebook_runs_to_its_first_assignment(path, tmp_path):
     """Executed up to its first checker cell, a student notebook fails only in its own
@@ -148,6 +151,7 @@ def _write(path, nb):
     path.write_text(json.dumps(nb))
 
 
+@pytest.mark.xdist_group("kernels")
 def test_grader_scores_and_survives_bad_notebooks(tmp_path):
     subs = tmp_path / "subs"
     good = _nb(_code(TOY_CHECKER), _code("def f(x):\n    return 2 * x", "solution"), _code("check_double(f)", "checker"))
