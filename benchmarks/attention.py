@@ -10,8 +10,10 @@ Compares, at num_hiddens=256 and 8 heads, float32 on the CPU:
 * ``torch``    — ``torch.nn.MultiheadAttention`` (``batch_first=True``,
   ``need_weights=False``, so it may use its own fused path).
 
-Each configuration is timed in this process (warm-up, then the median of
-``--repeats`` runs of forward + backward of ``out.sum()``). Peak memory is
+Each size is timed in this process: one warm-up per implementation, then
+``--repeats`` rounds in which the three implementations take turns (the first
+one rotating), each timing one forward + backward of ``out.sum()``; the median
+per implementation is reported. Peak memory is
 measured in a fresh subprocess per (implementation, size): the growth of the
 process's peak resident set size (``VmHWM``, reset through
 ``/proc/self/clear_refs``) during one forward + backward, after inputs and
@@ -26,7 +28,7 @@ Usage::
     python benchmarks/attention.py --threads 1 --cpu-time   # work done, robust to a busy machine
 
 Timings on a shared machine are inflated by whatever else runs; run it when the
-machine is quiet (``taskset -c 0,1`` and ``--repeats 5`` help).
+machine is quiet; more ``--repeats`` help.
 """
 
 from __future__ import annotations
@@ -107,19 +109,32 @@ def step(call, X, causal):
     out.sum().backward()
 
 
-def time_one(impl: str, batch: int, length: int, causal: bool, repeats: int, clock=time.perf_counter) -> float:
-    """Median seconds of one forward + backward, read from ``clock``."""
-    module, call = build(impl)
+def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
+                     clock=time.perf_counter) -> dict[str, float]:
+    """Median seconds of one forward + backward per implementation, read from ``clock``.
+
+    The implementations take turns: each round times every one of them once, and the
+    starting one rotates from round to round. Timing them one after another instead
+    (all runs of the first, then all of the second, ...) lets slow drifts of a shared
+    machine, and the memory state one implementation leaves behind for the next, fall
+    on one of them only: an earlier version of this script reported a 10% gap between
+    two implementations that run the same kernels, and it vanished when interleaved.
+    """
+    built = {impl: build(impl) for impl in impls}
     X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
-    step(call, X, causal)  # warm-up (allocations, kernel choice)
-    times = []
-    for _ in range(repeats):
-        module.zero_grad(set_to_none=True)
-        X.grad = None
-        start = clock()
-        step(call, X, causal)
-        times.append(clock() - start)
-    return statistics.median(times)
+    for _module, call in built.values():
+        step(call, X, causal)  # warm-up (allocations, kernel choice)
+    times: dict[str, list[float]] = {impl: [] for impl in impls}
+    for r in range(repeats):
+        for i in range(len(impls)):
+            impl = impls[(r + i) % len(impls)]
+            module, call = built[impl]
+            module.zero_grad(set_to_none=True)
+            X.grad = None
+            start = clock()
+            step(call, X, causal)
+            times[impl].append(clock() - start)
+    return {impl: statistics.median(ts) for impl, ts in times.items()}
 
 
 def _status_mib(field: str) -> float:
@@ -156,7 +171,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (seconds)")
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration (median)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds per size (median)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--cpu-time", action="store_true",
@@ -181,7 +196,7 @@ def main(argv=None) -> None:
     print(header)
     print("-" * len(header))
     for batch, length in sizes:
-        t = {impl: time_one(impl, batch, length, args.causal, args.repeats, clock) for impl in IMPLS}
+        t = time_interleaved(IMPLS, batch, length, args.causal, args.repeats, clock)
         row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
                f"{t['torch'] * 1e3:>9.1f} | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}")
         if not args.no_memory:
