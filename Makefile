@@ -17,7 +17,7 @@ JOBS ?= 2
 # several processes each spinning several threads slow one another down many times over.
 PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 
-.PHONY: venv book test test-unit test-notebooks test-site lab stage clean student grade
+.PHONY: venv book test test-unit test-notebooks test-site lab stage clean student grade claims
 
 venv: $(STAMP)
 
@@ -67,7 +67,14 @@ lab: venv
 	$(VENV)/bin/jupyter lab notebooks
 
 clean:
-	rm -rf _build
+	rm -rf _build $(STAGE) student _claims
+
+## The seed check (not part of `make test`: about 20 minutes on 2 cores): every notebook for
+## seeds 0-4 at ci size; writes src/attention_book/claims_report.json and book/_claims.md.
+## make claims CLAIMS_ARGS="--notebooks ch05" reruns some notebooks and merges their counts.
+CLAIMS_ARGS ?=
+claims: venv
+	ATTENTION_BOOK_SIZE=$${ATTENTION_BOOK_SIZE:-ci} $(PY) scripts/claims.py $(CLAIMS_ARGS)
 
 ## Course editions (see book/instructors.md)
 ## make student                      -> student/ : notebooks without solutions (ignored by git)

@@ -9,8 +9,9 @@ exercise pages: the public site hides instructor answers and folds solutions.
 Sources are never executed in place, so committed notebooks stay output-free.
 The site's JavaScript (widget manager, require.js, MathJax) is vendored into
 DEST/_vendor, which `_config.yml` lists in `html_static_path` (scripts/vendor_js.py).
-A staged notebook that already carries outputs from the *same* source (same
-SHA-1, recorded in its metadata) is kept, so a notebook executed by the test run
+A staged notebook that already carries outputs from the *same* source and the
+same package (SHA-1s of the notebook and of ``src/`` + ``pyproject.toml``,
+recorded in its metadata) is kept, so a notebook executed by the test run
 is not executed again by the site build.
 """
 
@@ -36,6 +37,17 @@ def source_hash(path: Path) -> str:
     return hashlib.sha1(path.read_bytes()).hexdigest()
 
 
+def package_hash() -> str:
+    """SHA-1 over the package's source files and pyproject.toml: outputs computed by
+    another version of the package are stale, whatever the notebook says."""
+    h = hashlib.sha1()
+    files = [ROOT / "pyproject.toml"] + sorted(
+        p for p in (ROOT / "src").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for p in files:
+        h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def has_outputs(nb: dict) -> bool:
     return any(c.get("outputs") for c in nb.get("cells", []) if c.get("cell_type") == "code")
 
@@ -59,8 +71,8 @@ def mark_executed(nb: dict) -> bool:
     return True
 
 
-def stage_notebook(src: Path, dest: Path, edition: str) -> str:
-    digest = f"{source_hash(src)}-{edition}"
+def stage_notebook(src: Path, dest: Path, edition: str, package: str) -> str:
+    digest = f"{source_hash(src)}-{package}-{edition}"
     if dest.exists():
         try:
             staged = json.loads(dest.read_text(encoding="utf-8"))
@@ -94,8 +106,9 @@ def main(dest: str) -> None:
         if stale.name not in wanted:
             stale.unlink()
     edition = os.environ.get("EDITION", "public")
+    package = package_hash()
     for src in sources:
-        print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition)}")
+        print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition, package)}")
     try:
         files = vendor_js.vendor(out / "_vendor")
     except vendor_js.VendorError as err:

@@ -19,6 +19,7 @@ from .data import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
+from .claims import *  # noqa: F401,F403
 
 # Chapters 1–9.
 from .lookup import *  # noqa: F401,F403
@@ -33,7 +34,7 @@ from .pretraining import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
-MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "lookup", "kernels", "scoring",
+MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "claims", "lookup", "kernels", "scoring",
            "seq2seq", "heads", "selfattention", "transformer", "vit", "pretraining")
 
 __version__ = "0.1.0"

@@ -9,6 +9,14 @@ Every environment variable the book reads is read here, and only here:
     ``ci`` (small experiments that finish in seconds on two CPU cores) or
     ``full`` (the hyper-parameters of the original chapter, meant for a GPU).
     Default: ``full`` when a CUDA GPU is visible, ``ci`` otherwise.
+``ATTENTION_BOOK_SEED``
+    The book's seed, a non-negative integer (default 0). Every chapter seeds
+    itself with it (:func:`seed_everything` with no argument), and every
+    package function whose ``seed`` is left at ``None`` derives its seed from it,
+    so one variable gives a whole other run of the book.
+``ATTENTION_BOOK_CLAIMS``
+    A file that :func:`attention_book.claim` appends one JSON line to per
+    claim checked (used by ``make claims``, the seed check). Unset: nothing is written.
 """
 
 from __future__ import annotations
@@ -30,6 +38,11 @@ __all__ = [
     "is_full_size",
     "sized",
     "device",
+    "SEED_ENV",
+    "CLAIMS_ENV",
+    "book_seed",
+    "resolve_seed",
+    "claims_log",
     "seed_everything",
     "describe_run",
     "single_thread",
@@ -38,6 +51,8 @@ __all__ = [
 
 DATA_ENV = "ATTENTION_BOOK_DATA"
 SIZE_ENV = "ATTENTION_BOOK_SIZE"
+SEED_ENV = "ATTENTION_BOOK_SEED"
+CLAIMS_ENV = "ATTENTION_BOOK_CLAIMS"
 _SIZES = ("ci", "full")
 
 T = TypeVar("T")
@@ -102,13 +117,54 @@ def device(verbose: bool = True) -> torch.device:
     return chosen
 
 
-def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy and PyTorch (all devices) so runs repeat."""
-    if not isinstance(seed, int) or seed < 0:
+def book_seed() -> int:
+    """The book's seed: ``$ATTENTION_BOOK_SEED`` (a non-negative integer), 0 when unset."""
+    configured = os.environ.get(SEED_ENV, "").strip()
+    if not configured:
+        return 0
+    try:
+        value = int(configured)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"{SEED_ENV}={configured!r} is not a non-negative integer; set it to e.g. 0, 1, 2 or unset it.")
+    return value
+
+
+def resolve_seed(seed: int | None, offset: int = 0) -> int:
+    """``seed`` itself, or when it is ``None`` the book's seed plus ``offset``.
+
+    Package functions take ``seed: int | None = None`` and call this, so that a
+    chapter left at its defaults follows ``ATTENTION_BOOK_SEED`` while a test can
+    still pin an exact seed. ``offset`` gives independent streams (data vs model).
+    """
+    if seed is None:
+        return book_seed() + int(offset)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int or None (the book's seed), got {seed!r}")
+    return seed
+
+
+def claims_log() -> Path | None:
+    """Where :func:`attention_book.claim` records claims: ``$ATTENTION_BOOK_CLAIMS``, or None."""
+    configured = os.environ.get(CLAIMS_ENV, "").strip()
+    return Path(configured).expanduser().resolve() if configured else None
+
+
+def seed_everything(seed: int | None = None) -> int:
+    """Seed Python, NumPy and PyTorch (all devices) so runs repeat; returns the seed used.
+
+    With no argument the book's seed (``ATTENTION_BOOK_SEED``, default 0) is used:
+    this is how every chapter starts, so one environment variable reruns the whole
+    book with other random numbers.
+    """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = resolve_seed(seed)
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
+    return seed
 
 
 def describe_run() -> str:
@@ -118,7 +174,7 @@ def describe_run() -> str:
     how = "small CPU-friendly sizes" if size == "ci" else "the original chapter's full sizes"
     line = (
         f"Experiment size: {size} ({how}; set {SIZE_ENV}=ci|full to change) "
-        f"| device: {dev} | torch {torch.__version__}"
+        f"| seed: {book_seed()} ({SEED_ENV}) | device: {dev} | torch {torch.__version__}"
     )
     print(line)
     return line
