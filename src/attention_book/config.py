@@ -86,7 +86,7 @@ def experiment_size() -> str:
 
 
 def is_full_size() -> bool:
-    """True when the full-size (seed hyper-parameter) experiments should run."""
+    """True when the full-size (original chapter's hyper-parameters) experiments should run."""
     return experiment_size() == "full"
 
 

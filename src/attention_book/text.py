@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from .config import resolve_seed
 from .data import DataUnavailableError, extract_member, fetch, find_local
 
 __all__ = [
@@ -228,14 +229,15 @@ class TranslationData:
     source_note: str
     raw_pairs: list
 
-    def _loader(self, start: int, stop: int, shuffle: bool, seed: int = 0):
+    def _loader(self, start: int, stop: int, shuffle: bool, seed: int | None = None):
         from torch.utils.data import DataLoader, TensorDataset
 
         dataset = TensorDataset(*(a[start:stop] for a in self.arrays))
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator().manual_seed(resolve_seed(seed))
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, generator=gen)
 
-    def train_loader(self, seed: int = 0):
+    def train_loader(self, seed: int | None = None):
+        """Shuffled training batches, in an order fixed by ``seed`` (default: the book's seed)."""
         return self._loader(0, self.num_train, shuffle=True, seed=seed)
 
     def val_loader(self):
