@@ -62,7 +62,7 @@ def test_collect_attention_returns_one_four_d_tensor_per_call():
 
 @pytest.mark.slow
 def test_two_heads_learn_the_offset_task_and_specialise():
-    run = ab.train_offset_task(2, progress=False)  # the chapter's setting: 2000 sequences, 6 epochs
+    run = ab.train_offset_task(2, seed=0, progress=False)  # the chapter's setting, a pinned seed
     assert run.accuracy > 0.9, f"two heads reached only {run.accuracy:.2f} test accuracy"
     importance = ab.head_importance(run.model, run.model.attention, run.X_test, run.Y_test)
     assert importance.shape == (2,) and torch.all(importance > 0.3), importance
@@ -130,3 +130,21 @@ def test_eight_head_maps_wrap_onto_rows_of_four():
     assert len(maps) == 8
     assert [ax.get_title().splitlines()[0] for ax in maps] == [f"head {h}" for h in range(8)]
     assert len({round(ax.get_position().y0, 3) for ax in maps}) == 2  # two rows
+
+
+def test_offset_attention_sums_each_heads_weight_on_the_task_offsets():
+    run = ab.train_offset_task(2, num_train=64, num_test=32, epochs=1, seed=1, device="cpu", progress=False)
+    assert run.offsets == (-1, 2) and run.seed == 1
+    mass = ab.offset_attention(run, num_examples=16)
+    assert mass.shape == (2, 2) and torch.all(mass >= 0) and torch.all(mass.sum(-1) <= 1 + 1e-5)
+    (w,) = ab.collect_attention(run.model, run.X_test[:16])
+    n = w.shape[-1]
+    want = torch.stack([w[:, 0, i, (i - 1) % n] for i in range(n)]).mean()
+    torch.testing.assert_close(mass[0, 0], want)
+
+
+def test_offset_task_follows_the_book_seed(monkeypatch):
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "4")
+    X, _ = ab.make_offset_task(10)
+    X4, _ = ab.make_offset_task(10, seed=4)
+    assert torch.equal(X, X4)

@@ -8,6 +8,12 @@ read two *different* places, in order, so a model with two heads can give one
 offset to each head. A one-layer model (token + learned position embeddings,
 one :class:`~attention_book.attention.MultiHeadAttention`, a small MLP, no
 residual) is trained on it with :func:`~attention_book.train.fit`.
+
+A single head is not helpless here: it can spread its weight over both
+places *unevenly* (say one third and two thirds), and the MLP can then tell
+the blended tokens apart; :func:`offset_attention` measures how much weight
+each head puts on each offset, so the notebook can show which strategy a
+trained model found.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import single_thread
+from .config import device as pick_device, resolve_seed, single_thread
 from .attention import MultiHeadAttention, keep_attention_weights
 from .positional import LearnedPositionalEmbedding
 from .train import History, fit
@@ -36,17 +42,19 @@ __all__ = [
     "head_importance",
     "pruning_curve",
     "collect_attention",
+    "offset_attention",
     "plot_head_maps",
     "head_count_figure",
 ]
 
 
 def make_offset_task(num_examples: int, seq_len: int = 8, vocab_size: int = 8, offsets: tuple[int, int] = (-1, 2),
-                     seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                     seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens ``X`` (num_examples, seq_len) and labels ``Y`` of the same shape.
 
     ``Y[:, i] = (X[:, (i + a) % seq_len] - X[:, (i + b) % seq_len]) % vocab_size``
-    with ``(a, b) = offsets``.
+    with ``(a, b) = offsets``. ``seed=None`` uses the book's seed
+    (``ATTENTION_BOOK_SEED``).
     """
     if num_examples < 1 or seq_len < 2 or vocab_size < 2:
         raise ValueError(
@@ -55,7 +63,7 @@ def make_offset_task(num_examples: int, seq_len: int = 8, vocab_size: int = 8, o
     a, b = offsets
     if a % seq_len == b % seq_len:
         raise ValueError(f"offsets must point to two different positions modulo seq_len={seq_len}, got {offsets}")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(resolve_seed(seed))
     X = torch.randint(0, vocab_size, (num_examples, seq_len), generator=g)
     # X.roll(-a)[:, i] == X[:, (i + a) % seq_len]
     Y = (X.roll(-a, dims=1) - X.roll(-b, dims=1)) % vocab_size
@@ -102,17 +110,24 @@ class HeadRun:
     accuracy: float  # on the held-out examples
     X_test: torch.Tensor
     Y_test: torch.Tensor
+    offsets: tuple[int, int] = (-1, 2)
+    seed: int = 0
 
 
 def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8, vocab_size: int = 8,
                       offsets: tuple[int, int] = (-1, 2), num_train: int = 2000, num_test: int = 1000,
-                      epochs: int = 6, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-                      progress: bool = True) -> HeadRun:
+                      epochs: int = 6, batch_size: int = 64, lr: float = 3e-3, seed: int | None = None,
+                      device: torch.device | str | None = None, progress: bool = True) -> HeadRun:
     """Train an :class:`OffsetTaskModel` with ``num_heads`` heads; returns a :class:`HeadRun`.
 
-    Runs on the CPU with one thread (the model is tiny); the test accuracy is
-    recorded after every epoch in ``history.metrics['test accuracy']``.
+    ``seed`` fixes both the data and the model's initialisation (``None``: the
+    book's seed). ``device`` defaults to :func:`attention_book.device`; on the
+    CPU training runs with one thread, because this model is so small that
+    splitting its operations over threads only adds waiting. The test accuracy
+    is recorded after every epoch in ``history.metrics['test accuracy']``.
     """
+    seed = resolve_seed(seed)
+    dev = torch.device(device) if device is not None else pick_device(verbose=False)
     X, Y = make_offset_task(num_train + num_test, seq_len, vocab_size, offsets, seed=seed)
     X_train, Y_train, X_test, Y_test = X[:num_train], Y[:num_train], X[num_train:], Y[num_train:]
     torch.manual_seed(seed)
@@ -123,15 +138,17 @@ def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8
         tokens, labels = batch
         return F.cross_entropy(m(tokens).flatten(0, 1), labels.flatten())
 
-    with single_thread():
-        history = fit(model, batches, loss_fn, epochs=epochs, lr=lr, device="cpu", progress=progress,
+    X_test, Y_test = X_test.to(dev), Y_test.to(dev)
+    with single_thread() if dev.type == "cpu" else contextlib.nullcontext():
+        history = fit(model, batches, loss_fn, epochs=epochs, lr=lr, device=dev, progress=progress,
                       desc=f"{num_heads} head{'s' if num_heads > 1 else ''}",
                       evaluate=lambda m: {"test accuracy": task_accuracy(m, X_test, Y_test)})
-    return HeadRun(num_heads, model, history, task_accuracy(model, X_test, Y_test), X_test, Y_test)
+        accuracy = task_accuracy(model, X_test, Y_test)
+    return HeadRun(num_heads, model, history, accuracy, X_test, Y_test, tuple(offsets), seed)
 
 
 def train_head_counts(head_counts: Sequence[int] = (1, 2, 4, 8), **kwargs) -> dict[int, HeadRun]:
-    """:func:`train_offset_task` for every head count (same data, seed and budget)."""
+    """:func:`train_offset_task` for every head count (same data, random seed and budget)."""
     return {h: train_offset_task(h, **kwargs) for h in head_counts}
 
 
@@ -240,12 +257,29 @@ def collect_attention(model: nn.Module, *inputs, **kwargs) -> list[torch.Tensor]
     return maps
 
 
+@torch.no_grad()
+def offset_attention(run: HeadRun, num_examples: int = 200) -> torch.Tensor:
+    """How much attention each head puts on each of the task's offsets.
+
+    Returns a tensor (num_heads, len(run.offsets)): entry ``[h, k]`` is head
+    ``h``'s weight on the key at offset ``run.offsets[k]`` from the query (with
+    wrap-around), averaged over queries and the first ``num_examples``
+    held-out sequences. A row summing to nearly 1 means the head looks only
+    at the places the task needs.
+    """
+    (weights,) = collect_attention(run.model, run.X_test[:num_examples])
+    mean = weights.mean(0).cpu()  # (heads, queries, keys)
+    n = mean.shape[-1]
+    queries = torch.arange(n)
+    return torch.stack([mean[:, queries, (queries + o) % n].mean(-1) for o in run.offsets], dim=-1)
+
+
 def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tensor | None = None):
     """Each head's attention map averaged over held-out sequences (queries down, keys across)."""
     from .plot import show_heatmaps
 
     (weights,) = collect_attention(run.model, run.X_test[:num_examples])
-    mean = weights.mean(0)  # (heads, queries, keys)
+    mean = weights.mean(0).cpu()  # (heads, queries, keys)
     titles = [f"head {h}" for h in range(run.num_heads)]
     if importance is not None:
         titles = [f"{t}\n(-{100 * float(d):.0f} pts)" for t, d in zip(titles, importance)]

@@ -106,7 +106,7 @@ class PositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Adds a *trained* vector per position (seed exercise 11.6 #2), then dropout.
+    """Adds a *trained* vector per position (exercise 11.6.2 in d2l), then dropout.
 
     Same interface as :class:`PositionalEncoding`: ``forward(X, offset=0)`` with
     ``X`` of shape (batch, length, num_hiddens). The table ``P`` is an
