@@ -386,6 +386,16 @@ def test_generate_reproducible_and_greedy(tok):
     assert fig.generated_text == ab.generate(gpt, tok, "the time", 5, 0.7, 3, seed=4)
 
 
+def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):
+    torch.manual_seed(0)
+    gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "7")
+    assert ab.generate(gpt, tok, "the time", 12, temperature=1.5) == ab.generate(gpt, tok, "the time", 12, 1.5, seed=7)
+    words = ["w%d" % i for i in range(20)]
+    assert ab.few_shot_prompts(words, 2, 5, "swap") == ab.few_shot_prompts(words, 2, 5, "swap", seed=7)
+    assert ab.Batches(lambda g: torch.rand(2, generator=g), 1).seed == 7
+
+
 # --- tasks, figures, scaling ----------------------------------------------------------------------
 
 def test_task_batches(tok):

@@ -165,8 +165,8 @@ def test_meta_device_forward(make, training):
 @pytest.mark.slow
 def test_vit_learns_digits_quickly(one_thread):
     ab.seed_everything(0)
-    (x, y), (tx, ty) = ab.load_digits_images()
-    train = ab.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True)
+    (x, y), (tx, ty) = ab.load_digits_images(seed=0)
+    train = ab.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True, seed=0)
     test = ab.ImageBatches(tx, ty, batch_size=360, img_size=8)
     model = ab.ViT(8, 2, num_hiddens=32, mlp_num_hiddens=64, num_heads=4, num_blks=1, emb_dropout=0.0,
                    blk_dropout=0.0, lr=3e-3)
@@ -174,6 +174,16 @@ def test_vit_learns_digits_quickly(one_thread):
     ab.fit(model, train, ab.image_classification_loss, epochs=4, lr=model.lr, progress=False, device="cpu")
     after = ab.image_accuracy(model, test)
     assert after > 0.45 and after > before + 0.25, (before, after)  # chance is 0.1
+
+
+def test_digits_split_and_order_follow_the_book_seed(monkeypatch):
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "2")
+    (x, y), _ = ab.load_digits_images()
+    (x2, y2), _ = ab.load_digits_images(seed=2)
+    (x0, _), _ = ab.load_digits_images(seed=0)
+    assert torch.equal(x, x2) and torch.equal(y, y2) and not torch.equal(x, x0)
+    data, pinned = ab.load_image_data("digits", 8, 16), ab.load_image_data("digits", 8, 16, seed=2)
+    assert torch.equal(next(iter(data.train))[1], next(iter(pinned.train))[1])
 
 
 # --- rollout ----------------------------------------------------------------------------------

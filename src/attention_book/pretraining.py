@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, causal_mask, keep_attention_weights
+from .config import resolve_seed
 from .data import DataUnavailableError, fetch
 from .transformer import TransformerDecoder, TransformerEncoder, _check_ids
 from .text import BOS, EOS, PAD, UNK, Vocab
@@ -179,16 +180,17 @@ _PLACES = ["in the garden", "under the moon", "near the river", "inside the muse
 _WHEN = ["at night", "in the morning", "after dinner", "before the dawn", "for a time", "again"]
 
 
-def synthetic_corpus(num_sentences: int = 4000, seed: int = 0) -> str:
+def synthetic_corpus(num_sentences: int = 4000, seed: int | None = None) -> str:
     """A corpus the code writes itself, used when *The Time Machine* cannot be had.
 
     Sentences such as ``the doctor watched the dark well in the garden at night .``
     come from a small grammar with a few dozen words, so the three models learn it
     quickly; it is not natural text and the chapter says so when it uses it.
+    ``seed`` (``None``: the book's seed) picks the sentences.
     """
     if num_sentences < 1:
         raise ValueError(f"num_sentences must be positive, got {num_sentences}")
-    rng = random.Random(seed)
+    rng = random.Random(resolve_seed(seed))
     lines = []
     for _ in range(num_sentences):
         who, verb, what = rng.choice(_NAMES), rng.choice(_VERBS), rng.choice(_THINGS)
@@ -467,14 +469,15 @@ class Batches:
     """``steps`` fresh batches per pass, made by ``make_batch(generator)``.
 
     Training sees new random windows (and new masks) every epoch; the generator is
-    seeded once, so a run repeats exactly. ``fixed=True`` makes the same batches on
-    every pass (for validation).
+    seeded once from ``seed`` (``None``: the book's seed), so a run repeats exactly.
+    ``fixed=True`` makes the same batches on every pass (for validation).
     """
 
-    def __init__(self, make_batch: Callable[[torch.Generator], object], steps: int, seed: int = 0,
+    def __init__(self, make_batch: Callable[[torch.Generator], object], steps: int, seed: int | None = None,
                  fixed: bool = False):
         if steps < 1:
             raise ValueError(f"steps must be positive, got {steps}")
+        seed = resolve_seed(seed)
         self.make_batch, self.steps, self.seed, self.fixed = make_batch, steps, seed, fixed
         self._gen = torch.Generator().manual_seed(seed)
         self._cache = None
@@ -560,22 +563,22 @@ def _ban_specials(logits: torch.Tensor, tok: Tokenizer) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(model: nn.Module, tok: Tokenizer, prompt: str = "", num_tokens: int = 20, temperature: float = 1.0,
-             top_k: int | None = None, seed: int | None = 0, stop_at_eos: bool = True) -> str:
+             top_k: int | None = None, seed: int | None = None, stop_at_eos: bool = True) -> str:
     """Continue ``prompt`` with a decoder-only model, sampling ``num_tokens`` tokens.
 
     The model reads ``<bos>`` + the prompt (keeping the last ``model.max_len``
     tokens when it grows longer) and each new token is drawn from
     :func:`next_token_distribution`. With the same ``seed`` the same text comes
-    back. Special tokens other than ``<eos>`` (``<unk>``, ``<pad>``, sentinels, …)
-    are never sampled. Returns the continuation only.
+    back (``None``: the book's seed, so a chapter's samples repeat under one
+    ``ATTENTION_BOOK_SEED``). Special tokens other than ``<eos>`` (``<unk>``,
+    ``<pad>``, sentinels, …) are never sampled. Returns the continuation only.
     """
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
     model.eval()
     dev = next(model.parameters()).device
     gen = torch.Generator(device=dev)
-    if seed is not None:
-        gen.manual_seed(seed)
+    gen.manual_seed(resolve_seed(seed))
     ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
     out: list[int] = []
     for _ in range(num_tokens):
@@ -590,21 +593,22 @@ def generate(model: nn.Module, tok: Tokenizer, prompt: str = "", num_tokens: int
 
 
 def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time traveller", temperature: float = 1.0,
-                    top_k: int = 0, seed: int = 0, num_tokens: int = 25, show: int = 12):
+                    top_k: int = 0, seed: int | None = None, num_tokens: int = 25, show: int = 12):
     """The widget behind "try it": what temperature and top-k do to the next-token distribution.
 
     Left: the model's probabilities for the token after ``prompt`` at temperature
     1 (grey) and after applying ``temperature`` and ``top_k`` (red), for the
     ``show`` most likely tokens (special tokens other than ``<eos>`` are never
     sampled, so they are left out). Below: a ``num_tokens``-token continuation sampled
-    with these settings under ``seed``. Returns the figure (also printed text in
-    ``fig.generated_text``).
+    with these settings under ``seed`` (``None``: the book's seed). Returns the figure
+    (the sampled text is also in ``fig.generated_text``).
     """
     import matplotlib.pyplot as plt
 
     from .plot import _ensure_style
 
     _ensure_style()
+    seed = resolve_seed(seed)
     model.eval()
     dev = next(model.parameters()).device
     with torch.no_grad():
@@ -915,7 +919,7 @@ def next_word_accuracy(model: nn.Module, tok: Tokenizer, prompts: Sequence[str],
     return right / len(prompts)
 
 
-def few_shot_prompts(words: Sequence[str], shots: int, n: int, task: str = "copy", seed: int = 0
+def few_shot_prompts(words: Sequence[str], shots: int, n: int, task: str = "copy", seed: int | None = None
                      ) -> tuple[list[str], list[str]]:
     """Prompts for in-context learning without updates, and their answers.
 
@@ -923,13 +927,13 @@ def few_shot_prompts(words: Sequence[str], shots: int, n: int, task: str = "copy
     is ``q``. ``task='swap'``: demonstrations ``a b : b a .`` then ``p q : q``;
     the answer is ``p``. Words are drawn from ``words`` (all distinct within a
     prompt), so the answer always appears in the prompt and a model that picked up
-    the pattern could copy it.
+    the pattern could copy it. ``seed`` (``None``: the book's seed) draws the words.
     """
     if task not in ("copy", "swap"):
         raise ValueError(f"task must be 'copy' or 'swap', got {task!r}")
     if shots < 0 or n < 1:
         raise ValueError(f"shots must be >= 0 and n >= 1, got {shots} and {n}")
-    rng = random.Random(seed)
+    rng = random.Random(resolve_seed(seed))
     prompts, answers = [], []
     need = 2 * (shots + 1)
     if len(set(words)) < need:
@@ -1014,12 +1018,13 @@ class ScalingRun:
 
 def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: int, batch_size: int = 32,
                        seq_len: int = 32, checkpoints: int = 4, lr: float = 3e-3, num_heads: int = 4,
-                       val_batches: int = 4, seed: int = 0, device=None, progress: bool = True) -> list[ScalingRun]:
+                       val_batches: int = 4, seed: int | None = None, device=None, progress: bool = True
+                       ) -> list[ScalingRun]:
     """Train one decoder-only model per ``(num_hiddens, num_blks)`` in ``sizes`` for the same ``steps``.
 
-    All runs see the same batches (same seed) and are evaluated on the same
-    validation batches at ``checkpoints`` evenly spaced moments. Compute is
-    counted as Kaplan et al. do, ``C ≈ 6 · N · D`` with ``N`` the non-embedding
+    All runs start from ``seed`` (``None``: the book's seed), see the same batches
+    and are evaluated on the same validation batches at ``checkpoints`` evenly
+    spaced moments. Compute is counted as Kaplan et al. do, ``C ≈ 6 · N · D`` with ``N`` the non-embedding
     parameters and ``D`` the training tokens seen so far.
     """
     from .config import seed_everything
@@ -1028,7 +1033,9 @@ def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: 
     if steps % checkpoints:
         raise ValueError(f"steps={steps} must be a multiple of checkpoints={checkpoints}")
     tok = corpus.tokenizer
-    val = Batches(lambda g: clm_batch(corpus.val_ids, tok, batch_size, seq_len, g), val_batches, seed=1, fixed=True)
+    seed = resolve_seed(seed)
+    val = Batches(lambda g: clm_batch(corpus.val_ids, tok, batch_size, seq_len, g), val_batches, seed=seed + 1,
+                  fixed=True)
     runs = []
     for num_hiddens, num_blks in sizes:
         seed_everything(seed)
@@ -1105,7 +1112,8 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
 # --------------------------------------------------------------------------------------
 
 def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok: Tokenizer,
-                             text: str = "the time traveller smiled round at us", num_pad: int = 2, seed: int = 3):
+                             text: str = "the time traveller smiled round at us", num_pad: int = 2,
+                             seed: int | None = None):
     """Which positions each token may attend to, in the three pretraining modes.
 
     Every panel is a mask a model really passes to its attention layers, taken
@@ -1113,7 +1121,8 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
     BERT's input (``<cls>`` + text + ``num_pad`` paddings), T5's span-corrupted
     input and target (encoder self-attention, decoder self-attention,
     decoder→encoder cross-attention) and GPT's input (``<bos>`` + text). A filled
-    cell (row = query, column = key) means "may attend". Returns the figure.
+    cell (row = query, column = key) means "may attend". ``seed`` (``None``: the book's
+    seed plus 3) picks T5's corrupted spans. Returns the figure.
     """
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
@@ -1126,7 +1135,7 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
         raise ValueError(f"text needs at least 3 tokens to draw a pattern, got {len(ids)}: {text!r}")
     names = lambda seq: [tok.vocab.to_tokens(int(i)) for i in seq]  # noqa: E731
     x_bert = torch.tensor([[tok.cls_id] + ids + [tok.pad_id] * num_pad])
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(resolve_seed(seed, 3))
     enc, tgt = corrupt_spans(ids, tok.sentinel_ids, noise_density=0.3, mean_span_length=2.0, generator=g)
     x_enc, x_dec = torch.tensor([enc]), torch.tensor([[tok.bos_id] + tgt])
     x_gpt = torch.tensor([[tok.bos_id] + ids])

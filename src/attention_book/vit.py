@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, keep_attention_weights
+from .config import resolve_seed
 from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
 
 __all__ = [
@@ -206,7 +207,7 @@ class ViTBlock(nn.Module):
 class ViT(nn.Module):
     """Vision Transformer: patch embedding, ``<cls>`` token, learned positions, encoder, head.
 
-    ``pool='cls'`` (the seed's model) classifies from the final representation of
+    ``pool='cls'`` (d2l's model) classifies from the final representation of
     a learned ``<cls>`` token prepended to the patches; ``pool='mean'`` has no
     ``<cls>`` token and classifies from the average of the patch representations
     (exercise 11.8.2). ``lr`` is kept as ``model.lr`` for the optimiser.
@@ -394,12 +395,13 @@ def load_fashion_mnist(train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(images)[:, None], torch.from_numpy(labels.astype(np.int64))
 
 
-def load_digits_images(test_fraction: float = 0.2, seed: int = 0):
+def load_digits_images(test_fraction: float = 0.2, seed: int | None = None):
     """scikit-learn's 8x8 handwritten digits (1,797 images, shipped with the package), split in two.
 
     Returns ``(train_images, train_labels), (test_images, test_labels)``; images
     are (N, 1, 8, 8) uint8 in 0..255 (the original 0..16 grey levels rescaled),
-    labels int64. The split is stratified by class and fixed by ``seed``.
+    labels int64. The split is stratified by class and fixed by ``seed`` (``None``: the
+    book's seed, ``ATTENTION_BOOK_SEED``).
     """
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -410,7 +412,7 @@ def load_digits_images(test_fraction: float = 0.2, seed: int = 0):
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[:, None]
     labels = digits.target.astype(np.int64)
     tr_x, te_x, tr_y, te_y = train_test_split(
-        images, labels, test_size=test_fraction, random_state=seed, stratify=labels
+        images, labels, test_size=test_fraction, random_state=resolve_seed(seed), stratify=labels
     )
     return ((torch.from_numpy(tr_x), torch.from_numpy(tr_y)), (torch.from_numpy(te_x), torch.from_numpy(te_y)))
 
@@ -422,11 +424,12 @@ class ImageBatches:
     is converted to floats, resized to ``img_size`` (bilinear; anti-aliased when
     shrinking) and standardised with ``mean``/``std``. Yields ``(X, y)`` with X
     (batch, channels, *img_size). With ``shuffle=True`` the order changes every
-    epoch, reproducibly from ``seed``.
+    epoch, reproducibly from ``seed`` (``None``: the book's seed).
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, img_size,
-                 shuffle: bool = False, seed: int = 0, mean: float = 0.5, std: float = 0.5):
+                 shuffle: bool = False, seed: int | None = None, mean: float = 0.5,
+                 std: float = 0.5):
         if images.dim() != 4 or labels.dim() != 1 or images.shape[0] != labels.shape[0]:
             raise ValueError(
                 f"images must be (N, channels, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}"
@@ -436,7 +439,7 @@ class ImageBatches:
         self.images, self.labels = images, labels
         self.batch_size, self.img_size = batch_size, _pair(img_size, "img_size")
         self.shuffle, self.mean, self.std = shuffle, mean, std
-        self._generator = torch.Generator().manual_seed(seed)
+        self._generator = torch.Generator().manual_seed(resolve_seed(seed))
 
     def __len__(self) -> int:
         return math.ceil(len(self.labels) / self.batch_size)
@@ -474,8 +477,12 @@ class ImageData:
         return line + (f"\n{self.note}" if self.note else "")
 
 
-def load_image_data(name: str, img_size, batch_size: int, seed: int = 0, fallback: bool = True) -> ImageData:
+def load_image_data(name: str, img_size, batch_size: int, seed: int | None = None,
+                    fallback: bool = True) -> ImageData:
     """Training and test batches of ``'digits'`` (offline) or ``'fashion-mnist'`` (downloaded once).
+
+    ``seed`` fixes the digits' train/test split and the order of the training
+    batches (``None``: the book's seed, ``ATTENTION_BOOK_SEED``).
 
     When Fashion-MNIST cannot be had and ``fallback`` is true, the digits are used
     instead and :attr:`ImageData.note` says so (the chapter prints it).
@@ -494,6 +501,7 @@ def load_image_data(name: str, img_size, batch_size: int, seed: int = 0, fallbac
             name = "digits"
     elif name != "digits":
         raise ValueError(f"name must be 'digits' or 'fashion-mnist', got {name!r}")
+    seed = resolve_seed(seed)
     if name == "digits":
         train, test = load_digits_images(seed=seed)
         classes = tuple(str(d) for d in range(10))
