@@ -368,3 +368,15 @@ def test_train_and_compare_translators_record_validation_loss(one_thread):
         torch.testing.assert_close(p, q)
     with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
         ab.evaluate_translation(again, data, "test")
+
+
+def test_train_translator_follows_the_book_seed(monkeypatch):
+    data = _synthetic_data(batch_size=128)
+    tiny = dict(embed_size=8, num_hiddens=8, num_layers=1, epochs=1, progress=False)
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "3")
+    by_default, _ = ab.train_translator(data, **tiny)
+    pinned, _ = ab.train_translator(data, seed=3, **tiny)
+    other, _ = ab.train_translator(data, seed=4, **tiny)
+    for p, q in zip(by_default.parameters(), pinned.parameters()):
+        torch.testing.assert_close(p, q)
+    assert any(not torch.equal(p, q) for p, q in zip(pinned.parameters(), other.parameters()))

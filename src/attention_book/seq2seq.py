@@ -608,23 +608,24 @@ def validation_loss(model: nn.Module, data) -> float:
 def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_layers: int = 2,
                      dropout: float = 0.2, lr: float = 0.005, epochs: int = 30, cell: str = "gru",
                      attention: str | None = "additive", clip_grad: float = 1.0, progress: bool = True,
-                     desc: str = "training", seed: int | None = 0):
+                     desc: str = "training", seed: int | None = None):
     """Build a model with :func:`make_seq2seq` and train it on ``data`` with :func:`attention_book.fit`.
 
     Adam with learning rate ``lr``, gradient norm clipped at ``clip_grad``, the
     masked loss of :func:`translation_loss`, and the validation loss recorded
-    after every epoch (``history.metrics['val loss']``). ``seed`` (when not
-    ``None``) seeds the initial weights and the order of the batches.
+    after every epoch (``history.metrics['val loss']``). ``seed`` seeds the
+    initial weights, the dropout masks and the order of the batches; ``None``
+    (the default) uses the book's seed (``ATTENTION_BOOK_SEED``), so the same
+    call in a chapter gives another run when that variable changes.
     Returns ``(model, history)``.
     """
-    from .config import seed_everything
+    from .config import resolve_seed, seed_everything
     from .train import fit
 
-    if seed is not None:
-        seed_everything(seed)
+    seed = seed_everything(resolve_seed(seed))
     model = make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), embed_size, num_hiddens, num_layers, dropout,
                          cell=cell, attention=attention)
-    history = fit(model, data.train_loader(seed=seed or 0), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
+    history = fit(model, data.train_loader(seed=seed), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
                   lr=lr, clip_grad=clip_grad, evaluate=lambda m: {"val loss": validation_loss(m, data)},
                   progress=progress, desc=desc)
     return model, history
@@ -633,7 +634,8 @@ def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_la
 def compare_translators(data, variants: dict[str, dict], progress: bool = False, **common) -> list[dict]:
     """Train one model per variant (``{name: overrides of train_translator's arguments}``) and score it.
 
-    Every variant starts from the same seed and shares ``common`` settings.
+    Every variant starts from the same random seed (``seed`` in ``common``, by
+    default the book's seed) and shares ``common`` settings.
     Returns one row per variant: name, seconds, final training loss, validation
     loss, validation BLEU (greedy) and the trained model.
     """
