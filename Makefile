@@ -74,6 +74,7 @@ clean:
 ## make claims CLAIMS_ARGS="--notebooks ch05" reruns some notebooks and merges their counts.
 CLAIMS_ARGS ?=
 claims: venv
+	@test -n "$$ATTENTION_BOOK_DATA" || echo "note: ATTENTION_BOOK_DATA is unset; chapters use downloaded (or, offline, generated) data"
 	ATTENTION_BOOK_SIZE=$${ATTENTION_BOOK_SIZE:-ci} $(PY) scripts/claims.py $(CLAIMS_ARGS)
 
 ## Course editions (see book/instructors.md)

@@ -2,6 +2,9 @@
 
 Usage: python scripts/claims.py [--seeds 0 1 2 3 4] [--jobs 2] [--notebooks PATTERN ...]
 
+Set ATTENTION_BOOK_DATA to the real data (e.g. ../shared/data) first: without the network the
+chapters fall back to generated data, and the counts would describe that instead.
+
 Each notebook in ``notebooks/`` is executed (a fresh kernel, ``ci`` size unless
 ``ATTENTION_BOOK_SIZE`` says otherwise) once per seed, with
 ``ATTENTION_BOOK_SEED`` set to that seed and one CPU thread for even seeds, two
@@ -120,7 +123,8 @@ def write_table(report: dict) -> None:
         f"Measured on {report['date']} by `make claims`: every notebook executed for seeds "
         f"{', '.join(map(str, seeds))} at `{report['size']}` size on {report['machine']}, seeds "
         "alternating one and two CPU threads "
-        f"(even seeds: 1 thread, odd seeds: 2). torch {report['torch']}. "
+        f"(even seeds: 1 thread, odd seeds: 2), with {report.get('data', 'the package data')}. "
+        f"torch {report['torch']}. "
         f"The whole check took {report['minutes']:.0f} minutes.",
         "",
     ]
@@ -191,6 +195,8 @@ def main() -> None:
         "threads": {str(s): threads_for(s) for s in args.seeds},
         "date": _dt.date.today().isoformat(), "torch": torch.__version__,
         "machine": f"a {os.cpu_count()}-core {platform.machine()} CPU",
+        "data": ("the real data sets, from a local copy" if os.environ.get("ATTENTION_BOOK_DATA")
+                 else "the data sets as the package finds them (downloaded, or generated when offline)"),
     })
     if not args.notebooks:
         report["minutes"] = (time.perf_counter() - start) / 60
