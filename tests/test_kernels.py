@@ -193,6 +193,13 @@ def test_data_is_reproducible_and_sorted():
     torch.testing.assert_close(a.y_val, 2 * torch.sin(a.x_val) + a.x_val)
 
 
+def test_data_follows_the_book_seed_when_seed_is_none(monkeypatch):
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "7")
+    assert torch.equal(ab.make_kernel_data().y_train, ab.make_kernel_data(seed=7).y_train)
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "8")
+    assert not torch.equal(ab.make_kernel_data().y_train, ab.make_kernel_data(seed=7).y_train)
+
+
 def test_figures_draw():
     data = ab.make_kernel_data()
     for fig in (ab.plot_kernels(), ab.plot_estimates(data, [("gaussian", 0.5), ("boxcar", 1.0)]),

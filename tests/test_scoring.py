@@ -194,7 +194,7 @@ def test_make_scorer_builds_every_kind():
 
 
 def d2l_masked_softmax(X, valid_lens):
-    """The seed's version: writes into X, a fixed -1e6 fill, uniform rows for length 0."""
+    """d2l's version: writes into X, a fixed -1e6 fill, uniform rows for length 0."""
     if valid_lens is None:
         return torch.softmax(X, dim=-1)
     shape = X.shape

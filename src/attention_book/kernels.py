@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .attention import masked_softmax
+from .config import resolve_seed
 from .plot import BOOK_CMAP, _ensure_style
 
 __all__ = [
@@ -252,16 +253,17 @@ class KernelData:
 
 
 def make_kernel_data(n_train: int = 40, noise: float = 1.0, x_max: float = 5.0, step: float = 0.1,
-                     seed: int = 0) -> KernelData:
+                     seed: int | None = None) -> KernelData:
     """``n_train`` sorted points uniform in [0, x_max) with labels 2 sin x + x + noise·N(0, 1);
-    a validation grid 0, step, …, < x_max with the noise-free target. Same seed, same data."""
+    a validation grid 0, step, …, < x_max with the noise-free target. Same seed, same data;
+    ``seed=None`` uses the book's seed (:func:`attention_book.resolve_seed`)."""
     if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
         raise ValueError(f"n_train must be a positive int, got {n_train!r}")
     if not (math.isfinite(noise) and noise >= 0):
         raise ValueError(f"noise must be a nonnegative number, got {noise!r}")
     if not (math.isfinite(x_max) and x_max > 0 and math.isfinite(step) and 0 < step < x_max):
         raise ValueError(f"need x_max > 0 and 0 < step < x_max, got x_max={x_max!r}, step={step!r}")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(resolve_seed(seed))
     x_train, _ = torch.sort(torch.rand(n_train, generator=gen) * x_max)
     y_train = target_function(x_train) + noise * torch.randn(n_train, generator=gen)
     x_val = torch.arange(0, x_max, step)
@@ -314,7 +316,7 @@ class NadarayaWatson(nn.Module):
 
 
 def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, objective: str = "loo",
-                epochs: int = 50, lr: float = 0.5, batch_size: int | None = None, seed: int = 0,
+                epochs: int = 50, lr: float = 0.5, batch_size: int | None = None, seed: int | None = None,
                 progress: bool = True, device=None):
     """Learn the kernel width by gradient descent on ``log sigma``, with :func:`attention_book.fit`.
 
@@ -322,7 +324,8 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
     point predicted without itself); ``objective='in_sample'`` minimises the
     plain training error, which rewards ``sigma -> 0``. ``batch_size=None`` takes
     full gradient steps (one per epoch); an int samples minibatches of training
-    points as queries (stochastic gradient descent).
+    points as queries (stochastic gradient descent), shuffled by ``seed``
+    (``None``: the book's seed + 1).
 
     Returns ``(model, history)``; the history records ``sigma``, the
     leave-one-out MSE and the validation MSE after every epoch.
@@ -345,7 +348,7 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
         if batch_size < 1:
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         batches = torch.utils.data.DataLoader(indices, batch_size=batch_size, shuffle=True,
-                                              generator=torch.Generator().manual_seed(seed))
+                                              generator=torch.Generator().manual_seed(resolve_seed(seed, 1)))
 
     def loss_fn(model, idx):
         y_hat = model(model.keys[idx], leave_out=idx if objective == "loo" else None)
@@ -433,10 +436,11 @@ def plot_estimates(data: KernelData, settings, titles=None):
     return fig
 
 
-def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train: int = 40, seed: int = 0):
+def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train: int = 40, seed: int | None = None):
     """The widget's figure: the fit and the attention matrix for one kernel, width and training-set size.
 
-    Draws fresh data with :func:`make_kernel_data` (``n_train`` points, ``seed``),
+    Draws data with :func:`make_kernel_data` (``n_train`` points, ``seed``; ``None``
+    is the book's seed, so 40 points give the chapter's data),
     estimates the validation grid, and shows the fit (left) and the weights
     (validation queries × training keys, right). The title reports the
     validation MSE and how many queries no training point reaches.

@@ -27,6 +27,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from .config import resolve_seed
+
 __all__ = [
     "NAME_DATABASE",
     "LOOKUP_QUERIES",
@@ -236,14 +238,15 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     return fig
 
 
-def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 400, seed: int = 0):
+def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 400, seed: int | None = None):
     """Where attention pooling can land, for 2-D values.
 
     Left: nonnegative weights (each drawn from an exponential distribution) put
     the output anywhere in the convex cone spanned by the values. Right: weights
     that are also normalised (Dirichlet samples) keep it inside the convex hull.
     One-hot weights give the values themselves (the corners); uniform weights
-    give their average. Returns the figure.
+    give their average. ``seed`` draws the weights (``None``: from the book's
+    seed, :func:`attention_book.resolve_seed`). Returns the figure.
     """
     from matplotlib.patches import Polygon
     from scipy.spatial import ConvexHull
@@ -255,7 +258,7 @@ def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 
         values = torch.tensor([[2.0, 0.4], [1.6, 1.8], [0.5, 1.5], [1.2, 0.9]])
     if values.dim() != 2 or values.shape[1] != 2 or values.shape[0] < 3:
         raise ValueError(f"values must have shape (m, 2) with m >= 3, got {tuple(values.shape)}")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(resolve_seed(seed))
     m = values.shape[0]
     nonneg = -torch.log(torch.rand(n_samples, m, generator=gen))  # exponential(1) weights
     convex = nonneg / nonneg.sum(-1, keepdim=True)  # normalised: Dirichlet(1, ..., 1)

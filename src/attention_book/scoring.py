@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .attention import AdditiveAttention, DotProductAttention, _check_qkv, _shape, _wants_weights, attend, key_mask
+from .config import resolve_seed
 from .plot import _ensure_style
 
 __all__ = [
@@ -143,7 +144,7 @@ class BilinearAttention(nn.Module):
 
 
 def scaling_statistics(dims: Iterable[int], num_keys: int = 16, num_samples: int = 500,
-                       seed: int = 0) -> dict[str, np.ndarray]:
+                       seed: int | None = None) -> dict[str, np.ndarray]:
     """Score and softmax statistics for random unit-variance queries and keys of each size ``d``.
 
     For every ``d`` in ``dims``: draw ``num_samples`` queries and, for each, ``num_keys``
@@ -156,13 +157,16 @@ def scaling_statistics(dims: Iterable[int], num_keys: int = 16, num_samples: int
     * ``grad_*``: the mean Frobenius norm of the softmax Jacobian
       ``diag(α) - ααᵀ`` — how much gradient flows back through the softmax; it
       goes to 0 as the softmax saturates.
+
+    ``seed`` draws the samples (``None``: the book's seed).
     """
     dims = tuple(int(d) for d in dims)
     if not dims or min(dims) < 1:
         raise ValueError(f"dims must be positive feature sizes, got {list(dims)}")
     if num_keys < 2 or num_samples < 2:
         raise ValueError(f"num_keys and num_samples must be at least 2, got {num_keys} and {num_samples}")
-    return {k: v.copy() for k, v in _scaling_statistics(dims, int(num_keys), int(num_samples), int(seed)).items()}
+    stats = _scaling_statistics(dims, int(num_keys), int(num_samples), resolve_seed(seed))
+    return {k: v.copy() for k, v in stats.items()}
 
 
 @functools.lru_cache(maxsize=16)
@@ -194,18 +198,20 @@ def _powers_of_two_axis(ax, values) -> None:
     ax.minorticks_off()
 
 
-def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_samples: int = 400, seed: int = 0):
+def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_samples: int = 400, seed: int | None = None):
     """The "why 1/√d" figure at feature size ``d`` (the widget's callback). Returns the figure.
 
     Top left: variance of the scores against d, raw and scaled. Top right: the
     softmax weights of one random query over ``num_keys`` keys at size ``d``.
     Bottom: mean largest weight and mean softmax-gradient size against d.
-    The dashed line marks the chosen ``d``.
+    The dashed line marks the chosen ``d``. ``seed`` draws the samples (``None``:
+    the book's seed).
     """
     if not 1 <= d <= max_dim:
         raise ValueError(f"d must lie in [1, max_dim={max_dim}], got {d}")
     _ensure_style()
     dims = sorted({2**i for i in range(int(math.log2(max_dim)) + 1)} | {int(d)})
+    seed = resolve_seed(seed)
     stats = scaling_statistics(dims, num_keys=num_keys, num_samples=num_samples, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1)
     q = torch.randn(d, generator=gen, dtype=torch.float64)
@@ -278,7 +284,7 @@ def make_scorer(kind: str, dim: int, num_hiddens: int | None = None) -> nn.Modul
 
 def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None = None, value_size: int | None = None,
                  batch: int = 4, num_hiddens: int | None = None, backward: bool = False, fused: bool = False,
-                 repeats: int = 5, seed: int = 0, num_threads: int | None = 1) -> float:
+                 repeats: int = 5, seed: int | None = None, num_threads: int | None = 1) -> float:
     """Seconds of one attention call with the ``kind`` score (the best of ``repeats`` timed calls).
 
     Shapes: queries (batch, num_queries, dim), keys (batch, num_keys, dim),
@@ -291,6 +297,8 @@ def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None 
     being the one least disturbed by other work on the machine. ``num_threads``
     (default 1: the cost on one core, which a busy machine disturbs least) sets
     PyTorch's intra-op threads during the measurement; ``None`` keeps the setting.
+    ``seed`` draws the module's parameters and the inputs (``None``: the book's seed);
+    the global generator is reseeded with it.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -298,7 +306,7 @@ def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None 
         raise ValueError(f"num_keys, dim and batch must be positive, got {num_keys}, {dim}, {batch}")
     num_queries = num_keys if num_queries is None else num_queries
     value_size = dim if value_size is None else value_size
-    torch.manual_seed(seed)
+    torch.manual_seed(resolve_seed(seed))
     module = make_scorer(kind, dim, num_hiddens).train()
     if kind != "additive":
         module.need_weights = not fused

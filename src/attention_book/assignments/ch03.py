@@ -82,7 +82,7 @@ def _cases() -> list[Case]:
     big_negative = -1e7 + torch.randn(1, 2, 4, generator=g)  # valid scores far below -1e6
     half = (torch.randn(2, 2, 5, generator=g) * 8).half()
     return [
-        _case("1-D valid_lens (one length per example), the seed's example", rand(2, 2, 4), torch.tensor([2, 3]),
+        _case("1-D valid_lens (one length per example), as in d2l's example", rand(2, 2, 4), torch.tensor([2, 3]),
               hint="key j of example b is kept when j < valid_lens[b], for every query of that example"),
         _case("no valid_lens: an ordinary softmax over the keys", rand(2, 3, 4), None,
               hint="with valid_lens=None return torch.softmax(X, dim=-1)"),
