@@ -152,7 +152,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--timeout", type=int, default=900, help="seconds per cell")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (as nbmake in make test)")
     ap.add_argument("--notebooks", nargs="*", default=[], help="substrings of notebook names to run (default: all)")
     args = ap.parse_args()
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
