@@ -273,6 +273,30 @@ def test_reverse_data_and_predictor_shapes():
     assert add.attention_maps(X)[0].shape == (5, 1, 16, 16)
 
 
+def test_reverse_data_follows_the_book_seed(monkeypatch):
+    monkeypatch.delenv("ATTENTION_BOOK_SEED", raising=False)
+    default = ab.reverse_dataset(4).tensors[0]
+    assert torch.equal(default, ab.reverse_dataset(4, seed=0).tensors[0])
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "3")
+    assert torch.equal(ab.reverse_dataset(4).tensors[0], ab.reverse_dataset(4, seed=3).tensors[0])
+    train, val, test = ab.reverse_loaders(2, num_train=4, num_val=3, num_test=2)
+    assert torch.equal(train.dataset.tensors[0], ab.reverse_dataset(4, seed=3).tensors[0])
+    assert torch.equal(val.dataset.tensors[0], ab.reverse_dataset(3, seed=4).tensors[0])
+    assert torch.equal(test.dataset.tensors[0], ab.reverse_dataset(2, seed=5).tensors[0])
+    assert not torch.equal(ab.reverse_dataset(4).tensors[0], default)
+
+
+def test_encoder_embedding_starts_as_in_d2l_and_the_reverser_small():
+    """TransformerEncoder keeps nn.Embedding's N(0, 1) start (×√d makes tokens dominate positions);
+    SequencePredictor starts at std 1/√d so that embedding × √d and positions have one scale."""
+    torch.manual_seed(0)
+    d = 64
+    enc = ab.TransformerEncoder(500, d, 32, 4, 1)
+    assert 0.9 < enc.embedding.weight.std().item() < 1.1
+    rev = ab.SequencePredictor(500, d, 1, 1)
+    assert 0.9 < (rev.encoder.embedding.weight * d ** 0.5).std().item() < 1.1
+
+
 @pytest.mark.slow
 def test_reversal_learns_quickly():
     """A short run already reverses most positions (the chapter trains to 100%)."""
@@ -285,6 +309,20 @@ def test_reversal_learns_quickly():
         ab.fit(model, train, ab.token_loss, epochs=5, optimizer=opt, scheduler=sched, clip_grad=5.0,
                progress=False, device="cpu")
     assert ab.token_accuracy(model, val) > 0.95
+
+
+def test_reversal_attention_profile_on_a_hand_made_map(monkeypatch):
+    model = ab.SequencePredictor(10, 8, 2, 1)
+    n = 4
+    anti = torch.eye(n).flip(1)                      # all weight on key n-1-i
+    blur = 0.5 * anti + 0.25 * (anti.roll(1, 1) + anti.roll(-1, 1))
+    fake = torch.stack([anti, blur])[None].expand(3, 2, n, n)  # head 1 sharp, head 2 blurred
+    monkeypatch.setattr(model, "attention_maps", lambda X: [fake])
+    profile = ab.reversal_attention_profile(model, torch.zeros(3, n, dtype=torch.long))
+    assert profile["argmax_on_target"] == 1.0
+    assert profile["on_target"] == pytest.approx(0.75)
+    # rows 1 and 2 have both neighbours inside the map; rows 0 and 3 lose the one that wrapped around
+    assert profile["on_neighbours"] == pytest.approx((0.25 * 2 + 0.125 * 2) / 4)
 
 
 def test_schedule_figure_reads_a_real_scheduler():
@@ -318,6 +356,9 @@ def test_train_transformer_and_translation_maps(one_thread):
     model, history = ab.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
                                           dropout=0.0, lr=0.01, epochs=2, progress=False)
     assert len(history.train_loss) == 2 and len(history.metrics["val loss"]) == 2
+    _, again = ab.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
+                                    dropout=0.0, lr=0.01, epochs=2, progress=False, seed=ab.book_seed())
+    assert again.train_loss == history.train_loss  # seed=None means the book's seed
     maps = ab.translation_attention(model, data, "i'm home .")
     S, T = len(maps["source"]), len(maps["queries"])
     assert maps["source"][-1] == "<eos>" and maps["queries"][0] == "<bos>"

@@ -60,6 +60,7 @@ __all__ = [
     "reverse_loaders",
     "SequencePredictor",
     "reversal_attention_figure",
+    "reversal_attention_profile",
     "AdditiveSelfAttention",
     "token_loss",
     "token_accuracy",
@@ -323,12 +324,18 @@ class TransformerEncoder(_TokenStack):
     ``TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
     num_blks, dropout, use_bias=False, *, max_len=1000, norm_first=False,
     causal=False, attention=None)``. ``forward(X, valid_lens=None)`` maps token
-    ids (batch, num_steps) to (batch, num_steps, num_hiddens). The embedding is
-    scaled by √num_hiddens so that it is not drowned by the positional
-    encoding, whose entries lie in [-1, 1]. With ``norm_first=True`` a final
-    layer norm follows the stack (a pre-norm stack ends un-normalised otherwise).
-    ``attention`` (a function ``() -> module``) swaps the attention sublayer of
-    every block (see :class:`TransformerEncoderBlock`).
+    ids (batch, num_steps) to (batch, num_steps, num_hiddens). As in d2l, the
+    embedding keeps ``nn.Embedding``'s default N(0, 1) entries and is multiplied
+    by √num_hiddens, so at the start its entries (std √num_hiddens) are far
+    larger than the positional encoding's, which lie in [-1, 1]: the token
+    dominates and the positions are a small addition. (In the paper the
+    embedding is shared with the output layer, and the authors' code starts it
+    with entries of std 1/√num_hiddens, so the factor brings it up to the
+    positional encoding's scale; :class:`SequencePredictor` starts its
+    embedding that way.) With ``norm_first=True`` a final layer norm follows
+    the stack (a pre-norm stack ends un-normalised otherwise). ``attention``
+    (a function ``() -> module``) swaps the attention sublayer of every block
+    (see :class:`TransformerEncoderBlock`).
 
     ``attention_weights`` is a list with one (batch, heads, num_steps, num_steps)
     tensor per block after a forward pass in eval mode or under
@@ -423,7 +430,7 @@ class TransformerDecoder(_TokenStack):
 def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int = 256, ffn_num_hiddens: int = 64,
                      num_heads: int = 4, num_blks: int = 2, dropout: float = 0.2, max_len: int = 1000,
                      norm_first: bool = False) -> nn.Module:
-    """The seed's translation Transformer (defaults: 2 blocks, 4 heads, 256 hidden, FFN 64, dropout 0.2).
+    """d2l's translation Transformer (defaults: its sizes, 2 blocks, 4 heads, 256 hidden, FFN 64, dropout 0.2).
 
     Returns a :class:`attention_book.seq2seq.EncoderDecoder`:
     ``model(src, tgt_input, src_valid_len)`` gives logits (batch, T, tgt_vocab_size),
@@ -442,26 +449,26 @@ def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int 
 def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4,
                       num_blks: int = 2, dropout: float = 0.2, lr: float = 0.001, epochs: int = 30,
                       clip_grad: float = 1.0, norm_first: bool = False, progress: bool = True,
-                      desc: str = "Transformer", seed: int | None = 0):
+                      desc: str = "Transformer", seed: int | None = None):
     """Build a :func:`make_transformer` model for ``data`` and train it with :func:`attention_book.fit`.
 
-    The seed's recipe: Adam at a constant ``lr``, gradient norm clipped at
+    d2l's recipe: Adam at a constant ``lr``, gradient norm clipped at
     ``clip_grad``, the masked cross-entropy of ``ab.translation_loss``, and the
     validation loss recorded after every epoch (``history.metrics['val loss']``).
-    ``seed`` (when not ``None``) seeds the initial weights and the batch order.
-    Returns ``(model, history)``.
+    ``seed`` seeds the initial weights, the dropout masks and the batch order;
+    ``None`` (the default) uses the book's seed (``ab.book_seed()``). Returns
+    ``(model, history)``.
     """
-    from .config import seed_everything
+    from .config import resolve_seed, seed_everything
     from .seq2seq import translation_loss, validation_loss
     from .text import PAD
     from .train import fit
 
-    if seed is not None:
-        seed_everything(seed)
+    seed = seed_everything(resolve_seed(seed))
     model = make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens, ffn_num_hiddens, num_heads,
                              num_blks, dropout, norm_first=norm_first)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    history = fit(model, data.train_loader(seed=seed or 0), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
+    history = fit(model, data.train_loader(seed=seed), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
                   optimizer=optimizer, clip_grad=clip_grad,
                   evaluate=lambda m: {"val loss": validation_loss(m, data)}, progress=progress, desc=desc)
     return model, history
@@ -633,23 +640,35 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
 
 # --- sequence reversal: an encoder-only predictor ---------------------------------------------
 
-def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, seed: int = 0):
-    """``TensorDataset`` of random digit sequences (num_samples, seq_len) and their reversals."""
+def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, seed: int | None = None):
+    """``TensorDataset`` of random digit sequences (num_samples, seq_len) and their reversals.
+
+    ``seed`` fixes the digits; ``None`` (the default) uses the book's seed.
+    """
     from torch.utils.data import TensorDataset
+
+    from .config import resolve_seed
 
     if num_samples < 1 or seq_len < 1 or num_classes < 2:
         raise ValueError(f"need num_samples >= 1, seq_len >= 1, num_classes >= 2, got {num_samples}, {seq_len}, "
                          f"{num_classes}")
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(resolve_seed(seed))
     X = torch.randint(num_classes, (num_samples, seq_len), generator=gen)
     return TensorDataset(X, X.flip(1))
 
 
 def reverse_loaders(batch_size: int = 128, num_train: int = 50000, num_val: int = 1000, num_test: int = 10000,
-                    seq_len: int = 16, num_classes: int = 10, seed: int = 0):
-    """Train (shuffled, full batches only), validation and test loaders for the reversal task."""
+                    seq_len: int = 16, num_classes: int = 10, seed: int | None = None):
+    """Train (shuffled, full batches only), validation and test loaders for the reversal task.
+
+    The three sets are drawn with ``seed``, ``seed + 1`` and ``seed + 2`` (and the
+    batch order with ``seed``); ``None`` (the default) means the book's seed.
+    """
     from torch.utils.data import DataLoader
 
+    from .config import resolve_seed
+
+    seed = resolve_seed(seed)
     train = reverse_dataset(num_train, seq_len, num_classes, seed)
     val = reverse_dataset(num_val, seq_len, num_classes, seed + 1)
     test = reverse_dataset(num_test, seq_len, num_classes, seed + 2)
@@ -724,6 +743,32 @@ def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: 
                          titles=[f"head {h + 1}" for h in range(maps.shape[1])],
                          row_titles=[f"layer {i + 1}" for i in range(maps.shape[0])] if maps.shape[0] > 1 else None,
                          xticklabels=ticks, yticklabels=ticks, figsize=figsize, vmin=0.0)
+
+
+@torch.no_grad()
+def reversal_attention_profile(model: SequencePredictor, X: torch.Tensor, layer: int = -1) -> dict[str, float]:
+    """Where the attention of a reversal model sits relative to the rule "query i reads key n-1-i".
+
+    Takes the maps of block ``layer`` (default the last) for the sequences ``X``
+    (batch, n), averaged over heads, and returns, over all sequences and query
+    positions ``i``: ``'argmax_on_target'``, the fraction of rows whose largest
+    weight is at key ``n-1-i``; ``'on_target'``, the mean weight on that key;
+    ``'on_neighbours'``, the mean weight on keys ``n-1-i ± 1`` together.
+    """
+    maps = model.attention_maps(X)[layer].mean(dim=1)  # (batch, n, n)
+    n = maps.shape[-1]
+    rows = torch.arange(n, device=maps.device)
+    target = rows.flip(0)
+    neighbours = torch.zeros_like(maps[0], dtype=torch.bool)
+    for shift in (-1, 1):
+        cols = target + shift
+        ok = (cols >= 0) & (cols < n)
+        neighbours[rows[ok], cols[ok]] = True
+    return {
+        "argmax_on_target": (maps.argmax(dim=-1) == target).float().mean().item(),
+        "on_target": maps[:, rows, target].mean().item(),
+        "on_neighbours": (maps * neighbours).sum(dim=-1).mean().item(),
+    }
 
 
 class AdditiveSelfAttention(nn.Module):
