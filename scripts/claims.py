@@ -114,7 +114,7 @@ def short_value(value) -> str:
     if isinstance(value, dict) and len(value) <= 6 and all(isinstance(v, (int, float)) for v in value.values()):
         return "{" + ", ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in value.items()) + "}"
     text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "…"
+    return text if len(text) <= 160 else text[:157] + "…"
 
 
 def write_table(report: dict) -> None:
@@ -125,7 +125,7 @@ def write_table(report: dict) -> None:
         "alternating one and two CPU threads "
         f"(even seeds: 1 thread, odd seeds: 2), with {report.get('data', 'the package data')}. "
         f"torch {report['torch']}. "
-        f"The notebook runs took {report['minutes']:.0f} minutes in all (two at a time).",
+        f"The notebook runs add up to {report['minutes']:.0f} minutes (two ran at a time).",
         "",
     ]
     if report.get("failures"):
@@ -136,14 +136,16 @@ def write_table(report: dict) -> None:
     for key, entry in sorted(report["claims"].items()):
         by_chapter.setdefault(key[:4], []).append((key, entry))
     for chapter, entries in sorted(by_chapter.items()):
-        lines += [f"**{TITLES.get(chapter, chapter)}**", "", "| claim | statement | held | value per seed |",
-                  "| --- | --- | --- | --- |"]
+        lines += [f"### {TITLES.get(chapter, chapter)}", "", "| claim | statement | held in |", "| --- | --- | --- |"]
         for key, e in entries:
-            vals = "; ".join(f"{v['seed']}: {short_value(v['value'])}" for v in e["values"] if v["value"] is not None)
-            held = f"{e['held']} of {e['runs']}"
+            held = f"{e['held']} of {e['runs']} runs"
             if e["held"] < e["runs"]:
                 held = f"**{held}** (not seed {', '.join(map(str, e['seeds_failed']))})"
-            lines.append(f"| `{key}` | {e['statement']} | {held} | {vals or '—'} |")
+            lines.append(f"| `{key}` | {e['statement']} | {held} |")
+        lines += ["", "The values behind each claim, per seed:", ""]
+        for key, e in entries:
+            vals = "; ".join(f"seed {v['seed']}: {short_value(v['value'])}" for v in e["values"] if v["value"] is not None)
+            lines.append(f"- `{key}`: {vals or 'no value recorded'}")
         lines.append("")
     TABLE.write_text("\n".join(lines), encoding="utf-8")
 
@@ -154,7 +156,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (as nbmake in make test)")
     ap.add_argument("--notebooks", nargs="*", default=[], help="substrings of notebook names to run (default: all)")
+    ap.add_argument("--table-only", action="store_true", help="rewrite book/_claims.md from the report, run nothing")
     args = ap.parse_args()
+    if args.table_only:
+        write_table(json.loads(REPORT.read_text(encoding="utf-8")))
+        return
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
     if args.notebooks:
         notebooks = [p for p in notebooks if any(s in p.name for s in args.notebooks)]
