@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -146,5 +147,7 @@ def claim(key: str, holds: Any, statement: str, value: Any = None, *, quiet: boo
         else:
             counted = record.summary()
         mark = "✔ holds" if holds else "✘ does not hold"
-        print(f"Claim {mark} in this run: {statement}. (Over seeds: {counted}.)")
+        # Wrapped: the website shows outputs in a fixed-width box that would hide a long line.
+        print(textwrap.fill(f"Claim {mark} in this run: {statement}. (Over seeds: {counted}.)", width=88,
+                            subsequent_indent="  ", break_on_hyphens=False))
     return holds
