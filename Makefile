@@ -48,9 +48,10 @@ test-unit: venv
 ## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
 ## so the site build below reuses them instead of executing again. One notebook at a time:
 ## two processes starting kernels together can pick the same TCP ports (jupyter_client#487),
-## which left a run waiting forever here.
+## which left a run waiting forever here. kernel_poll (book/_ext/kernel_poll.py) keeps a missed
+## socket wake-up after widget cells from stalling a notebook until its timeout.
 test-notebooks: stage
-	$(PY) -m pytest --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
+	PYTHONPATH=book/_ext $(PY) -m pytest -p kernel_poll --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).

@@ -57,6 +57,9 @@ def run_one(path: str, seed: int, log: str, lock: str, timeout: int) -> tuple[st
     os.environ.setdefault("ATTENTION_BOOK_SIZE", "ci")
     import nbformat
     from nbclient import NotebookClient
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import kernel_poll  # noqa: F401  (see its docstring: stalls after widget cells)
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)

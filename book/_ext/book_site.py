@@ -95,6 +95,9 @@ def default_theme_mode(app, config) -> None:
 
 
 def setup(app):
+    import kernel_poll  # notebook execution during the build: see kernel_poll.py
+
+    kernel_poll.install()
     app.connect("config-inited", default_theme_mode)
     # Late priority: after every extension has added its scripts to the page.
     app.connect("html-page-context", dedupe_scripts, priority=900)
