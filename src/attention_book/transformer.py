@@ -459,12 +459,12 @@ def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, n
     ``None`` (the default) uses the book's seed (``ab.book_seed()``). Returns
     ``(model, history)``.
     """
-    from .config import resolve_seed, seed_everything
+    from .config import seed_everything
     from .seq2seq import translation_loss, validation_loss
     from .text import PAD
     from .train import fit
 
-    seed = seed_everything(resolve_seed(seed))
+    seed = seed_everything(seed)  # None: the book's seed
     model = make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens, ffn_num_hiddens, num_heads,
                              num_blks, dropout, norm_first=norm_first)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
