@@ -16,6 +16,11 @@ JOBS ?= 2
 # With JOBS test processes on a 2-core machine, each torch process gets one intra-op thread:
 # several processes each spinning several threads slow one another down many times over.
 PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
+# Notebooks executed for the website draw every explorer's settings into a kernel-free player
+# (src/attention_book/explorer.py) and record what they drew in $(FRAMES) for the build log
+# and the browser test.
+FRAMES := $(STAGE)/_frames
+SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES=$(CURDIR)/$(FRAMES)
 
 .PHONY: venv book test test-unit test-notebooks test-site lab stage clean student grade claims
 
@@ -39,7 +44,8 @@ stage: venv
 	$(PY) scripts/stage.py $(STAGE)
 
 book: stage
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(PY) scripts/explorers.py $(FRAMES)
 	@echo "Website: _build/html/index.html"
 
 test-unit: venv
@@ -51,14 +57,15 @@ test-unit: venv
 ## which left a run waiting forever here. kernel_poll (book/_ext/kernel_poll.py) keeps a missed
 ## socket wake-up after widget cells from stalling a notebook until its timeout.
 test-notebooks: stage
-	PYTHONPATH=book/_ext $(PY) -m pytest -p kernel_poll --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
+	PYTHONPATH=book/_ext $(SITE_ENV) $(PY) -m pytest -p kernel_poll --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).
 test-site: test-notebooks
 	@# Staging again keeps the executed notebooks and marks them, so the build reuses their outputs.
 	$(PY) scripts/stage.py $(STAGE)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(PY) scripts/explorers.py $(FRAMES)
 	bash scripts/ensure_chromium.sh
 	$(PY) -m pytest -m "browser" tests
 

@@ -13,7 +13,8 @@ for readers offline.
 Two knobs for development only (defaults are the real thing):
 ATTENTION_BOOK_SITE_HTML (the built site, default `_build/html`) and
 ATTENTION_BOOK_SITE_SOURCE (where `_config.yml`, `_toc.yml`, `notebooks/`,
-`book/` are read, default the repository).
+`book/` are read, default the repository) and ATTENTION_BOOK_SITE_FRAMES (the
+explorers' records of what they drew, default `_stage/_frames`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import math
 import os
 import re
 import threading
@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HTML = Path(os.environ.get("ATTENTION_BOOK_SITE_HTML", ROOT / "_build" / "html"))
 SOURCE = Path(os.environ.get("ATTENTION_BOOK_SITE_SOURCE", ROOT))
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+# What each explorer drew when the site was built (ATTENTION_BOOK_FRAMES in the Makefile).
+FRAMES = Path(os.environ.get("ATTENTION_BOOK_SITE_FRAMES", ROOT / "_stage" / "_frames"))
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -57,11 +59,6 @@ CONFIG = yaml.safe_load((SOURCE / "_config.yml").read_text(encoding="utf-8"))
 CHAPTER = re.compile(r"^notebooks/ch\d\d_(?!exercises$)\w+$")
 EXERCISES = re.compile(r"^notebooks/ch\d\d_exercises$")
 WIDGET_CODE = re.compile(r"\binteractive\(|\binteract\(|\bwidgets\.[A-Z]\w*\(")
-SLIDER_CODE = re.compile(r"\b\w*Slider\(")
-# interact(f, n=(1, 20)) or interact(f, x=0.5) makes a slider out of a tuple or a number.
-SLIDER_ABBREVIATION = re.compile(r"\w+\s*=\s*(?:\(\s*[-+\d.]|[-+]?\d[\d.]*\s*(?:[,)]|$))")
-
-
 def notebook_code(docname: str) -> str:
     """The code of a notebook's cells that show on the page (remove-cell/-output ones do not)."""
     path = SOURCE / f"{docname}.ipynb"
@@ -73,27 +70,8 @@ def notebook_code(docname: str) -> str:
                      if c["cell_type"] == "code" and not hidden & set(c.get("metadata", {}).get("tags", [])))
 
 
-def _interact_calls(code: str) -> list[str]:
-    """The argument text of each interact(...)/interactive(...) call."""
-    calls = []
-    for match in re.finditer(r"\binteract(?:ive)?\(", code):
-        depth, i = 1, match.end()
-        while i < len(code) and depth:
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            i += 1
-        calls.append(code[match.end():i - 1])
-    return calls
-
-
 def creates_widgets(docname: str) -> bool:
     return bool(WIDGET_CODE.search(notebook_code(docname)))
-
-
-def creates_sliders(docname: str) -> bool:
-    code = notebook_code(docname)
-    return bool(SLIDER_CODE.search(code)) or any(
-        SLIDER_ABBREVIATION.search(re.sub(r"\b\w+\((?:[^()]|\([^()]*\))*\)", "", args))
-        for args in _interact_calls(code))
 
 
 @dataclass
@@ -106,9 +84,7 @@ class Visit:
     broken_images: list[str] = field(default_factory=list)
     widget_views: int = 0
     widgets_rendered: int = 0
-    slider_readouts: list[str] = field(default_factory=list)
-    slider_models: list[dict] = field(default_factory=list)
-    widgets_without_figure: list[str] = field(default_factory=list)
+    explorers: list[str] = field(default_factory=list)
     math_total: int = 0
     math_typeset: int = 0
     math_errors: int = 0
@@ -168,24 +144,11 @@ JS_PAGE_FACTS = """() => {
   const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
   const rendered = Array.from(views).filter(s => s.previousElementSibling &&
       s.previousElementSibling.querySelector('.jupyter-widgets')).length;
-  const sliders = Array.from(document.querySelectorAll('.widget-slider')).filter(e => e.offsetParent !== null);
-  const readouts = sliders.map(s => { const r = s.querySelector('.widget-readout');
-      return r ? (r.value !== undefined && r.tagName === 'INPUT' ? r.value : r.textContent).trim() : ''; });
-  // The plain figure beside each interactive widget (ipywidgets.interactive: a
-  // .widget-interact box; tqdm's progress bars are widgets too, but need none):
-  // the next code cell after the widget's cell draws one.
-  const widgetCells = new Set(Array.from(views).map(s => s.closest('.cell'))
-      .filter(c => c && c.querySelector('.widget-interact')));
-  const lonely = Array.from(widgetCells).filter(cell => {
-    let next = cell.nextElementSibling;
-    while (next && !next.classList.contains('cell')) next = next.nextElementSibling;
-    return !(next && Array.from(next.querySelectorAll('.cell_output img')).some(i => i.naturalWidth > 0));
-  }).map(cell => (cell.querySelector('.cell_input') || cell).textContent.trim().slice(0, 80));
   const maths = Array.from(document.querySelectorAll('#main-content .math'));
   return {
     figures: figs.length, broken,
-    widget_views: views.length, widgets_rendered: rendered, slider_readouts: readouts,
-    widgets_without_figure: lonely,
+    widget_views: views.length, widgets_rendered: rendered,
+    explorers: Array.from(document.querySelectorAll('.ab-explorer')).map(e => e.getAttribute('data-explorer')),
     math_total: maths.length,
     math_typeset: maths.filter(m => m.querySelector('mjx-container')).length,
     math_errors: document.querySelectorAll('mjx-merror').length,
@@ -230,63 +193,6 @@ JS_OVERFLOW = """() => {
 
 def _slug(docname: str) -> str:
     return docname.replace("/", "__")
-
-
-def slider_models(html: str) -> list[dict]:
-    """The slider models in the page's saved widget state (state plus `model_name`)."""
-    match = re.search(
-        r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', html, re.S)
-    if not match:
-        return []
-    state = json.loads(match.group(1)).get("state", {})
-    return [{**m["state"], "model_name": m["model_name"]} for m in state.values()
-            if m.get("model_name", "").endswith("SliderModel")]
-
-
-def _numbers(text: str) -> list[float]:
-    return [float(x) for x in re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?", text)]
-
-
-def _resolution(readout: str) -> float:
-    """Half a unit in the last digit the readout shows (rounding of e.g. "1.00")."""
-    mantissa = re.split(r"[eE]", readout)[0]
-    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
-    return 0.51 * 10.0 ** -decimals
-
-
-def _shows(shown: float, value: float, model: dict, readout: str) -> bool:
-    """Is `shown` the slider's picture of `value`: equal up to the readout's rounding and
-    the slider's own grid (a slider snaps its value to min + k * step)?"""
-    step = float(model.get("step") or 0)
-    if model["model_name"] == "FloatLogSliderModel":  # the grid is on the exponent
-        base = float(model.get("base", 10))
-        if shown <= 0 or value <= 0:
-            return False
-        gap = abs(math.log(shown, base) - math.log(value, base))
-        return gap <= step / 2 + math.log(1 + _resolution(readout) / shown, base) + 1e-9
-    return abs(shown - value) <= max(_resolution(readout), step / 2) + 1e-9
-
-
-def readout_shows_state(readout: str, models: list[dict]) -> bool:
-    """Does a slider's readout show the value of one of the executed slider models?"""
-    for model in models:
-        labels, index, value = model.get("_options_labels"), model.get("index"), model.get("value")
-        if labels is not None and isinstance(index, int):  # SelectionSlider: shows the label
-            if readout == str(labels[index]):
-                return True
-            continue
-        if labels is not None and isinstance(index, list):  # SelectionRangeSlider
-            if all(str(labels[i]) in readout for i in index):
-                return True
-            continue
-        wanted = value if isinstance(value, list) else [value]
-        shown = _numbers(readout)
-        if len(shown) == len(wanted) and all(
-            isinstance(w, (int, float)) and _shows(x, float(w), model, readout)
-            for x, w in zip(shown, wanted)
-        ):
-            return True
-    return False
 
 
 class Crawler:
@@ -337,14 +243,12 @@ class Crawler:
         visit.figures = facts["figures"]
         visit.broken_images = facts["broken"]
         visit.widget_views, visit.widgets_rendered = facts["widget_views"], facts["widgets_rendered"]
-        visit.slider_readouts = facts["slider_readouts"]
-        visit.widgets_without_figure = facts["widgets_without_figure"]
+        visit.explorers = facts["explorers"]
         visit.math_total, visit.math_typeset = facts["math_total"], facts["math_typeset"]
         visit.math_errors = facts["math_errors"]
         visit.links, visit.colab, visit.nav = facts["links"], facts["colab"], facts["nav"]
         visit.github = facts["github"]
         visit.prev, visit.next, visit.citations = facts["prev"], facts["next"], facts["citations"]
-        visit.slider_models = slider_models((HTML / f"{docname}.html").read_text("utf-8"))
         (SCREENSHOTS / "desktop").mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SCREENSHOTS / "desktop" / f"{_slug(docname)}.png"), full_page=True)
         # Phone width: the theme's layout follows CSS media queries, so resizing the
@@ -407,23 +311,128 @@ def test_chapter_shows_a_figure(crawler, docname):
         "`make venv` sets MPLBACKEND=module://matplotlib_inline.backend_inline; re-run it.")
 
 
+def explorer_names(docname: str) -> list[str]:
+    """The names of the explorers a notebook declares (``ab.explore(..., name="chNN.x", ...)``)."""
+    code = notebook_code(docname)
+    return [m.group(1) for m in re.finditer(r'ab\.explore\((?:[^()]|\([^()]*\))*?name="([^"]+)"', code, re.S)]
+
+
 @pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
-def test_widgets_render_with_executed_state(crawler, docname):
+def test_no_page_shows_a_dead_widget(crawler, docname):
+    """A page has no kernel: an ipywidgets control there would move nothing. Every control is
+    an explorer (``ab.explore``), which the site build turns into a player of precomputed frames."""
+    assert not creates_widgets(docname), (
+        f"{docname}: the notebook builds ipywidgets controls itself; declare them with ab.explore "
+        "so the website gets a working player")
     visit = crawler.visit(docname)
-    if creates_widgets(docname):
-        assert visit.widget_views >= 1, (
-            f"{visit.url}: the notebook creates widgets but the page has no widget view; was the "
-            "widget state saved when it was executed (nbclient store_widget_state)?")
-    assert visit.widgets_rendered == visit.widget_views, (
-        f"{visit.url}: {visit.widgets_rendered} of {visit.widget_views} widget views rendered")
-    assert not visit.widgets_without_figure, (
-        f"{visit.url}: widgets without a plain figure in the next code cell (for the static page): "
-        f"{visit.widgets_without_figure}")
-    if not creates_sliders(docname):
-        return
-    assert visit.slider_readouts, f"{visit.url}: the notebook creates sliders; none is visible"
-    wrong = [r for r in visit.slider_readouts if not readout_shows_state(r, visit.slider_models)]
-    assert not wrong, f"{visit.url}: slider readouts {wrong} show none of the executed values"
+    assert visit.widget_views == 0, (
+        f"{visit.url}: {visit.widget_views} ipywidgets views on a page without a kernel (a progress "
+        "bar or a widget made outside ab.explore?)")
+    assert visit.explorers == explorer_names(docname), (
+        f"{visit.url}: the page shows explorers {visit.explorers}, the notebook declares "
+        f"{explorer_names(docname)}")
+
+
+JS_EXPLORER_STATE = """(name) => {
+  const root = document.querySelector(`.ab-explorer[data-explorer="${name}"]`);
+  const controls = Array.from(root.querySelectorAll('[data-ab-control]'));
+  return {
+    ids: controls.map(c => c.id),
+    kinds: controls.map(c => c.tagName.toLowerCase()),
+    indices: controls.map(c => Number(c.value)),
+    readouts: controls.map(c => c.tagName === 'SELECT' ? c.options[c.selectedIndex].text
+        : root.querySelector(`output[for="${c.id}"]`).textContent),
+    images: Array.from(root.querySelectorAll('.ab-explorer-frame img')).filter(i => !i.hidden)
+        .map(i => i.getAttribute('src')),
+    text: root.querySelector('.ab-explorer-frame pre').textContent,
+  };
+}"""
+
+
+def _shown_digest(state: dict) -> str:
+    import base64
+
+    from attention_book.explorer import frame_digest
+
+    images = []
+    for src in state["images"]:
+        assert src.startswith("data:image/png;base64,"), f"an explorer frame is not an inline PNG: {src[:60]}"
+        images.append(base64.b64decode(src.split(",", 1)[1]))
+    return frame_digest(images, state["text"])
+
+
+def _check_explorer_shows(page, name: str, manifest: dict, where: str) -> dict:
+    """The frame on the page is the one the kernel drew for the controls' current values."""
+    state = page.evaluate(JS_EXPLORER_STATE, name)
+    values = [c["values"] for c in manifest["controls"]]
+    assert state["readouts"] == [v[k] for v, k in zip(values, state["indices"])], (
+        f"{where}: the readouts {state['readouts']} do not name the chosen values")
+    flat = 0
+    for v, k in zip(values, state["indices"]):
+        flat = flat * len(v) + k
+    assert _shown_digest(state) == manifest["digests"][flat], (
+        f"{where}: at {dict(zip([c['label'] for c in manifest['controls']], state['readouts']))} the page "
+        "shows another frame than the one the kernel drew for these values")
+    return state
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if explorer_names(p)])
+def test_every_explorer_control_moves_its_frame(crawler, docname):
+    """Move every control of every explorer to two other values (sliders with the keyboard),
+    and compare the shown frame with the build's record of what the kernel drew."""
+    visit = crawler.visit(docname)
+    page = crawler.page
+    page.set_viewport_size(DESKTOP)
+    page.goto(visit.url, wait_until="load")
+    crawler.events = []
+    for name in explorer_names(docname):
+        record = FRAMES / f"{name}.json"
+        assert record.is_file(), f"no record of explorer {name} in {FRAMES}: was the site built by make?"
+        manifest = json.loads(record.read_text(encoding="utf-8"))
+        where = f"{visit.url} explorer {name}"
+        state = _check_explorer_shows(page, name, manifest, where)
+        assert state["indices"] and state["indices"] == _unflatten(manifest["default"], manifest), (
+            f"{where}: the page does not open at the notebook's default setting")
+        for i, control in enumerate(manifest["controls"]):
+            count = len(control["values"])
+            if count < 2:
+                continue
+            cid = state["ids"][i]
+            before = state
+            for move in range(2):
+                k = page.evaluate(JS_EXPLORER_STATE, name)["indices"][i]
+                if state["kinds"][i] == "input":
+                    page.focus(f"#{cid}")
+                    key = ("ArrowRight" if k < count - 1 else "ArrowLeft") if move == 0 else (
+                        "Home" if k != 0 else "End")
+                    page.keyboard.press(key)
+                else:
+                    page.select_option(f"#{cid}", index=(k + 1 + move) % count if count > 2 else 1 - k)
+                after = _check_explorer_shows(page, name, manifest, f"{where} ({control['label']})")
+                assert after["indices"][i] != before["indices"][i] or count == 2, (
+                    f"{where}: the {control['label']} control did not move")
+                before = after
+    assert not crawler.events, f"{visit.url}: errors while moving the controls:\n  " + "\n  ".join(crawler.events)
+
+
+def _unflatten(flat: int, manifest: dict) -> list[int]:
+    ks = []
+    for control in reversed(manifest["controls"]):
+        ks.append(flat % len(control["values"]))
+        flat //= len(control["values"])
+    return ks[::-1]
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
+def test_page_weight_with_its_frames_stays_under_3_mb(docname):
+    page = HTML / f"{docname}.html"
+    if not page.is_file():
+        pytest.skip(f"{page} not built")
+    text = page.read_text(encoding="utf-8")
+    images = {src for src in re.findall(r'<img[^>]+src="([^"]+)"', text) if not src.startswith("data:")}
+    total = len(text.encode()) + sum((page.parent / unquote(src)).stat().st_size for src in images
+                                     if (page.parent / unquote(src)).is_file())
+    assert total <= 3_000_000, f"{page}: {total / 1e6:.2f} MB with its images (at most 3 MB)"
 
 
 @pytest.mark.parametrize("docname", PAGES)

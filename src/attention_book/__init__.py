@@ -11,7 +11,7 @@ listed in reading order: the core shared by every chapter, then one module per
 chapter.
 """
 
-# Core: settings, plotting, training, data, attention, positions, text.
+# Core: settings, plotting, training, data, attention, positions, text, claims, explorers.
 from .config import *  # noqa: F401,F403
 from .plot import *  # noqa: F401,F403
 from .train import *  # noqa: F401,F403
@@ -20,6 +20,7 @@ from .attention import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
 from .claims import *  # noqa: F401,F403
+from .explorer import *  # noqa: F401,F403
 
 # Chapters 1–9.
 from .lookup import *  # noqa: F401,F403
@@ -34,7 +35,8 @@ from .pretraining import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
-MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "claims", "lookup", "kernels", "scoring",
+MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "lookup", "kernels",
+           "scoring",
            "seq2seq", "heads", "selfattention", "transformer", "vit", "pretraining")
 
 __version__ = "0.1.0"

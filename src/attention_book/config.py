@@ -17,6 +17,15 @@ Every environment variable the book reads is read here, and only here:
 ``ATTENTION_BOOK_CLAIMS``
     A file that :func:`attention_book.claim` appends one JSON line to per
     claim checked (used by ``make claims``, the seed check). Unset: nothing is written.
+``ATTENTION_BOOK_EXPLORERS``
+    ``live`` (default): :func:`attention_book.explore` shows ipywidgets controls
+    that recompute on every move. ``static``: it computes its output for every
+    setting of a grid and shows a player that needs no kernel (how the website is
+    built: ``make book`` and ``make test`` set it).
+``ATTENTION_BOOK_FRAMES``
+    A directory where a ``static`` explorer writes a manifest of what it drew
+    (one JSON file per explorer: settings, frame hashes, time taken), read by the
+    build log and the browser test. Unset: nothing is written.
 """
 
 from __future__ import annotations
@@ -43,6 +52,10 @@ __all__ = [
     "book_seed",
     "resolve_seed",
     "claims_log",
+    "EXPLORERS_ENV",
+    "FRAMES_ENV",
+    "static_explorers",
+    "frames_dir",
     "seed_everything",
     "describe_run",
     "single_thread",
@@ -53,6 +66,8 @@ DATA_ENV = "ATTENTION_BOOK_DATA"
 SIZE_ENV = "ATTENTION_BOOK_SIZE"
 SEED_ENV = "ATTENTION_BOOK_SEED"
 CLAIMS_ENV = "ATTENTION_BOOK_CLAIMS"
+EXPLORERS_ENV = "ATTENTION_BOOK_EXPLORERS"
+FRAMES_ENV = "ATTENTION_BOOK_FRAMES"
 _SIZES = ("ci", "full")
 
 T = TypeVar("T")
@@ -149,6 +164,20 @@ def claims_log() -> Path | None:
     """Where :func:`attention_book.claim` records claims: ``$ATTENTION_BOOK_CLAIMS``, or None."""
     configured = os.environ.get(CLAIMS_ENV, "").strip()
     return Path(configured).expanduser().resolve() if configured else None
+
+
+def static_explorers() -> bool:
+    """True when explorers should precompute a player for a page without a kernel."""
+    configured = os.environ.get(EXPLORERS_ENV, "").strip().lower() or "live"
+    if configured not in ("live", "static"):
+        raise ValueError(f"{EXPLORERS_ENV} must be 'live' or 'static', got {configured!r}")
+    return configured == "static"
+
+
+def frames_dir() -> Path | None:
+    """Where static explorers record what they drew (``ATTENTION_BOOK_FRAMES``), or None."""
+    configured = os.environ.get(FRAMES_ENV, "").strip()
+    return Path(configured).expanduser() if configured else None
 
 
 def seed_everything(seed: int | None = None) -> int:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .config import device as pick_device
+from .config import static_explorers
 
 __all__ = ["History", "fit", "move_to", "grad_clipping"]
 
@@ -79,6 +80,21 @@ class History:
         return ", ".join(parts)
 
 
+def _progress_bar(total: int, desc: str):
+    """tqdm's notebook bar in a live kernel. When the website is built (static explorers)
+    the bar writes nothing while it runs and ``fit`` prints its final state as text: a
+    widget on a page without a kernel would show an empty box."""
+    if static_explorers():
+        import io
+
+        from tqdm.std import tqdm
+
+        return tqdm(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False, ncols=80)
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="epoch")
+
+
 def fit(
     model: nn.Module,
     train_data: Iterable,
@@ -133,9 +149,7 @@ def fit(
     bar = None
     epoch_iter: Iterable[int] = range(epochs)
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=epochs, desc=desc, unit="epoch")
+        bar = _progress_bar(epochs, desc)
     for _epoch in epoch_iter:
         model.train()
         total, count = 0.0, 0.0
@@ -186,6 +200,8 @@ def fit(
             bar.update(1)
     if bar is not None:
         bar.close()
+        if static_explorers():
+            print(bar)  # the page shows the finished bar as one line of text
     model.eval()
     history.seconds = time.perf_counter() - start
     if not all(math.isfinite(v) for v in history.train_loss):

@@ -1,0 +1,456 @@
+"""Explorers: one declaration, live controls in a notebook, a kernel-free player on the website.
+
+A chapter declares an explorer once: a function that draws (matplotlib figures,
+printed text, or both) from keyword arguments, and one control per argument::
+
+    ab.explore(ab.kernel_explorer_figure, name="ch02.kernels",
+               kernel=ab.Choice(ab.KERNEL_NAMES, value="gaussian", label="kernel"),
+               sigma=ab.LogSlider(0.01, 3.16, value=0.5, label="width σ", grid=11))
+
+- In Jupyter, JupyterLab and Colab (the default, ``ATTENTION_BOOK_EXPLORERS=live``)
+  this is an ``ipywidgets.interactive``: every move of a control calls the
+  function again, continuous values included.
+- When the website is built (``ATTENTION_BOOK_EXPLORERS=static``, set by
+  ``make book`` and ``make test``) it calls the function once for every setting
+  on the controls' grids, and shows a small HTML player: native sliders and
+  menus (keyboard accessible) that swap in the output computed for the chosen
+  setting. The player needs no kernel, no server and no network, so it works
+  from ``file://`` as well. Identical frames are stored once; figures are
+  stored as palette PNGs, which keeps a page of frames small.
+
+Why our own player rather than a library: matplotlib's ``to_jshtml`` steps
+through one sequence (one control), Panel's ``embed`` adds Bokeh and Panel's
+JavaScript to every page (megabytes), and Vega-Lite or plotly would recompute in
+the browser only what fits their chart grammar — the book's outputs are
+matplotlib figures of real model runs. The player here is about forty lines of
+JavaScript inlined with its frames.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import html
+import io
+import itertools
+import json
+import math
+import re
+import time
+from typing import Any, Callable, Sequence
+
+from .config import frames_dir, static_explorers
+
+__all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
+
+MAX_SETTINGS = 600
+"""Most settings one explorer may precompute (the product of its grids' sizes)."""
+
+_NAME = re.compile(r"^ch\d\d\.[a-z0-9_]+$")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class _Control:
+    """A control: its label, its default ``value``, and the ``(shown, value)`` pairs of its grid."""
+
+    slider = True  # drawn as a range input on the static page; False: a menu
+
+    def __init__(self, label: str, value: Any, pairs: Sequence[tuple[str, Any]]):
+        self.label, self.value, self.pairs = label, value, tuple(pairs)
+
+    def grid(self) -> list[tuple[str, Any]]:
+        """The (shown label, value) pairs a static page offers."""
+        return list(self.pairs)
+
+    def widget(self):  # pragma: no cover - every control defines it
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.label!r}, value={self.value!r}, grid={[v for _, v in self.pairs]!r})"
+
+
+def _points(values: Sequence[Any]) -> list[tuple[str, Any]]:
+    return [(_fmt(v), v) for v in values]
+
+
+class Choice(_Control):
+    """A menu: ``options`` are values, or ``(shown label, value)`` pairs."""
+
+    slider = False
+
+    def __init__(self, options: Sequence[Any], value: Any = None, label: str = ""):
+        pairs = [tuple(o) if isinstance(o, (tuple, list)) and len(o) == 2 else (_fmt(o), o) for o in options]
+        if not pairs:
+            raise ValueError("Choice needs at least one option")
+        values = [v for _, v in pairs]
+        value = values[0] if value is None else value
+        if value not in values:
+            raise ValueError(f"Choice value {value!r} is not one of the options {values!r}")
+        super().__init__(label, value, pairs)
+
+    def widget(self):
+        import ipywidgets as widgets
+
+        return widgets.Dropdown(options=list(self.pairs), value=self.value, description=self.label)
+
+
+class Steps(_Control):
+    """A slider over a list of values (``ipywidgets.SelectionSlider``); the page offers all of them."""
+
+    def __init__(self, values: Sequence[Any], value: Any = None, label: str = ""):
+        values = tuple(values)
+        if not values:
+            raise ValueError("Steps needs at least one value")
+        value = values[0] if value is None else value
+        if value not in values:
+            raise ValueError(f"Steps value {value!r} is not one of {values!r}")
+        super().__init__(label, value, _points(values))
+
+    def widget(self):
+        import ipywidgets as widgets
+
+        return widgets.SelectionSlider(options=list(self.pairs), value=self.value, description=self.label)
+
+
+def _with_default(values: list, default: Any) -> list:
+    if not any(math.isclose(v, default, rel_tol=1e-9, abs_tol=1e-12) for v in values):
+        values = values + [default]
+    return sorted(set(values))
+
+
+class Slider(_Control):
+    """A linear slider from ``min`` to ``max`` in steps of ``step`` (int when all four are ints).
+
+    ``grid`` is what the static page offers: None for every step (at most 41),
+    an int for that many evenly spaced steps, or a list of values on the slider.
+    The default ``value`` is always on the grid.
+    """
+
+    def __init__(self, min: float, max: float, step: float, value: float, label: str = "",
+                 grid: int | Sequence[float] | None = None):
+        if not (max > min and step > 0):
+            raise ValueError(f"Slider needs min < max and step > 0, got min={min!r}, max={max!r}, step={step!r}")
+        if not min <= value <= max:
+            raise ValueError(f"Slider value {value!r} is outside [{min!r}, {max!r}]")
+        self.is_int = all(isinstance(x, int) and not isinstance(x, bool) for x in (min, max, step, value))
+        count = int(round((max - min) / step)) + 1
+        if grid is None:
+            if count > 41:
+                raise ValueError(f"Slider {label!r} has {count} steps: give grid= (a count or the values) "
+                                 "for the static page")
+            points = [min + i * step for i in range(count)]
+        elif isinstance(grid, int):
+            if grid < 2:
+                raise ValueError(f"grid must be at least 2, got {grid!r}")
+            points = [min + i * step for i in sorted({round(i * (count - 1) / (grid - 1)) for i in range(grid)})]
+        else:
+            points = list(grid)
+            bad = [p for p in points if not (min <= p <= max)]
+            if bad:
+                raise ValueError(f"Slider {label!r}: grid values {bad!r} are outside [{min!r}, {max!r}]")
+        points = [int(round(p)) for p in points] if self.is_int else [round(float(p), 10) for p in points]
+        self.min, self.max, self.step = min, max, step
+        super().__init__(label, value, _points(_with_default(points, value)))
+
+    @property
+    def points(self) -> tuple:
+        return tuple(v for _, v in self.pairs)
+
+    def widget(self):
+        import ipywidgets as widgets
+
+        kind = widgets.IntSlider if self.is_int else widgets.FloatSlider
+        return kind(value=self.value, min=self.min, max=self.max, step=self.step, description=self.label)
+
+
+class LogSlider(_Control):
+    """A slider on a log scale (base 10) from ``min`` to ``max``. The static page offers about
+    ``grid`` values in a geometric progression through the default ``value`` (3 significant
+    digits), so the default is on the grid and the steps are even in the logarithm."""
+
+    def __init__(self, min: float, max: float, value: float, label: str = "", grid: int = 9):
+        if not (0 < min < max):
+            raise ValueError(f"LogSlider needs 0 < min < max, got min={min!r}, max={max!r}")
+        if not min <= value <= max:
+            raise ValueError(f"LogSlider value {value!r} is outside [{min!r}, {max!r}]")
+        if not isinstance(grid, int) or grid < 2:
+            raise ValueError(f"grid must be an int of at least 2, got {grid!r}")
+        ratio = math.log(max / min) / (grid - 1)
+        below = math.floor(math.log(value / min) / ratio + 1e-9)
+        above = math.floor(math.log(max / value) / ratio + 1e-9)
+        points = [float(f"{value * math.exp(k * ratio):.3g}") for k in range(-below, above + 1)]
+        self.min, self.max = min, max
+        super().__init__(label, value, _points(_with_default(points, value)))
+
+    @property
+    def points(self) -> tuple:
+        return tuple(v for _, v in self.pairs)
+
+    def widget(self):
+        import ipywidgets as widgets
+
+        return widgets.FloatLogSlider(value=self.value, base=10, min=math.log10(self.min),
+                                      max=math.log10(self.max), step=0.05, description=self.label)
+
+
+class Text(_Control):
+    """A text box in a notebook; on the static page, a menu of ``choices`` (the default first)."""
+
+    slider = False
+
+    def __init__(self, value: str, choices: Sequence[str] = (), label: str = ""):
+        if not isinstance(value, str):
+            raise ValueError(f"Text value must be a str, got {value!r}")
+        super().__init__(label, value, [(c, c) for c in [value] + [c for c in choices if c != value]])
+
+    def widget(self):
+        import ipywidgets as widgets
+
+        return widgets.Text(value=self.value, description=self.label, continuous_update=False)
+
+
+def frame_digest(images: Sequence[bytes], text: str) -> str:
+    """The hash the build records for one frame (its images' bytes, then its text)."""
+    h = hashlib.sha256()
+    for image in images:
+        h.update(hashlib.sha256(image).digest())
+    h.update(text.encode("utf-8"))
+    return h.hexdigest()
+
+
+def _png(fig, dpi: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    buf.seek(0)
+    # 64 colours by octree keep the book's greys and colour maps (median cut shifted greys to
+    # red) at a third of the size of a full-colour PNG.
+    image = Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+    out = io.BytesIO()
+    image.save(out, format="png", optimize=True)
+    return out.getvalue()
+
+
+def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], str]:
+    """Call ``fn(**kwargs)``; return the PNGs of the figures it made and the text it printed."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    before = set(plt.get_fignums())
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            result = fn(**kwargs)
+        figures = [plt.figure(n) for n in plt.get_fignums() if n not in before]
+        if isinstance(result, Figure) and result not in figures:
+            figures.append(result)
+        return [_png(f, dpi) for f in figures], printed.getvalue()
+    finally:
+        for n in set(plt.get_fignums()) - before:
+            plt.close(n)
+
+
+_PLAYER_JS = """
+(function (root) {
+  var data = JSON.parse(root.querySelector("script.ab-explorer-data").textContent);
+  var controls = Array.prototype.slice.call(root.querySelectorAll("[data-ab-control]"));
+  var view = root.querySelector(".ab-explorer-frame");
+  function update() {
+    var flat = 0, said = [];
+    controls.forEach(function (c, i) {
+      var k = Number(c.value), shown = data.labels[i][k];
+      flat = flat * data.labels[i].length + k;
+      var out = root.querySelector('output[for="' + c.id + '"]');
+      if (out) { out.textContent = shown; }
+      if (c.type === "range") { c.setAttribute("aria-valuetext", shown); }
+      said.push(data.names[i] + " " + shown);
+    });
+    var frame = data.frames[data.index[flat]], imgs = view.querySelectorAll("img");
+    frame[0].forEach(function (id, j) {
+      var img = imgs[j];
+      if (!img) { img = document.createElement("img"); view.insertBefore(img, view.querySelector("pre")); }
+      img.src = "data:image/png;base64," + data.images[id];
+      img.alt = data.title + ": " + said.join(", ");
+      img.hidden = false;
+    });
+    for (var j = frame[0].length; j < imgs.length; j++) { imgs[j].hidden = true; imgs[j].removeAttribute("src"); }
+    var pre = view.querySelector("pre");
+    pre.textContent = frame[1];
+    pre.hidden = !frame[1];
+    root.setAttribute("data-setting", String(flat));
+  }
+  controls.forEach(function (c) { c.addEventListener("input", update); c.addEventListener("change", update); });
+  update();
+})(document.currentScript.parentElement);
+"""
+
+
+class StaticExplorer:
+    """The website's form of an explorer: every setting drawn once, shown by a small player."""
+
+    def __init__(self, fn: Callable, name: str, controls: dict[str, _Control], dpi: int = 75):
+        self.name = name
+        self.controls = controls
+        grids = [c.grid() for c in controls.values()]
+        settings = list(itertools.product(*[range(len(g)) for g in grids]))
+        if len(settings) > MAX_SETTINGS:
+            sizes = " × ".join(str(len(g)) for g in grids)
+            raise ValueError(f"explorer {name!r} would precompute {sizes} = {len(settings)} settings "
+                             f"(at most {MAX_SETTINGS}); give its controls coarser grids")
+        start = time.perf_counter()
+        images: dict[str, int] = {}
+        image_data: list[bytes] = []
+        frames: dict[tuple, int] = {}
+        frame_list: list[tuple[list[int], str]] = []
+        index: list[int] = []
+        digests: list[str] = []
+        for setting in settings:
+            kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
+            pngs, text = _draw(fn, kwargs, dpi)
+            ids = []
+            for png in pngs:
+                h = hashlib.sha256(png).hexdigest()
+                if h not in images:
+                    images[h] = len(image_data)
+                    image_data.append(png)
+                ids.append(images[h])
+            key = (tuple(ids), text)
+            if key not in frames:
+                frames[key] = len(frame_list)
+                frame_list.append((ids, text))
+            index.append(frames[key])
+            digests.append(frame_digest(pngs, text))
+        self.seconds = time.perf_counter() - start
+        self.grids = grids
+        self.index = index
+        self.frames = frame_list
+        self.images = image_data
+        self.digests = digests
+        self.default_setting = self._flat([next(i for i, (_, v) in enumerate(g) if v == c.value)
+                                           for g, c in zip(grids, controls.values())])
+        self._record()
+
+    def _flat(self, ks: Sequence[int]) -> int:
+        flat = 0
+        for k, g in zip(ks, self.grids):
+            flat = flat * len(g) + k
+        return flat
+
+    @property
+    def summary(self) -> str:
+        sizes = " × ".join(f"{len(g)} {c.label or key}" for (key, c), g in zip(self.controls.items(), self.grids))
+        return (f"{len(self.index)} settings ({sizes}), {len(self.images)} distinct images, "
+                f"{sum(map(len, self.images)) / 1e3:.0f} kB, drawn in {self.seconds:.1f} s")
+
+    def _record(self) -> None:
+        where = frames_dir()
+        if where is None:
+            return
+        where.mkdir(parents=True, exist_ok=True)
+        record = {
+            "name": self.name,
+            "controls": [{"key": key, "label": c.label or key, "values": [shown for shown, _ in g]}
+                         for (key, c), g in zip(self.controls.items(), self.grids)],
+            "settings": len(self.index),
+            "frames": len(self.frames),
+            "images": len(self.images),
+            "bytes": sum(map(len, self.images)),
+            "seconds": round(self.seconds, 2),
+            "default": self.default_setting,
+            "digests": self.digests,
+        }
+        target = where / f"{self.name}.json"
+        tmp = target.with_suffix(".json.part")
+        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(target)
+
+    def _repr_html_(self) -> str:
+        uid = "ab-" + hashlib.sha1(self.name.encode()).hexdigest()[:10]
+        defaults = []
+        flat = self.default_setting
+        for g in reversed(self.grids):
+            defaults.append(flat % len(g))
+            flat //= len(g)
+        defaults.reverse()
+        parts = [f'<div class="ab-explorer" id="{uid}" data-explorer="{html.escape(self.name)}">',
+                 '<div class="ab-explorer-controls">']
+        for i, ((key, control), g, k) in enumerate(zip(self.controls.items(), self.grids, defaults)):
+            cid = f"{uid}-{i}"
+            label = html.escape(control.label or key)
+            if control.slider:
+                field_html = (f'<input type="range" id="{cid}" data-ab-control min="0" max="{len(g) - 1}" step="1" '
+                              f'value="{k}" aria-valuetext="{html.escape(g[k][0])}">'
+                              f'<output for="{cid}">{html.escape(g[k][0])}</output>')
+            else:
+                options = "".join(f'<option value="{j}"{" selected" if j == k else ""}>{html.escape(shown)}</option>'
+                                  for j, (shown, _) in enumerate(g))
+                field_html = f'<select id="{cid}" data-ab-control>{options}</select>'
+            parts.append(f'<span class="ab-explorer-control"><label for="{cid}">{label}</label>{field_html}</span>')
+        parts.append("</div>")
+        counts = "; ".join(f"{html.escape(c.label or k)}: {len(g)}" for (k, c), g in zip(self.controls.items(),
+                                                                                       self.grids))
+        parts.append(f'<p class="ab-explorer-note">On this page the controls step through {len(self.index)} '
+                     f"settings drawn when the book was built (values per control: {counts}). In the notebook "
+                     "(Jupyter or Colab) they take any value.</p>")
+        ids, text = self.frames[self.index[self.default_setting]]
+        title = html.escape(self.name)
+        imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(self.images[i]).decode()}" alt="{title}">'
+                       for i in ids)
+        hidden = "" if text else " hidden"
+        parts.append(f'<div class="ab-explorer-frame" aria-live="polite">{imgs}'
+                     f"<pre{hidden}>{html.escape(text)}</pre></div>")
+        data = {
+            "title": self.name,
+            "names": [c.label or k for k, c in self.controls.items()],
+            "labels": [[shown for shown, _ in g] for g in self.grids],
+            "index": self.index,
+            "frames": [[ids, text] for ids, text in self.frames],
+            "images": [base64.b64encode(b).decode() for b in self.images],
+        }
+        blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+        parts.append(f'<script type="application/json" class="ab-explorer-data">{blob}</script>')
+        parts.append(f"<script>{_PLAYER_JS}</script>")
+        parts.append("</div>")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        return f"<explorer {self.name}: {self.summary}>"
+
+
+def explore(fn: Callable[..., Any], *, name: str, dpi: int = 75, **controls: _Control):
+    """Show ``fn`` with one control per keyword argument; see the module docstring.
+
+    ``name`` is the explorer's key, ``chNN.what`` and unique in the book (the
+    build's manifest and the browser test find it by this name). ``dpi`` sets
+    the resolution of the website's frames. Returns the live
+    ``ipywidgets.interactive`` or, when building the website, the static player.
+    """
+    if not callable(fn):
+        raise ValueError(f"explore needs a function to call, got {fn!r}")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"explorer name must look like 'ch02.kernels', got {name!r}")
+    if not controls:
+        raise ValueError("explore needs at least one control")
+    bad = {k: c for k, c in controls.items() if not isinstance(c, _Control)}
+    if bad:
+        raise ValueError(f"explore controls must be ab.Choice, ab.Slider, ab.LogSlider, ab.Steps or ab.Text; "
+                         f"got {bad!r}")
+    if static_explorers():
+        return StaticExplorer(fn, name, dict(controls), dpi=dpi)
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+
+    def show(**kwargs):
+        fn(**kwargs)
+        plt.show()
+
+    return widgets.interactive(show, **{key: c.widget() for key, c in controls.items()})

@@ -1,0 +1,178 @@
+"""Explorers: live ipywidgets controls in a notebook, a kernel-free player on the website."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+import attention_book as ab  # noqa: E402
+from attention_book.config import EXPLORERS_ENV, FRAMES_ENV  # noqa: E402
+
+
+def draw_line(slope, label):
+    """A figure that depends on ``slope`` only, and a printed line that depends on both."""
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, slope])
+    print(f"slope {slope} </script> {label}")
+    return fig
+
+
+def draw_plain(slope, label):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, slope])
+
+
+@pytest.fixture
+def static(monkeypatch, tmp_path):
+    monkeypatch.setenv(EXPLORERS_ENV, "static")
+    monkeypatch.setenv(FRAMES_ENV, str(tmp_path / "frames"))
+    return tmp_path / "frames"
+
+
+def test_controls_reject_bad_declarations():
+    with pytest.raises(ValueError, match="not one of the options"):
+        ab.Choice(["a", "b"], value="c")
+    with pytest.raises(ValueError, match="outside"):
+        ab.Slider(0, 10, 1, value=11)
+    with pytest.raises(ValueError, match="give grid="):
+        ab.Slider(0, 100, 1, value=5)
+    with pytest.raises(ValueError, match="outside"):
+        ab.Slider(0, 10, 1, value=5, grid=[0, 20])
+    with pytest.raises(ValueError, match="0 < min < max"):
+        ab.LogSlider(0, 10, value=1)
+    with pytest.raises(ValueError, match="Steps value"):
+        ab.Steps([1, 2], value=3)
+    with pytest.raises(ValueError, match="name must look like"):
+        ab.explore(draw_plain, name="kernels", slope=ab.Steps([1, 2]))
+    with pytest.raises(ValueError, match="must be ab.Choice"):
+        ab.explore(draw_plain, name="ch01.x", slope=[1, 2])
+    with pytest.raises(ValueError, match="at least one control"):
+        ab.explore(draw_plain, name="ch01.x")
+
+
+def test_grids_hold_the_default_and_stay_in_range():
+    log = ab.LogSlider(0.01, 3.16, value=0.5, grid=8)
+    assert 0.5 in log.points and all(0.01 <= p <= 3.16 for p in log.points)
+    ratios = [b / a for a, b in zip(log.points, log.points[1:])]
+    assert max(ratios) / min(ratios) < 1.02, "log grid steps are even in the logarithm"
+    lin = ab.Slider(0, 100, 10, value=30, grid=3)
+    assert lin.points == (0, 30, 50, 100)
+    assert all(isinstance(p, int) for p in lin.points)
+    assert ab.Slider(0.0, 1.0, 0.25, value=0.5).points == (0.0, 0.25, 0.5, 0.75, 1.0)
+    text = ab.Text("hello", choices=["bye", "hello"])
+    assert [v for _, v in text.grid()] == ["hello", "bye"]
+
+
+def test_live_explorer_is_an_interactive_that_recomputes(monkeypatch):
+    monkeypatch.delenv(EXPLORERS_ENV, raising=False)
+    import ipywidgets as widgets
+
+    calls = []
+
+    def record(slope, label):
+        calls.append((slope, label))
+
+    w = ab.explore(record, name="ch01.live", slope=ab.Slider(0.0, 2.0, 0.1, value=1.0),
+                   label=ab.Choice(["a", "b"], value="b"))
+    assert isinstance(w, widgets.interactive)
+    slider, menu = w.children[:2]
+    assert isinstance(slider, widgets.FloatSlider) and isinstance(menu, widgets.Dropdown)
+    w.update()
+    slider.value = 1.3  # continuous values, not only the grid's
+    menu.value = "a"
+    assert (1.0, "b") in calls and calls[-1] == (pytest.approx(1.3), "a")
+
+
+def test_static_explorer_draws_every_setting_and_records_it(static):
+    player = ab.explore(draw_line, name="ch01.lines", slope=ab.Steps([1, 2, 3], value=2, label="slope"),
+                        label=ab.Choice([("first", "a"), ("second", "b")], value="a", label="label"))
+    assert len(player.index) == 6
+    assert len(player.images) == 3, "the figure does not depend on label: one image per slope"
+    assert len(player.frames) == 6, "the printed text does"
+    assert plt.get_fignums() == [], "every figure the explorer drew is closed"
+    record = json.loads((static / "ch01.lines.json").read_text())
+    assert record["settings"] == 6 and record["images"] == 3
+    assert [c["values"] for c in record["controls"]] == [["1", "2", "3"], ["first", "second"]]
+    assert record["default"] == 2  # slope index 1 of 3, label index 0 of 2: 1 * 2 + 0
+    for flat, (ids, text) in enumerate(player.frames[i] for i in player.index):
+        assert record["digests"][flat] == ab.frame_digest([player.images[i] for i in ids], text)
+    assert player.frames[player.index[5]][1] == "slope 3 </script> b\n", "settings run row-major, last control fastest"
+
+
+def test_static_html_is_a_self_contained_accessible_player(static):
+    player = ab.explore(draw_line, name="ch01.lines", slope=ab.Steps([1, 2, 3], value=2, label="slope"),
+                        label=ab.Choice(["a", "b"], value="a", label="label"))
+    page = player._repr_html_()
+    assert page.count('type="range"') == 1 and page.count("<select") == 1
+    assert re.search(r'<label for="(ab-[0-9a-f]+-0)">slope</label><input type="range" id="\1"', page)
+    assert "</script> a" not in page, "printed text cannot close the player's script early"
+    data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
+    assert data["labels"] == [["1", "2", "3"], ["a", "b"]]
+    first = re.search(r'<img src="data:image/png;base64,([^"]+)"', page).group(1)
+    assert base64.b64decode(first) == player.images[player.frames[player.index[player.default_setting]][0][0]]
+    assert "drawn when the book was built" in page and "slope: 3; label: 2" in page
+
+
+def test_static_explorer_refuses_a_grid_too_large(static):
+    with pytest.raises(ValueError, match="coarser grids"):
+        ab.explore(draw_plain, name="ch01.big", slope=ab.Slider(0, 40, 1, value=0),
+                   label=ab.Slider(0, 40, 1, value=0))
+
+
+def test_static_explorer_of_a_function_that_only_prints(static):
+    def say(n):
+        print("n =", n)
+
+    player = ab.explore(say, name="ch01.say", n=ab.Steps([1, 2]))
+    assert player.images == [] and [t for _, t in player.frames] == ["n = 1\n", "n = 2\n"]
+    assert "<pre>n = 1\n</pre>" in player._repr_html_()
+
+
+def test_explorers_mode_must_be_known(monkeypatch):
+    monkeypatch.setenv(EXPLORERS_ENV, "sometimes")
+    with pytest.raises(ValueError, match="'live' or 'static'"):
+        ab.explore(draw_plain, name="ch01.x", slope=ab.Steps([1, 2]))
+
+
+def test_fit_prints_its_final_bar_as_text_when_building_the_site(static, capsys):
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    data = [(torch.ones(4, 2), torch.zeros(4, 1))]
+    ab.fit(model, data, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), epochs=2, device="cpu", desc="demo")
+    out = capsys.readouterr().out
+    assert out.count("demo: 100%") == 1 and "2/2" in out
+
+
+def test_live_explorer_works_with_ipywidgets_7(tmp_path):
+    """Colab ships ipywidgets 7.x; the package's lower bound (7.7) must really work."""
+    target = tmp_path / "w7"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                          "ipywidgets==7.7.5", "ipython_genutils==0.2.0"], capture_output=True, text=True)
+    assert pip.returncode == 0, f"could not install ipywidgets 7.7.5 from the package registry:\n{pip.stderr}"
+    code = textwrap.dedent("""
+        import ipywidgets, attention_book as ab
+        assert ipywidgets.__version__.startswith("7."), ipywidgets.__version__
+        calls = []
+        w = ab.explore(lambda a, b, c, d, e: calls.append((a, b, c, d, e)), name="ch01.seven",
+                       a=ab.Slider(0, 10, 1, value=3), b=ab.LogSlider(0.1, 10, value=1.0),
+                       c=ab.Choice(["x", "y"]), d=ab.Steps([1, 2, 4], value=2), e=ab.Text("hi"))
+        w.update()
+        w.children[0].value = 7
+        print([type(c).__name__ for c in w.children], calls[-1])
+    """)
+    env = {"PYTHONPATH": str(target), "MPLBACKEND": "Agg", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "['IntSlider', 'FloatLogSlider', 'Dropdown', 'SelectionSlider', 'Text', 'Output'] (7, 1.0, 'x', 2, 'hi')" \
+        in run.stdout
