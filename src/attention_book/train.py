@@ -89,7 +89,7 @@ def _progress_bar(total: int, desc: str):
 
         from tqdm.std import tqdm
 
-        return tqdm(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False, ncols=80)
+        return tqdm(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="epoch")
