@@ -48,7 +48,9 @@ book: stage
 	$(PY) scripts/explorers.py $(FRAMES)
 	@echo "Website: _build/html/index.html"
 
+## The grader's test (tests/test_grade.py) grades hostile submissions: only inside its sandbox.
 test-unit: venv
+	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox"
 	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks and not browser" tests
 
 ## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
@@ -60,13 +62,13 @@ test-notebooks: stage
 	PYTHONPATH=book/_ext $(SITE_ENV) $(PY) -m pytest -p kernel_poll --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
-## Debian's Chromium, installed here by scripts/ensure_chromium.sh if missing and root).
+## Debian's Chromium, installed here by scripts/ensure_debian_package.sh if missing and root).
 test-site: test-notebooks
 	@# Staging again keeps the executed notebooks and marks them, so the build reuses their outputs.
 	$(PY) scripts/stage.py $(STAGE)
 	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
 	$(PY) scripts/explorers.py $(FRAMES)
-	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_debian_package.sh chromium /usr/bin/chromium "the browser test"
 	$(PY) -m pytest -m "browser" tests
 
 test: test-unit test-site
@@ -86,13 +88,15 @@ claims: venv
 	ATTENTION_BOOK_SIZE=$${ATTENTION_BOOK_SIZE:-ci} $(PY) scripts/claims.py $(CLAIMS_ARGS)
 
 ## Course editions (see book/instructors.md)
-## make student                      -> student/ : notebooks without solutions (ignored by git)
+## make student                      -> student/ : notebooks without solutions (ignored by git; needs only python3, no torch)
 ## make grade SUBMISSIONS=dir [OUT=grades.csv] [TIMEOUT=600]
-student: venv
-	$(PY) scripts/student_edition.py notebooks student
+student:
+	$(PYTHON) scripts/student_edition.py notebooks student
 
 SUBMISSIONS ?= submissions
 OUT ?= grades.csv
 TIMEOUT ?= 600
 grade: venv
+	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox" || \
+		echo "make grade: no bubblewrap; the grader will say what is not isolated"
 	$(PY) scripts/grade.py $(SUBMISSIONS) --out $(OUT) --timeout $(TIMEOUT)

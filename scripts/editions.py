@@ -1,30 +1,37 @@
 """Notebook editions: what the public site, the instructor edition and students see.
 
+Standard library only: ``make student`` runs with a plain ``python3`` (no torch).
+
 Cell tags (see CONTRIBUTING.md):
 
-``instructor``  markdown with a worked answer — instructors only.
+``instructor``  markdown with a worked answer.
 ``solution``    code whose part between ``# BEGIN SOLUTION`` and ``# END SOLUTION``
                 is the worked solution (the whole cell when it has no markers).
 ``checker``     a cell that calls an autograder; always kept.
 
-Editions:
+Editions (one solutions policy: answers are public, students get none):
 
-* ``instructor``: everything, as committed.
-* ``public`` (the website): instructor answers removed; solution code folded
-  behind a "show code" toggle (the outputs stay, so the page shows what the
+* ``instructor``: everything, as committed (the repository's notebooks, the Colab links).
+* ``public`` (the website): every ``instructor`` answer folded in a closed dropdown
+  labelled "Show answer" (:func:`fold_answer`); solution code folded behind a
+  "Show code" toggle (``hide-input``; the outputs stay, so the page shows what the
   solution produces).
-* ``student``: instructor answers removed; every solution replaced by
-  ``# YOUR CODE HERE`` and ``raise NotImplementedError``; outputs cleared.
+* ``student``: ``instructor`` answers removed; every solution replaced by a
+  ``# YOUR CODE HERE`` stub (:func:`stub`); the code that needs an unfinished stub
+  guarded (:func:`guard_dependents`), so "Run All" reaches the last cell; outputs cleared.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import copy
 import re
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN SOLUTION\s*$")
 END = re.compile(r"^[ \t]*#\s*END SOLUTION\s*$")
 EDITIONS = ("instructor", "public", "student")
+NOT_DONE = "Not done yet: replace this line with your code."
 
 
 def tags(cell: dict) -> list[str]:
@@ -36,17 +43,54 @@ def source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
-def scaffold(code: str) -> str:
-    """Replace each BEGIN/END SOLUTION block by a ``raise NotImplementedError`` stub.
+def _contexts(code: str, lines: list[str]) -> dict[int, str]:
+    """For each line number (1-based) of ``code`` inside a function or class body, the
+    innermost of the two: ``"function"`` or ``"class"``; top-level lines are absent.
 
-    Without markers the whole cell becomes the stub. Unbalanced markers raise
-    ``ValueError`` (a solution must never leak into the student edition).
+    Uses :mod:`ast`; a cell that does not parse (an IPython magic, say) falls back
+    to indentation: an indented line counts as inside a function.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {n: "function" for n, line in enumerate(lines, start=1) if line[:1] in (" ", "\t")}
+    context: dict[int, str] = {}
+    for node in ast.walk(tree):  # breadth first: an inner body overwrites its outer one
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            kind = "class" if isinstance(node, ast.ClassDef) else "function"
+            context.update(dict.fromkeys(range(node.lineno + 1, (node.end_lineno or node.lineno) + 1), kind))
+    return context
+
+
+def stub(indent: str, context: str | None) -> list[str]:
+    """What replaces a solution in the student edition (``context``: see :func:`_contexts`).
+
+    * In a function body: ``raise NotImplementedError``. The function fails only when
+      it is called; a checker then reports "not implemented yet".
+    * In a class body: an ``__init__`` that raises ``NotImplementedError``, so the class
+      is defined and fails only when it is used.
+    * At the top level: a line that prints "Not done yet", so the cell goes on.
+    """
+    if context == "function":
+        return [f"{indent}# YOUR CODE HERE", f"{indent}raise NotImplementedError"]
+    if context == "class":
+        return [f"{indent}# YOUR CODE HERE", f"{indent}def __init__(self, *args, **kwargs):  # replace this stub",
+                f"{indent}    raise NotImplementedError"]
+    return [f"{indent}# YOUR CODE HERE", f"{indent}print({NOT_DONE!r})"]
+
+
+def scaffold(code: str) -> str:
+    """Replace each BEGIN/END SOLUTION block by a ``# YOUR CODE HERE`` stub (see :func:`stub`).
+
+    Without markers the whole cell becomes the (top-level) stub. Unbalanced markers
+    raise ``ValueError`` (a solution must never leak into the student edition).
     """
     lines = code.split("\n")
     if not any(BEGIN.match(line) for line in lines):
         if any(END.match(line) for line in lines):
             raise ValueError("'# END SOLUTION' without '# BEGIN SOLUTION'")
-        return "# YOUR CODE HERE\nraise NotImplementedError"
+        return "\n".join(stub("", None))
+    context = _contexts(code, lines)
     out, inside, indent = [], False, ""
     for number, line in enumerate(lines, start=1):
         begin = BEGIN.match(line)
@@ -54,8 +98,7 @@ def scaffold(code: str) -> str:
             if inside:
                 raise ValueError(f"line {number}: nested '# BEGIN SOLUTION'")
             inside, indent = True, begin.group("indent")
-            out.append(f"{indent}# YOUR CODE HERE")
-            out.append(f"{indent}raise NotImplementedError")
+            out += stub(indent, context.get(number))
         elif END.match(line):
             if not inside:
                 raise ValueError(f"line {number}: '# END SOLUTION' without '# BEGIN SOLUTION'")
@@ -83,6 +126,126 @@ def solution_text(code: str) -> list[str]:
     return found
 
 
+YOUR_CODE = re.compile(r"^[ \t]*# YOUR CODE HERE\s*$")
+GUARD = "try:  # student edition: the rest of this cell runs once the code it needs is written"
+SKIPPED = ("except (NotImplementedError, NameError) as not_done:",
+           "    print(\"Not done yet, so the rest of this cell is skipped:\", repr(not_done))")
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+_ALWAYS_DEFINED = set(dir(builtins)) | {"get_ipython", "display", "In", "Out", "exit", "quit", "__file__"}
+
+
+def _parse(code: str) -> ast.Module | None:
+    """``code`` parsed, with IPython line magics and shell escapes (``%pip``, ``!ls``)
+    read as ``pass``; None for a cell magic or a syntax error."""
+    if code.lstrip().startswith("%%"):
+        return None
+    lines = [re.sub(r"^([ \t]*)[%!].*$", r"\1pass", line) for line in code.split("\n")]
+    try:
+        return ast.parse("\n".join(lines))
+    except SyntaxError:
+        return None
+
+
+def _bound(tree: ast.AST) -> set[str]:
+    """Every name ``tree`` binds anywhere (assignments, arguments, definitions, imports)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _bound_here(node: ast.AST) -> set[str]:
+    """The names a top-level statement binds in the notebook's namespace (not the names
+    local to a function, class body, lambda or comprehension inside it)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return set()
+    if isinstance(node, ast.Name):
+        return set() if isinstance(node.ctx, ast.Load) else {node.id}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    names = {node.name} if isinstance(node, ast.ExceptHandler) and node.name else set()
+    for child in ast.iter_child_nodes(node):
+        names |= _bound_here(child)
+    return names
+
+
+def _used(tree: ast.AST) -> set[str]:
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+def guard_tail(code: str, start: int) -> str:
+    """``code`` with its lines from ``start`` (1-based) on inside ``try:`` ... ``except
+    (NotImplementedError, NameError)``: instead of stopping "Run All", the cell prints
+    that it skipped the rest because an unfinished scaffold raised (or a name the student
+    has yet to define is missing)."""
+    lines = code.rstrip().split("\n")
+    tail = ["    " + line if line.strip() else "" for line in lines[start - 1:]]
+    return "\n".join(lines[: start - 1] + [GUARD] + tail + list(SKIPPED))
+
+
+def guard_dependents(cells: list[dict]) -> None:
+    """Guard (:func:`guard_tail`), in place, the part of each student-edition code cell that
+    can fail because a scaffold is unfinished, so that "Run All" reaches the last cell.
+
+    That part starts at the first top-level statement (other than a definition or an import)
+    that comes after a scaffold stub in the same cell, or that uses a name that a scaffold
+    was to define: a function or class with a stub, a name bound in an earlier guarded part,
+    or a name the student edition never binds (only the solution did). Checker cells are
+    never guarded: they report "not implemented yet" themselves. The cells before the first
+    ``solution`` cell, and cells that do not parse, are left alone.
+    """
+    trees = {i: _parse(source(c)) for i, c in enumerate(cells) if c.get("cell_type") == "code"}
+    trees = {i: tree for i, tree in trees.items() if tree is not None}
+    defined = set().union(*map(_bound, trees.values())) | _ALWAYS_DEFINED
+    tainted = set().union(*map(_used, trees.values())) - defined
+    first = next((i for i, c in enumerate(cells) if "solution" in tags(c)), len(cells))
+    for i, tree in trees.items():
+        if i < first or "checker" in tags(cells[i]):
+            continue
+        lines = source(cells[i]).split("\n")
+        stub_lines = [n for n, line in enumerate(lines, start=1) if YOUR_CODE.match(line)]
+        in_stub = set(stub_lines) | {n + 1 for n in stub_lines if lines[n:n + 1] == [f"print({NOT_DONE!r})"]}
+        start = None
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if any(node.lineno <= n <= node.end_lineno for n in stub_lines):
+                    tainted.add(node.name)
+                continue
+            if isinstance(node, _DEFINITIONS) or node.lineno in in_stub:
+                continue
+            if (stub_lines and node.lineno > stub_lines[0]) or _used(node) & tainted:
+                start = node.lineno
+                break
+        if start is None:
+            continue
+        tainted |= {name for node in tree.body if node.lineno >= start for name in _bound_here(node)}
+        cells[i]["source"] = guard_tail(source(cells[i]), start)
+
+
+ANSWER_LABEL = "Show answer"  # the toggle over an instructor answer on the website
+CODE_LABELS = ("Show code", "Hide code")  # the toggle over solution code on the website
+
+
+def fold_answer(markdown: str) -> str:
+    """``markdown`` inside a closed MyST dropdown labelled "Show answer" (sphinx-design,
+    colon fence): the website shows the label; a click opens the typeset answer.
+    The fence is longer than any colon fence inside the answer."""
+    inner = max((len(m.group(0)) for m in re.finditer(r"(?m)^[ \t]*(:{3,})", markdown)), default=2)
+    fence = ":" * max(3, inner + 1)
+    return f"{fence}{{dropdown}} {ANSWER_LABEL}\n{markdown.strip()}\n{fence}"
+
+
 def _add_tag(cell: dict, tag: str) -> None:
     meta = cell.setdefault("metadata", {})
     meta["tags"] = sorted(set(meta.get("tags", [])) | {tag})
@@ -98,11 +261,17 @@ def make_edition(nb: dict, edition: str) -> dict:
     cells = []
     for cell in nb.get("cells", []):
         cell_tags = tags(cell)
-        if "instructor" in cell_tags:
+        if "instructor" in cell_tags and cell.get("cell_type") == "markdown":
+            if edition == "student":
+                continue
+            cell["source"] = fold_answer(source(cell))
+        elif "instructor" in cell_tags:
             continue
         if "solution" in cell_tags and cell.get("cell_type") == "code":
             if edition == "public":
                 _add_tag(cell, "hide-input")
+                show, hide = CODE_LABELS
+                cell["metadata"].setdefault("mystnb", {}).update(code_prompt_show=show, code_prompt_hide=hide)
             else:
                 cell["source"] = scaffold(source(cell))
         if edition == "student" and cell.get("cell_type") == "code":
@@ -110,5 +279,6 @@ def make_edition(nb: dict, edition: str) -> dict:
         cells.append(cell)
     nb["cells"] = cells
     if edition == "student":
+        guard_dependents(cells)
         nb.get("metadata", {}).pop("widgets", None)
     return nb

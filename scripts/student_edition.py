@@ -1,11 +1,12 @@
-"""Build the student edition of the notebooks.
+"""Build the student edition of the notebooks (standard library only: no torch needed).
 
-Usage: python scripts/student_edition.py [SRC_DIR] [DEST_DIR]   (default: notebooks student)
+Usage: python3 scripts/student_edition.py [SRC_DIR] [DEST_DIR]   (default: notebooks student)
 
 Every notebook in SRC_DIR is written to DEST_DIR with instructor answers removed,
-each solution replaced by a ``# YOUR CODE HERE`` / ``raise NotImplementedError``
-scaffold, checker cells kept and outputs cleared. DEST_DIR is ignored by git.
-The build fails (exit 1) if any solution line would survive.
+each solution replaced by a ``# YOUR CODE HERE`` stub, the code that needs an
+unfinished stub guarded so that "Run All" reaches the last cell (see
+scripts/editions.py), checker cells kept and outputs cleared. DEST_DIR is
+ignored by git. The build fails (exit 1) if any solution line would survive.
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ def leaked_lines(original: dict, student: dict) -> list[str]:
     return leaks
 
 
-def build(src_dir: Path, dest_dir: Path) -> list[Path]:
+def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None) -> list[Path]:
+    """Write the student edition of every notebook in ``src_dir`` (or of those ``names``)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src_dir.glob("*.ipynb")):
+        if names is not None and path.name not in names:
+            continue
         original = json.loads(path.read_text(encoding="utf-8"))
         student = make_edition(original, "student")
         leaks = leaked_lines(original, student)
