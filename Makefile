@@ -89,12 +89,12 @@ claims: venv
 
 ## Course editions (see book/instructors.md)
 ## make student                      -> student/ : notebooks without solutions (ignored by git; needs only python3, no torch)
-## make grade SUBMISSIONS=dir [OUT=grades.csv] [TIMEOUT=600]
+## make grade SUBMISSIONS=dir [OUT=grades/grades.csv] [TIMEOUT=600] -> grades.csv, gradebook.csv, feedback/ beside OUT
 student:
 	$(PYTHON) scripts/student_edition.py notebooks student
 
 SUBMISSIONS ?= submissions
-OUT ?= grades.csv
+OUT ?= grades/grades.csv
 TIMEOUT ?= 600
 grade: venv
 	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox" || \

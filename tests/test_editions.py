@@ -1,6 +1,5 @@
-"""Student edition, public edition and grading (scripts/editions.py, student_edition.py, grade.py)."""
+"""Student edition and public edition (scripts/editions.py, student_edition.py); grading is tests/test_grade.py."""
 
-import csv
 import importlib.util
 import json
 import math
@@ -186,41 +185,3 @@ def test_student_notebook_runs_all_to_the_end(path, tmp_path):
         if "checker" in editions.tags(cell):
             assert "not implemented yet" in out, f"{path.name}: checker printed {out!r}"
     assert any("Not done yet" in out for out in printed), f"{path.name}: no scaffold said it is not done"
-
-
-# --- grading -----------------------------------------------------------------------------
-
-TOY_CHECKER = '''from attention_book.assignments import Case, compare, run_checks
-def check_double(fn):
-    return run_checks("double", fn, [Case("two", (2,), compare(4)), Case("zero", (0,), compare(0)),
-                                     Case("negative", (-3,), compare(-6))])
-'''
-
-
-def _write(path, nb):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb))
-
-
-@pytest.mark.xdist_group("kernels")
-def test_grader_scores_and_survives_bad_notebooks(tmp_path):
-    subs = tmp_path / "subs"
-    good = _nb(_code(TOY_CHECKER), _code("def f(x):\n    return 2 * x", "solution"), _code("check_double(f)", "checker"))
-    wrong = _nb(_code(TOY_CHECKER), _code("def f(x):\n    return x + 2", "solution"), _code("check_double(f)", "checker"))
-    todo = _nb(_code(TOY_CHECKER), _code(editions.scaffold(SOLUTION), "solution"), _code("check_double(f)", "checker"))
-    crash = _nb(_code("1 / 0"), _code(TOY_CHECKER), _code("def f(x):\n    return 2 * x"), _code("check_double(f)", "checker"))
-    loop = _nb(_code("while True:\n    pass"), _code("check_double(f)", "checker"))
-    for who, nb in [("ann", good), ("bob", wrong), ("cy", todo), ("di", crash), ("ed", loop)]:
-        _write(subs / who / "toy.ipynb", nb)
-    (subs / "fay").mkdir()
-    (subs / "fay" / "toy.ipynb").write_text("{not json")
-    out = tmp_path / "grades.csv"
-    grade.grade(subs, out, timeout=25, reference=None)
-    rows = {r["student"]: r for r in csv.DictReader(out.open())}
-    assert rows["ann"]["score"] == "1.0" and rows["ann"]["status"] == "graded"
-    assert float(rows["bob"]["score"]) == pytest.approx(1 / 3, abs=1e-3) and "expected" in rows["bob"]["reason"]
-    assert rows["cy"]["score"] == "0.0" and rows["cy"]["status"] == "not implemented"
-    # The error in the first cell does not stop the rest: the checker still ran and passed.
-    assert rows["di"]["score"] == "1.0"
-    assert rows["ed"]["status"] == "timeout" and rows["ed"]["score"] == "0.0" and rows["ed"]["assignment"] == "double"
-    assert rows["fay"]["status"] == "unreadable"

@@ -125,7 +125,7 @@ def browser(site):
         pytest.fail(
             f"Chromium is not installed at {CHROMIUM}; the browser test needs Debian's Chromium.\n"
             "Install it with: apt-get install chromium   (as root; `make test` does this itself "
-            "when run as root, via scripts/ensure_chromium.sh)", pytrace=False)
+            "when run as root, via scripts/ensure_debian_package.sh)", pytrace=False)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

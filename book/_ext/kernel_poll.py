@@ -11,7 +11,7 @@ slices, and checking the socket itself after each, finds such a reply within
 half a second; behaviour is otherwise unchanged (same messages, same timeout).
 
 Loaded by the site build (``book_site.py``), by nbmake (``pytest -p kernel_poll``
-in the Makefile) and by ``scripts/claims.py``.
+in the Makefile), by ``scripts/claims.py`` and by the grader's worker (``scripts/grade.py``).
 """
 
 from __future__ import annotations

@@ -10,18 +10,20 @@ hint. It returns a :class:`Report` (truthy when every case passed) whose
 ``NotImplementedError`` is reported as "not implemented yet" (score 0) instead
 of a crash.
 
-When the environment variable ``ATTENTION_BOOK_GRADE_LOG`` names a file, every
-report is also appended to it as one JSON line (the grader reads these).
+The grader (``scripts/grade.py``) does not trust what a student's kernel
+prints or reports: it asks each checker for its cases with inputs drawn from a
+seed chosen at grading time (:func:`case_seed`, :func:`hidden_cases`), runs the
+student's function on them in a sandbox and judges the outputs in its own
+process (:mod:`attention_book.assignments.grading`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import importlib
-import json
 import math
-import os
 import pkgutil
 import traceback
 from dataclasses import dataclass, field
@@ -29,11 +31,54 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["Case", "Report", "run_checks", "compare", "GRADE_LOG_ENV"]
+__all__ = ["Case", "Report", "run_checks", "compare", "case_seed", "hidden_cases", "collect_cases"]
 
-GRADE_LOG_ENV = "ATTENTION_BOOK_GRADE_LOG"
 # The name of the check_<name> function running now: the grader files reports under it.
 _CHECKER = contextvars.ContextVar("checker", default="")
+# Added to every case seed: 0 for the cases students see, a secret number in the grader's hidden run.
+_HIDDEN = contextvars.ContextVar("hidden_offset", default=0)
+# When set (a list), run_checks records (function to call, cases) there instead of running them.
+_COLLECT: contextvars.ContextVar[list | None] = contextvars.ContextVar("collect", default=None)
+
+
+def case_seed(base: int) -> int:
+    """The seed of a checker's case inputs: ``base`` for the cases students see, moved by
+    the grader's secret offset inside :func:`hidden_cases`."""
+    return base + _HIDDEN.get()
+
+
+@contextlib.contextmanager
+def hidden_cases(offset: int):
+    """Checkers called inside this block draw their inputs from other seeds (the hidden tests)."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    token = _HIDDEN.set(offset)
+    try:
+        yield
+    finally:
+        _HIDDEN.reset(token)
+
+
+def collect_cases(name: str, fn: Callable | None = None) -> tuple[Callable | None, list[Case]]:
+    """The cases ``check_<name>`` would run, and the callable it would run them on, without
+    running anything (``fn`` may be None when only the cases are needed)."""
+    checker = globals().get(f"check_{name}")
+    if checker is None:
+        raise ValueError(f"no assignment named {name!r}; known: {sorted(assignment_names())}")
+    box: list = []
+    token = _COLLECT.set(box)
+    try:
+        checker(fn, verbose=False)
+    finally:
+        _COLLECT.reset(token)
+    if len(box) != 1:
+        raise RuntimeError(f"check_{name} ran run_checks {len(box)} times; expected once")
+    return box[0]
+
+
+def assignment_names() -> list[str]:
+    """Every assignment's name (``check_<name>`` exists for each)."""
+    return [n[len("check_"):] for n in __all__ if n.startswith("check_")]
 
 
 @dataclass
@@ -118,20 +163,17 @@ def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[
     return check
 
 
-def _log(report: Report) -> None:
-    path = os.environ.get(GRADE_LOG_ENV, "").strip()
-    if path:
-        record = report.to_json()
-        record["assignment"] = _CHECKER.get() or report.assignment
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-
-
 def _as_checker(name: str, fn: Callable) -> Callable:
     """Wrap ``check_<name>`` so its reports are filed under ``<name>`` for grading."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from .grading import is_package_version
+
+        quiet = kwargs.get("verbose", True) is False
+        if args and not quiet and _COLLECT.get() is None and is_package_version(name, args[0]):
+            print(f"Note: this is the package's own {name.replace('_', ' ')}, not yours. It passes these cases, "
+                  "but the grader gives it no points: hand in your own function.")
         token = _CHECKER.set(name)
         try:
             return fn(*args, **kwargs)
@@ -143,6 +185,10 @@ def _as_checker(name: str, fn: Callable) -> Callable:
 
 def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bool = True) -> Report:
     """Run ``fn`` on every case, print a line per case, return the :class:`Report`."""
+    box = _COLLECT.get()
+    if box is not None:  # collect_cases: hand over the cases, run nothing
+        box.append((fn, list(cases)))
+        return Report(assignment, [])
     if not callable(fn):
         raise TypeError(f"{assignment}: expected your function, got {type(fn).__name__}")
     results: list[tuple[str, bool, str]] = []
@@ -169,7 +215,6 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
                 print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
             verdict = "all cases passed" if report else f"{report.passed}/{report.total} cases passed"
             print(f"{assignment}: {verdict}.")
-    _log(report)
     return report
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, compare, run_checks
+from . import Case, case_seed, compare, run_checks
 
 __all__ = ["check_nadaraya_watson"]
 
@@ -24,8 +24,8 @@ def check_nadaraya_watson(fn, verbose: bool = True):
     """Check ``fn(x_train, y_train, x_query, sigma)`` against :func:`attention_book.nadaraya_watson`."""
     from ..kernels import make_kernel_data
 
-    data = make_kernel_data(n_train=40, seed=3)
-    few = make_kernel_data(n_train=7, seed=5)
+    data = make_kernel_data(n_train=40, seed=case_seed(3))
+    few = make_kernel_data(n_train=7, seed=case_seed(5))
     x_far = torch.tensor([0.0, 0.3, 0.9])
     y_far = torch.tensor([1.0, -2.0, 4.0])
     q_far = torch.tensor([-3.0, 0.31, 6.0])

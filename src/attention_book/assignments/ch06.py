@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, compare, run_checks
+from . import Case, case_seed, compare, run_checks
 
 __all__ = ["check_sinusoidal_encoding"]
 
@@ -21,6 +21,8 @@ def check_sinusoidal_encoding(fn, verbose: bool = True):
         ("odd number of dimensions (last column is a sine)", 7, 5),
         ("long table: 200 positions, 32 dimensions", 200, 32),
     ]
+    n, d = 20 + case_seed(0) % 97, 2 + 2 * (case_seed(0) % 13)  # other sizes in the grader's hidden run
+    sizes.append((f"{n} positions, {d} dimensions", n, d))
     hint = ("row i, columns 2j and 2j+1 share the frequency 1 / 10000^(2j / d): the exponent uses the even column "
             "index 2j (not j), sines go to even columns and cosines to odd ones")
 

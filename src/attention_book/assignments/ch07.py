@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Case, compare, run_checks
+from . import Case, case_seed, compare, run_checks
 
 __all__ = ["check_warmup_cosine"]
 
@@ -48,5 +48,9 @@ def check_warmup_cosine(fn, verbose: bool = True):
         ("no warm-up, later step", (25, 0, 100), "warmup = 0 means no ramp, only the cosine term"),
         ("the warm-up is the whole run", (3, 4, 4), "both terms apply together at every step"),
     ]
+    total = 50 + case_seed(0) % 451  # another schedule in the grader's hidden run
+    warm = case_seed(0) % (total // 2)
+    rows.append((f"a schedule of {total} steps with {warm} warm-up steps, step {total // 3}",
+                 (total // 3, warm, total), "the ramp and the cosine both depend on the schedule's own lengths"))
     cases = [Case(name, args, _number(reference(*args)), hint=hint) for name, args, hint in rows]
     return run_checks("warmup_cosine", fn, cases, verbose=verbose)

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import Case, run_checks
+from . import Case, case_seed, run_checks
 
 __all__ = ["check_mlm_masking"]
 
@@ -26,7 +26,7 @@ SPECIALS = (0, 1, 2, 3, 5)  # <unk> <pad> <bos> <eos> <cls>; the mask id is pass
 
 def _batch(rows: int = 256, cols: int = 96, seed: int = 1) -> torch.Tensor:
     """Token ids with a <cls> column, ordinary words and trailing <pad> runs of random lengths."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(case_seed(seed))
     tokens = torch.randint(14, VOCAB, (rows, cols), generator=g)
     tokens[:, 0] = CLS
     lengths = torch.randint(cols // 3, cols + 1, (rows,), generator=g)
