@@ -14,8 +14,10 @@ as they are. :func:`find_local` looks for those first.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ __all__ = [
     "find_local",
     "file_hash",
     "extract_member",
+    "read_utf8",
 ]
 
 D2L_DATA = "http://d2l-data.s3-accelerate.amazonaws.com/"
@@ -182,7 +185,15 @@ def _download(entry: DataFile, folder: Path, progress: bool, retries: int, why: 
 
 
 def extract_member(archive: Path, member: str, dest: Path) -> Path:
-    """Extract one member of a zip archive to ``dest`` (once) and return its path."""
+    """Extract one member of a zip archive to ``dest`` (once) and return its path.
+
+    Safe when several processes do it at once (say, three notebooks started
+    together on a fresh data directory): each writes its own temporary file
+    beside ``dest`` and moves it into place with one atomic :func:`os.replace`,
+    so a reader sees either no file or the whole file, never a partial one, and
+    no process's rename can fail because another one already moved "its" file.
+    """
+    dest = Path(dest)
     if dest.is_file():
         return dest
     with zipfile.ZipFile(archive) as zf:
@@ -191,10 +202,33 @@ def extract_member(archive: Path, member: str, dest: Path) -> Path:
         except KeyError:
             raise DataUnavailableError(f"{archive} has no member {member!r}; the archive may be corrupt") from None
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(dest.suffix + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return dest
+
+
+def read_utf8(path: str | os.PathLike) -> str:
+    """The text of a UTF-8 file, without a leading byte-order mark.
+
+    A file that is not UTF-8 raises ``ValueError`` naming the file and the
+    offending byte position (Python's own error names neither the file nor
+    what to do).
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path} is not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 4]!r} "
+            f"cannot be decoded: {err.reason}); save it as UTF-8 or replace it with a fresh copy"
+        ) from err
 
 
 # --- the book's data sets -------------------------------------------------------------

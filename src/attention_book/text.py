@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import torch
 
 from .config import resolve_seed
-from .data import DataUnavailableError, extract_member, fetch, find_local
+from .data import DataUnavailableError, extract_member, fetch, find_local, read_utf8
 
 __all__ = [
     "PAD", "BOS", "EOS", "UNK",
@@ -161,14 +161,16 @@ def load_fra_eng_text() -> tuple[str, str]:
     """The raw English–French file and a note on where it came from.
 
     Looks for ``fra-eng/fra.txt`` in the data directory first (used as is), then
-    for the verified d2l archive (downloading it when needed).
+    for the verified d2l archive (downloading it when needed). A byte-order mark
+    at the start is dropped; a file that is not UTF-8 raises ``ValueError``
+    naming it.
     """
     local = find_local("fra-eng")
     if local is not None:
-        return local.read_text(encoding="utf-8"), f"local copy {local}"
+        return read_utf8(local), f"local copy {local}"
     archive = fetch("fra-eng")
     member = extract_member(archive, "fra-eng/fra.txt", archive.parent / "fra-eng" / "fra.txt")
-    return member.read_text(encoding="utf-8"), f"d2l archive {archive.name} (sha1 verified)"
+    return read_utf8(member), f"d2l archive {archive.name} (sha1 verified)"
 
 
 class Vocab:
