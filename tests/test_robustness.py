@@ -9,6 +9,8 @@ import time
 import zipfile
 
 import pytest
+import torch
+from torch import nn
 
 import attention_book as ab
 
@@ -39,6 +41,73 @@ def restore_fra_eng():
     saved = ab.DATA_HUB["fra-eng"]
     yield
     ab.register(saved)
+
+
+# --- argument checks -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [2.5, 2.0, True, "3", None])
+def test_check_int_rejects_non_integers_naming_the_argument(bad):
+    with pytest.raises(ValueError, match="batch_size must be an integer"):
+        ab.check_positive_int("batch_size", bad)
+
+
+def test_check_int_accepts_integers_and_checks_the_minimum():
+    import numpy as np
+
+    assert ab.check_positive_int("n", np.int64(3)) == 3 and type(ab.check_int("n", np.int64(3))) is int
+    assert ab.check_int("n", 0, minimum=0) == 0
+    with pytest.raises(ValueError, match="n must be at least 1, got 0"):
+        ab.check_positive_int("n", 0)
+    with pytest.raises(ValueError, match=r"i 3 is out of range for a sequence of size 3 \(valid: 0 to 2\)"):
+        ab.check_index("i", 3, 3)
+
+
+@pytest.mark.parametrize("name", ["batch_size", "num_steps", "num_train", "num_val", "min_freq"])
+@pytest.mark.parametrize("bad", [2.5, True])
+def test_load_translation_rejects_non_integer_sizes(name, bad):
+    pairs = [("Go.", "Va !")] * 8
+    with pytest.raises(ValueError, match=f"{name} must be an integer"):
+        ab.load_translation(**{name: bad}, **{k: v for k, v in dict(num_train=4, num_val=2).items() if k != name},
+                            pairs=pairs, verbose=False)
+
+
+@pytest.mark.parametrize("bad", [2.5, True])
+def test_text_and_data_functions_reject_non_integer_counts(bad):
+    with pytest.raises(ValueError, match="num_pairs must be an integer"):
+        ab.synthetic_pairs(bad)
+    with pytest.raises(ValueError, match="max_pairs must be an integer"):
+        ab.parse_pairs("a\tb\n", max_pairs=bad)
+    with pytest.raises(ValueError, match="min_freq must be an integer"):
+        ab.Vocab(["a"], min_freq=bad)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        ab.bleu("a b", "a b", k=bad)
+    with pytest.raises(ValueError, match="retries must be an integer"):
+        ab.fetch("time-machine", retries=bad)
+
+
+@pytest.mark.parametrize("bad", [2.5, True, 0])
+def test_fit_rejects_bad_epochs(bad):
+    with pytest.raises(ValueError, match="epochs must be"):
+        ab.fit(nn.Linear(1, 1), [torch.zeros(1)], lambda m, b: m(b).sum(), epochs=bad, progress=False)
+
+
+# --- token ids -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [-1, 3, 100])
+def test_vocab_rejects_out_of_range_ids(bad):
+    vocab = ab.Vocab(["a", "b"])  # <unk>, a, b
+    for ids in ([0, bad], bad, torch.tensor([bad, 0]), (bad,)):
+        with pytest.raises(ValueError, match=f"token id {bad} is out of range for the vocabulary of size 3"):
+            vocab.to_tokens(ids)
+    assert vocab.to_tokens([0, 1, 2]) == [ab.UNK, "a", "b"]
+
+
+def test_vocab_rejects_non_integer_ids():
+    vocab = ab.Vocab(["a", "b"])
+    with pytest.raises(ValueError, match="token id must be an integer, got 1.5"):
+        vocab.to_tokens([1.5])
+    with pytest.raises(ValueError, match="token id must be an integer, got True"):
+        vocab.to_tokens(True)
 
 
 # --- data files ------------------------------------------------------------------------------

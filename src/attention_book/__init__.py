@@ -11,8 +11,9 @@ listed in reading order: the core shared by every chapter, then one module per
 chapter.
 """
 
-# Core: settings, plotting, training, data, attention, positions, text, claims, explorers.
+# Core: settings, argument checks, plotting, training, data, attention, positions, text, claims, explorers.
 from .config import *  # noqa: F401,F403
+from .checks import *  # noqa: F401,F403
 from .plot import *  # noqa: F401,F403
 from .train import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
@@ -35,7 +36,7 @@ from .pretraining import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
-MODULES = ("config", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "lookup", "kernels",
+MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "lookup", "kernels",
            "scoring",
            "seq2seq", "heads", "selfattention", "transformer", "vit", "pretraining")
 

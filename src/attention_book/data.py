@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checks import check_int
 from .config import DATA_ENV, data_dir
 
 __all__ = [
@@ -125,6 +126,7 @@ def fetch(name: str, fname: str | None = None, progress: bool = True, retries: i
     not match is downloaded again (and never used silently). Without a network,
     :class:`DataUnavailableError` explains which file to fetch and where to put it.
     """
+    retries = check_int("retries", retries, minimum=0)
     ds = _lookup(name)
     if fname is None:
         if len(ds.files) != 1:

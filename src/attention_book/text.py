@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from .checks import check_index, check_int, check_positive_int
 from .config import resolve_seed
 from .data import DataUnavailableError, extract_member, fetch, find_local, read_utf8
 
@@ -58,6 +59,8 @@ def parse_pairs(text: str, max_pairs: int | None = None, source: str = "text") -
     Blank lines are skipped. A non-blank line without a tab, or with an empty
     side, raises ``ValueError`` naming the line number (1-based) and ``source``.
     """
+    if max_pairs is not None:
+        max_pairs = check_int("max_pairs", max_pairs, minimum=0)
     pairs = []
     for number, line in enumerate(text.split("\n"), start=1):
         if max_pairs is not None and len(pairs) >= max_pairs:
@@ -125,8 +128,7 @@ def synthetic_pairs(num_pairs: int = 640, seed: int = 0) -> list[tuple[str, str]
     Returned as (english, french) pairs, already lower-case with a space before
     the punctuation, in an order fixed by ``seed``.
     """
-    if num_pairs < 0:
-        raise ValueError(f"num_pairs must be non-negative, got {num_pairs}")
+    num_pairs = check_int("num_pairs", num_pairs, minimum=0)
     rng = random.Random(seed)
     pairs = []
     for _ in range(num_pairs):
@@ -179,8 +181,7 @@ class Vocab:
     alphabetically, so the order is reproducible)."""
 
     def __init__(self, tokens: Iterable = (), min_freq: int = 1, reserved_tokens: Sequence[str] = ()):
-        if min_freq < 1:
-            raise ValueError(f"min_freq must be at least 1, got {min_freq}")
+        min_freq = check_positive_int("min_freq", min_freq)
         flat = [t for item in tokens for t in (item if isinstance(item, (list, tuple)) else [item])]
         self.token_freqs = sorted(collections.Counter(flat).items(), key=lambda kv: (-kv[1], kv[0]))
         self.idx_to_token = [UNK] + [t for t in reserved_tokens if t != UNK]
@@ -201,11 +202,20 @@ class Vocab:
         return self.token_to_idx.get(tokens, 0)
 
     def to_tokens(self, indices):
+        """Token of an id, or a list of tokens for a list, tuple or 1-d tensor of ids.
+
+        Ids must be integers in ``[0, len(self))``: a negative or too large id
+        raises ``ValueError`` naming the id and the vocabulary size (instead of
+        Python's negative indexing quietly giving a token from the end).
+        """
         if isinstance(indices, torch.Tensor):
             indices = indices.tolist()
         if isinstance(indices, (list, tuple)):
-            return [self.idx_to_token[int(i)] for i in indices]
-        return self.idx_to_token[int(indices)]
+            return [self._token(i) for i in indices]
+        return self._token(indices)
+
+    def _token(self, index) -> str:
+        return self.idx_to_token[check_index("token id", index, len(self.idx_to_token), within="the vocabulary")]
 
     @property
     def unk(self) -> int:
@@ -289,8 +299,11 @@ def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int =
     or verified download); if it cannot be had, a visible message says so and the
     code-generated :func:`synthetic_pairs` corpus is used instead.
     """
-    if num_steps < 2:
-        raise ValueError(f"num_steps must be at least 2, got {num_steps}")
+    batch_size = check_positive_int("batch_size", batch_size)
+    num_steps = check_int("num_steps", num_steps, minimum=2)
+    num_train = check_positive_int("num_train", num_train)
+    num_val = check_int("num_val", num_val, minimum=0)
+    min_freq = check_positive_int("min_freq", min_freq)
     if vocab_from not in ("train", "all"):
         raise ValueError(f"vocab_from must be 'train' or 'all', got {vocab_from!r}")
     need = num_train + num_val
@@ -329,8 +342,7 @@ def bleu(pred_seq: str, label_seq: str, k: int = 2) -> float:
     are separated by spaces. n runs up to ``min(k, len_pred)``; an empty
     prediction scores 0.
     """
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+    k = check_positive_int("k", k)
     pred, label = pred_seq.split(), label_seq.split()
     if not pred:
         return 0.0

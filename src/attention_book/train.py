@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 from torch import nn
 
+from .checks import check_positive_int
 from .config import device as pick_device
 from .config import static_explorers
 
@@ -135,8 +136,7 @@ def fit(
         Mixed precision (float16 autocast + gradient scaling) on CUDA; ignored
         elsewhere.
     """
-    if not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    epochs = check_positive_int("epochs", epochs)
     dev = torch.device(device) if device is not None else pick_device(verbose=False)
     model.to(dev)
     if optimizer is None:
