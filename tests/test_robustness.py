@@ -198,3 +198,47 @@ def test_concurrent_first_use_all_read_the_real_data(tmp_path):
         assert got["first"] == ["Go.", "Va !"]
     assert (folder / "fra-eng" / "fra.txt").read_text(encoding="utf-8") == REAL_HEAD + filler
     assert not list((folder / "fra-eng").glob("*.part"))
+
+
+# --- divergence ---------------------------------------------------------------------------------
+
+def _regression_batches():
+    ab.seed_everything(0)
+    X = torch.randn(64, 3)
+    y = X @ torch.tensor([1.0, -2.0, 0.5])
+    return [(X[i:i + 16], y[i:i + 16]) for i in range(0, 64, 16)]
+
+
+def _mse(model, batch):
+    x, y = batch
+    return nn.functional.mse_loss(model(x).squeeze(-1), y), len(y)
+
+
+def test_fit_stops_when_the_loss_diverges_naming_the_learning_rate():
+    ab.seed_everything(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))
+    with pytest.raises(FloatingPointError, match=r"(?s)diverged.*learning rate 1000\b.*smaller.*clip_grad"):
+        ab.fit(model, _regression_batches(), _mse, epochs=5, lr=1e3, progress=False)
+
+
+def test_fit_non_finite_loss_names_the_learning_rate():
+    ab.seed_everything(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1))
+    with pytest.raises(FloatingPointError, match=r"learning rate 1000\b.*clip_grad"):
+        ab.fit(model, _regression_batches(), _mse, epochs=5, optimizer=torch.optim.SGD(model.parameters(), lr=1e3),
+               progress=False)
+
+
+def test_fit_divergence_check_spares_normal_and_noisy_runs():
+    ab.seed_everything(0)
+    model = nn.Linear(3, 1)
+    history = ab.fit(model, _regression_batches(), _mse, epochs=20, lr=0.05, progress=False)
+    assert history.train_loss[-1] < history.train_loss[0]
+    # a loss that starts tiny and rises 100-fold is noisy, not diverged (the yardstick is at least 1)
+    losses = iter([1e-6, 1e-4, 1e-4])
+    model = nn.Linear(1, 1)
+
+    def loss_fn(m, batch):
+        return m(batch).sum() * 0 + next(losses)
+
+    assert len(ab.fit(model, [torch.ones(1)], loss_fn, epochs=3, progress=False).train_loss) == 3

@@ -21,6 +21,11 @@ from .config import static_explorers
 
 __all__ = ["History", "fit", "move_to", "grad_clipping"]
 
+# An epoch whose mean training loss exceeds this many times the loss of the first
+# step (taken before any update) has diverged. The book's runs start at 2–10 and
+# fall; a run at a far too large learning rate climbs to 1e6–1e20 within an epoch.
+DIVERGENCE_FACTOR = 1e4
+
 
 def move_to(batch: Any, device: torch.device) -> Any:
     """Move every tensor inside a (nested) tuple/list/dict to ``device``."""
@@ -146,6 +151,7 @@ def fit(
     history = History()
     start = time.perf_counter()
 
+    first_loss = None  # the loss of the first step, before any update: the yardstick for divergence
     bar = None
     epoch_iter: Iterable[int] = range(epochs)
     if progress:
@@ -162,10 +168,8 @@ def fit(
             if loss.dim() != 0:
                 raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
             if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"the loss became {loss.item()} at step {history.steps}; "
-                    "try a smaller learning rate or gradient clipping (clip_grad=1.0)"
-                )
+                raise FloatingPointError(f"the loss became {loss.item()} at step {history.steps}"
+                                         + _advice(optimizer))
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
@@ -183,10 +187,14 @@ def fit(
             if scheduler is not None:
                 scheduler.step()
             history.steps += 1
-            total += float(loss.detach()) * n
+            value = float(loss.detach())
+            if first_loss is None:
+                first_loss = value
+            total += value * n
             count += n
         if count == 0:
             raise ValueError("train_data yielded no batches")
+        _check_divergence(total / count, first_loss, _epoch, optimizer)
         history.train_loss.append(total / count)
         if evaluate is not None:
             model.eval()
@@ -205,5 +213,24 @@ def fit(
     model.eval()
     history.seconds = time.perf_counter() - start
     if not all(math.isfinite(v) for v in history.train_loss):
-        raise FloatingPointError("training produced a non-finite epoch loss")
+        raise FloatingPointError("training produced a non-finite epoch loss" + _advice(optimizer))
     return history
+
+
+def _advice(optimizer: torch.optim.Optimizer) -> str:
+    """What to say when training blows up: the learning rate it ran at, and what to try."""
+    lr = float(optimizer.param_groups[0]["lr"])
+    return (f" (learning rate {lr:g}); try a smaller learning rate (e.g. lr={lr / 10:g}) "
+            "or gradient clipping (clip_grad=1.0)")
+
+
+def _check_divergence(epoch_loss: float, first_loss: float, epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    """Stop with ``FloatingPointError`` when an epoch's mean training loss is not finite
+    or exceeds ``DIVERGENCE_FACTOR`` times the first step's loss (at least 1)."""
+    limit = DIVERGENCE_FACTOR * max(abs(first_loss), 1.0)
+    if math.isfinite(epoch_loss) and epoch_loss <= limit:
+        return
+    how = "" if not math.isfinite(epoch_loss) else (
+        f", more than {DIVERGENCE_FACTOR:g} times the first step's loss of {first_loss:.3g}")
+    raise FloatingPointError(f"training diverged: the mean training loss of epoch {epoch + 1} is "
+                             f"{epoch_loss:.3g}{how}" + _advice(optimizer))
