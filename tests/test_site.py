@@ -423,6 +423,37 @@ def _unflatten(flat: int, manifest: dict) -> list[int]:
     return ks[::-1]
 
 
+def instructor_answers(docname: str) -> int:
+    """How many worked answers (markdown cells tagged ``instructor``) a notebook has."""
+    path = SOURCE / f"{docname}.ipynb"
+    if not path.exists():
+        return 0
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return sum(1 for c in nb["cells"] if c["cell_type"] == "markdown"
+               and "instructor" in c.get("metadata", {}).get("tags", []))
+
+
+JS_ANSWERS = """() => Array.from(document.querySelectorAll('details.sd-dropdown')).filter(d =>
+    d.querySelector('summary') && d.querySelector('summary').textContent.includes('Show answer'))
+  .map(d => ({open: d.open, text: d.textContent.trim().length}))"""
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if EXERCISES.match(p)])
+def test_worked_answers_are_folded_under_show_answer(crawler, docname):
+    """The public site shows every worked answer, closed under "Show answer" until clicked."""
+    visit = crawler.visit(docname)
+    page = crawler.page
+    page.set_viewport_size(DESKTOP)
+    page.goto(visit.url, wait_until="load")
+    answers = page.evaluate(JS_ANSWERS)
+    assert len(answers) == instructor_answers(docname), (
+        f"{visit.url}: {len(answers)} 'Show answer' boxes for {instructor_answers(docname)} worked answers")
+    assert not any(a["open"] for a in answers), f"{visit.url}: an answer is open before the reader asks"
+    if answers:
+        page.locator("details.sd-dropdown summary", has_text="Show answer").first.click()
+        assert page.evaluate(JS_ANSWERS)[0]["open"], f"{visit.url}: clicking 'Show answer' does not open it"
+
+
 @pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
 def test_page_weight_with_its_frames_stays_under_3_mb(docname):
     page = HTML / f"{docname}.html"
