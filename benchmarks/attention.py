@@ -10,6 +10,12 @@ Compares, at num_hiddens=256 and 8 heads, float32 on the CPU:
 * ``torch``    — ``torch.nn.MultiheadAttention`` (``batch_first=True``,
   ``need_weights=False``, so it may use its own fused path).
 
+``--mode`` picks what is timed: ``train`` (the default: modules in training
+mode, forward + backward), ``eval`` (modules in eval mode, forward + backward:
+what every validation pass that needs gradients and every fine-tuning step
+with dropout off pays) or ``inference`` (eval mode, forward only, under
+``torch.no_grad()``: evaluation, decoding, serving).
+
 Each size is timed in this process: one warm-up per implementation, then
 ``--repeats`` rounds in which the three implementations take turns (the first
 one rotating), each timing one forward + backward of ``out.sum()``; the median
@@ -25,6 +31,8 @@ Usage::
     python benchmarks/attention.py            # all sizes (a few minutes on 2 cores)
     python benchmarks/attention.py --quick    # small sizes only, seconds
     python benchmarks/attention.py --causal   # causal self-attention instead
+    python benchmarks/attention.py --mode eval        # eval mode, forward + backward
+    python benchmarks/attention.py --mode inference   # eval mode, forward only
     python benchmarks/attention.py --threads 1 --cpu-time   # work done, robust to a busy machine
 
 Timings on a shared machine are inflated by whatever else runs; run it when the
@@ -79,8 +87,19 @@ class NaiveMultiHead(nn.Module):
         return self.W_o(out.permute(0, 2, 1, 3).reshape(b, n, h * d))
 
 
-def build(impl: str):
-    """The module and a ``call(X, causal)`` for one implementation."""
+MODES = ("train", "eval", "inference")
+
+
+def build(impl: str, mode: str = "train"):
+    """The module (in the mode's train/eval state) and a ``call(X, causal)`` for one implementation."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    module, call = _build(impl)
+    module.train(mode == "train")
+    return module, call
+
+
+def _build(impl: str):
     torch.manual_seed(0)
     if impl == "package":
         import attention_book as ab
@@ -104,13 +123,17 @@ def build(impl: str):
     raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
 
 
-def step(call, X, causal):
+def step(call, X, causal, mode: str = "train"):
+    if mode == "inference":
+        with torch.no_grad():
+            call(X, causal)
+        return
     out = call(X, causal)
     out.sum().backward()
 
 
 def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
-                     clock=time.perf_counter) -> dict[str, float]:
+                     clock=time.perf_counter, mode: str = "train") -> dict[str, float]:
     """Median seconds of one forward + backward per implementation, read from ``clock``.
 
     The implementations take turns: each round times every one of them once, and the
@@ -120,10 +143,10 @@ def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
     on one of them only: an earlier version of this script reported a 10% gap between
     two implementations that run the same kernels, and it vanished when interleaved.
     """
-    built = {impl: build(impl) for impl in impls}
-    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
+    built = {impl: build(impl, mode) for impl in impls}
+    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=mode != "inference")
     for _module, call in built.values():
-        step(call, X, causal)  # warm-up (allocations, kernel choice)
+        step(call, X, causal, mode)  # warm-up (allocations, kernel choice)
     times: dict[str, list[float]] = {impl: [] for impl in impls}
     for r in range(repeats):
         for i in range(len(impls)):
@@ -132,7 +155,7 @@ def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
             module.zero_grad(set_to_none=True)
             X.grad = None
             start = clock()
-            step(call, X, causal)
+            step(call, X, causal, mode)
             times[impl].append(clock() - start)
     return {impl: statistics.median(ts) for impl, ts in times.items()}
 
@@ -151,18 +174,19 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def _peak_child(impl: str, batch: int, length: int, causal: bool) -> None:
-    """Runs in a subprocess: print the peak RSS growth (MiB) of one forward + backward."""
-    module, call = build(impl)
-    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=True)
+def _peak_child(impl: str, batch: int, length: int, causal: bool, mode: str = "train") -> None:
+    """Runs in a subprocess: print the peak RSS growth (MiB) of one timed step of ``mode``."""
+    module, call = build(impl, mode)
+    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=mode != "inference")
     before = _status_mib("VmRSS")
     _reset_peak()
-    step(call, X, causal)
+    step(call, X, causal, mode)
     print(json.dumps({"peak_mib": _status_mib("VmHWM") - before}))
 
 
-def peak_memory(impl: str, batch: int, length: int, causal: bool) -> float:
-    cmd = [sys.executable, __file__, "--child", impl, str(batch), str(length)] + (["--causal"] if causal else [])
+def peak_memory(impl: str, batch: int, length: int, causal: bool, mode: str = "train") -> float:
+    cmd = ([sys.executable, __file__, "--child", impl, str(batch), str(length), "--mode", mode]
+           + (["--causal"] if causal else []))
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -171,6 +195,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (seconds)")
     parser.add_argument("--causal", action="store_true", help="causal self-attention")
+    parser.add_argument("--mode", choices=MODES, default="train",
+                        help="train: forward+backward in training mode; eval: the same in eval mode; "
+                             "inference: eval mode, forward only")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds per size (median)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
@@ -180,7 +207,7 @@ def main(argv=None) -> None:
     parser.add_argument("--child", nargs=3, metavar=("IMPL", "BATCH", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal)
+        _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal, args.mode)
         return
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.threads:
@@ -188,7 +215,9 @@ def main(argv=None) -> None:
     clock = time.process_time if args.cpu_time else time.perf_counter
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
           f"heads={NUM_HEADS}, float32 CPU, {'causal' if args.causal else 'no mask'}, "
-          f"median of {args.repeats} forward+backward runs; load average {os.getloadavg()[0]:.2f}")
+          f"mode {args.mode}, median of {args.repeats} "
+          f"{'forward' if args.mode == 'inference' else 'forward+backward'} runs; "
+          f"load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9} | "
               f"{'naive/pkg':>9} {'torch/pkg':>9}")
     if not args.no_memory:
@@ -196,11 +225,11 @@ def main(argv=None) -> None:
     print(header)
     print("-" * len(header))
     for batch, length in sizes:
-        t = time_interleaved(IMPLS, batch, length, args.causal, args.repeats, clock)
+        t = time_interleaved(IMPLS, batch, length, args.causal, args.repeats, clock, args.mode)
         row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
                f"{t['torch'] * 1e3:>9.1f} | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}")
         if not args.no_memory:
-            mem = {impl: peak_memory(impl, batch, length, args.causal) for impl in IMPLS}
+            mem = {impl: peak_memory(impl, batch, length, args.causal, args.mode) for impl in IMPLS}
             row += f" | {mem['package']:>8.1f} {mem['naive']:>9.1f} {mem['torch']:>9.1f}"
         print(row, flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")

@@ -203,7 +203,9 @@ def test_fast_path_equals_weights_path(p):
     attention = ab.DotProductAttention()
     fast = attention.train()(q, k, v, p["lens"])
     assert attention.attention_weights is None
-    slow = attention.eval()(q, k, v, p["lens"])
+    assert attention.eval()(q, k, v, p["lens"]) is not None and attention.attention_weights is None, (
+        "eval mode takes the fused path too")
+    slow = attention(q, k, v, p["lens"], need_weights=True)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(attention.attention_weights @ v, slow)
 
@@ -229,7 +231,7 @@ def test_attention_weights_shape_and_rows_on_the_seed_toy_example():
     torch.manual_seed(0)
     queries, keys, values = torch.randn(2, 1, 2), torch.randn(2, 10, 2), torch.randn(2, 10, 4)
     valid_lens = torch.tensor([2, 6])
-    attention = ab.DotProductAttention(dropout=0.5).eval()
+    attention = ab.DotProductAttention(dropout=0.5, need_weights=True).eval()
     assert attention(queries, keys, values, valid_lens).shape == (2, 1, 4)
     w = attention.attention_weights
     assert w.shape == (2, 1, 10) and torch.all(w[0, :, 2:] == 0) and torch.all(w[1, :, 6:] == 0)
@@ -249,7 +251,7 @@ def test_when_weights_are_kept():
         attention(q, k, v)
         assert attention.attention_weights is not None
     attention.eval()(q, k, v)
-    assert attention.attention_weights is not None
+    assert attention.attention_weights is None  # eval mode: the fused kernel too
     with ab.keep_attention_weights(False):
         attention(q, k, v)
         assert attention.attention_weights is None

@@ -46,6 +46,13 @@ def test_attention_benchmark_causal_quick_table():
     check_rows(run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--causal"), 3, 5)
 
 
+@pytest.mark.parametrize("mode", ["eval", "inference"])
+def test_attention_benchmark_eval_and_inference_tables(mode):
+    out = run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--mode", mode)
+    assert f"mode {mode}" in out
+    check_rows(out, 3, 5)
+
+
 @pytest.mark.parametrize("impl", ["package", "naive", "torch"])
 def test_attention_benchmark_memory_child(impl):
     out = run("attention.py", "--child", impl, "2", "64")

@@ -52,11 +52,11 @@ def test_collect_attention_returns_one_four_d_tensor_per_call():
 
     model = Two().train()
     maps = ab.collect_attention(model, torch.randn(3, 5, 8), valid_lens=torch.tensor([5, 2, 3]))
-    assert [tuple(m.shape) for m in maps] == [(3, 2, 5, 5), (3, 4, 5, 5), (3, 1, 5, 5)]
+    assert [tuple(m.shape) for m in maps] == [(3, 2, 5, 5), (3, 4, 5, 5), (3, 1, 5, 5)]  # one per module
     assert torch.all(maps[1][1, :, :, 2:] == 0)
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(3, 2, 5))
     assert model.training  # mode restored
-    with pytest.raises(ValueError, match="no attention call"):
+    with pytest.raises(ValueError, match="no attention module"):
         ab.collect_attention(nn.Linear(3, 3), torch.randn(2, 3))
 
 

@@ -101,14 +101,15 @@ def test_weights_follow_the_module_mode_and_switch():
     with ab.keep_attention_weights():
         m(X, X, X)
     assert m.attention_weights.shape == (2, 2, 3, 3)
+    torch.testing.assert_close(m.attention_weights.sum(-1), torch.ones(2, 2, 3))
     m.eval()
     m(X, X, X)
-    torch.testing.assert_close(m.attention_weights.sum(-1), torch.ones(2, 2, 3))
+    assert m.attention_weights is None  # eval mode: the fast kernel too
 
 
 def test_two_d_valid_lens_and_four_d_mask():
     torch.manual_seed(1)
-    m = ab.MultiHeadAttention(8, 2).eval()
+    m = ab.MultiHeadAttention(8, 2, need_weights=True).eval()
     X = torch.randn(2, 3, 8)
     lens2 = torch.tensor([[1, 2, 3], [3, 3, 1]])
     out = m(X, X, X, lens2)
@@ -132,7 +133,7 @@ def test_transpositions_are_inverse_and_split_heads_by_columns():
 def test_heads_are_independent():
     """Changing head 0's projection rows leaves head 1's attention weights unchanged."""
     torch.manual_seed(2)
-    m = ab.MultiHeadAttention(8, 2).eval()
+    m = ab.MultiHeadAttention(8, 2, need_weights=True).eval()
     X = torch.randn(1, 4, 8)
     m(X, X, X)
     before = m.attention_weights.clone()

@@ -44,7 +44,8 @@ def test_attention_decoder_shapes_state_and_weights(cell, attention):
     enc.eval(), dec.eval()
     src, valid = _tokens(3, 6), torch.tensor([6, 4, 1])
     state = dec.init_state(enc(src, valid), valid)
-    logits, (enc_outputs, hidden, lens) = dec(_tokens(3, 4, V_TGT), state)
+    with ab.keep_attention_weights():
+        logits, (enc_outputs, hidden, lens) = dec(_tokens(3, 4, V_TGT), state)
     assert logits.shape == (3, 4, V_TGT)
     assert enc_outputs.shape == (3, 6, HIDDEN) and torch.equal(lens, valid)
     for h in (hidden if cell == "lstm" else (hidden,)):

@@ -138,7 +138,9 @@ def test_decoder_self_attention_sees_no_future():
         out, _ = model.decoder(changed, model.decoder.init_state(enc, lens))
         torch.testing.assert_close(out[:, :t], base[:, :t])
         assert not torch.allclose(out[:, t:], base[:, t:])
-    weights = model.decoder.attention_weights[0][0]  # (batch, heads, T, T)
+    with ab.record_attention(model) as maps:
+        model.decoder(tgt, model.decoder.init_state(enc, lens))
+    weights = maps.stacked("self", under="decoder")[0]  # (batch, heads, T, T)
     assert torch.all(weights.triu(1) == 0)
     # the encoder block with causal=True is a decoder-only block: the same property
     blk = ab.TransformerEncoderBlock(8, 16, 2, causal=True).eval()
@@ -168,6 +170,9 @@ def test_attention_weights_collected_per_layer():
     src, lens = torch.randint(0, 13, (2, 6)), torch.tensor([6, 3])
     tgt = torch.randint(0, 11, (2, 4))
     model(src, tgt, lens)
+    assert model.encoder.attention_weights[0] is None  # eval mode runs the fused kernel ...
+    with ab.keep_attention_weights():  # ... unless asked
+        model(src, tgt, lens)
     enc_w = model.encoder.attention_weights
     assert len(enc_w) == 2 and enc_w[0].shape == (2, 2, 6, 6)
     assert torch.all(enc_w[1][1, :, :, 3:] == 0)  # padding keys get no weight

@@ -87,7 +87,9 @@ def test_vit_block_keeps_shape_and_is_pre_norm():
     blk = ab.ViTBlock(24, 24, 48, 8, 0.5).eval()
     X = torch.ones(2, 100, 24)
     assert blk(X).shape == X.shape
-    assert blk.attention_weights.shape == (2, 8, 100, 100)
+    with ab.record_attention(blk) as maps:
+        blk(X)
+    assert [tuple(m.weights.shape) for m in maps] == [(2, 8, 100, 100)]
     # Pre-norm: each sub-layer reads a normalised copy; the residual path is a plain sum.
     Xr = torch.randn(2, 5, 24)
     Y = blk.ln1(Xr)

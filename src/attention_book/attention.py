@@ -11,24 +11,24 @@ Conventions (d2l's, so a d2l reader feels at home):
   :func:`torch.nn.functional.scaled_dot_product_attention`; note that
   :class:`torch.nn.MultiheadAttention` uses the opposite one).
 
-Fast by default, faithful when asked: every attention module keeps its weights
-in ``attention_weights`` when weights are *wanted*, and otherwise calls the fused
-``scaled_dot_product_attention`` kernel and sets ``attention_weights = None``.
-Weights are wanted when
+Fast by default, maps on request: every attention module calls the fused
+``scaled_dot_product_attention`` kernel (``attention_weights = None``), in
+training and in eval mode alike, unless weights are *wanted*; then it computes
+them explicitly and keeps them in ``attention_weights``. Weights are wanted when
 
 1. the call passes ``need_weights=True``, or else
 2. the module was built with ``need_weights=True``, or else
-3. :func:`keep_attention_weights` is active, or else
-4. the module is in eval mode (inspection, plotting and decoding).
+3. :func:`keep_attention_weights` is active — which :func:`record_attention`
+   does: the one way to get the maps of a whole model, one per attention module.
 
-So training runs the fast kernel, and ``model.eval()`` followed by a forward
-pass leaves every map ready to plot. Both paths compute the same numbers.
+Both paths compute the same numbers (a test checks it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -41,6 +41,9 @@ __all__ = [
     "causal_mask",
     "attend",
     "keep_attention_weights",
+    "record_attention",
+    "AttentionRecord",
+    "AttentionMap",
     "DotProductAttention",
     "AdditiveAttention",
     "MultiHeadAttention",
@@ -71,9 +74,7 @@ def _wants_weights(module: nn.Module, need_weights: bool | None) -> bool:
         return bool(need_weights)
     if getattr(module, "need_weights", None) is not None:
         return bool(module.need_weights)
-    if _KEEP_WEIGHTS is not None:
-        return _KEEP_WEIGHTS
-    return not module.training
+    return bool(_KEEP_WEIGHTS)
 
 
 def _shape(t) -> tuple:
@@ -516,3 +517,117 @@ class MultiHeadAttention(nn.Module):
             out, self.attention_weights = attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants)
         # (batch, heads, queries, d_head) -> (batch, queries, num_hiddens)
         return self.W_o(transpose_output(out))
+
+
+# --- attention maps, on request ----------------------------------------------------------------
+
+@dataclass
+class AttentionMap:
+    """One attention module's weights over one recorded run.
+
+    ``name``: the module's qualified name in the model (``"encoder.blks.0.attention"``);
+    ``kind``: ``"self"`` or ``"cross"``; ``layer``: its index among the recorded modules of
+    its kind, in the order they were first called; ``weights``: (batch, heads, queries, keys),
+    detached (modules without heads get a head axis of size 1).
+    """
+
+    name: str
+    kind: str
+    layer: int
+    weights: torch.Tensor
+
+
+class AttentionRecord:
+    """The maps :func:`record_attention` collected: one :class:`AttentionMap` per attention module."""
+
+    def __init__(self) -> None:
+        self._parts: dict[nn.Module, list[torch.Tensor]] = {}
+        self._info: dict[nn.Module, tuple[str, str]] = {}
+        self._maps: list[AttentionMap] | None = None
+
+    def _add(self, module: nn.Module, name: str, kind: str, weights: torch.Tensor) -> None:
+        self._maps = None
+        self._info.setdefault(module, (name, kind))
+        self._parts.setdefault(module, []).append(weights if weights.dim() == 4 else weights.unsqueeze(1))
+
+    @property
+    def maps(self) -> list[AttentionMap]:
+        """Every module's map, in the order the modules were first called. A module called several
+        times (step-by-step decoding) gets one map: its calls stacked along the queries, keys padded
+        with zeros on the right to the longest call (a cached decoder's causal map)."""
+        if self._maps is None:
+            counts: dict[str, int] = {}
+            self._maps = []
+            for module, parts in self._parts.items():
+                name, kind = self._info[module]
+                width = max(p.shape[-1] for p in parts)
+                parts = [F.pad(p, (0, width - p.shape[-1])) for p in parts]
+                self._maps.append(AttentionMap(name, kind, counts.get(kind, 0), torch.cat(parts, dim=2)))
+                counts[kind] = counts.get(kind, 0) + 1
+        return self._maps
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __iter__(self):
+        return iter(self.maps)
+
+    def tensors(self, kind: str | None = None, under: str | None = None) -> list[torch.Tensor]:
+        """The weights of every map, layer by layer; only of one ``kind`` (``"self"``/``"cross"``)
+        and only of modules inside the submodule named ``under`` (``"encoder"``), when given."""
+        if kind not in (None, "self", "cross"):
+            raise ValueError(f"kind must be 'self', 'cross' or None, got {kind!r}")
+        return [m.weights for m in self.maps if (kind is None or m.kind == kind)
+                and (under is None or m.name == under or m.name.startswith(under + "."))]
+
+    def stacked(self, kind: str | None = None, under: str | None = None) -> torch.Tensor:
+        """:meth:`tensors` as one tensor (layers, batch, heads, queries, keys)."""
+        maps = self.tensors(kind, under)
+        if not maps:
+            raise ValueError(f"no attention of kind {kind!r} under {under!r} was recorded; recorded: {self!r}")
+        return torch.stack(maps)
+
+    def __repr__(self) -> str:
+        rows = ", ".join(f"{m.kind}[{m.layer}] {m.name or '(model)'} {tuple(m.weights.shape)}" for m in self.maps)
+        return f"AttentionRecord({rows})"
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return isinstance(module, (DotProductAttention, AdditiveAttention, MultiHeadAttention))
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module) -> Iterator[AttentionRecord]:
+    """Record the weights of every attention module of ``model`` while the block runs.
+
+    >>> with ab.record_attention(model) as maps:
+    ...     model(X)
+    >>> maps.stacked("self")        # (layers, batch, heads, queries, keys)
+
+    Only inside this block do the modules compute their weights explicitly; outside
+    it, in training and in eval mode alike, they take the fused kernel. Each
+    attention module gives one map (see :attr:`AttentionRecord.maps`); the kind is
+    the module's ``role`` when its model set one, else ``"self"`` when it was
+    called with the same tensor as queries and keys, ``"cross"`` otherwise.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"record_attention needs an nn.Module, got {type(model).__name__}")
+    record = AttentionRecord()
+    names = {m: n for n, m in model.named_modules()}
+
+    def hook(module, args, _output):
+        weights = getattr(module, "attention_weights", None)
+        if isinstance(weights, torch.Tensor):
+            role = getattr(module, "role", None)
+            kind = role if role in ("self", "cross") else ("self" if len(args) > 1 and args[0] is args[1] else "cross")
+            record._add(module, names.get(module, ""), kind, weights.detach())
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if _is_attention(m)]
+    if not handles:
+        raise ValueError(f"{type(model).__name__} has no attention module to record")
+    try:
+        with keep_attention_weights():
+            yield record
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -27,7 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import device as pick_device, resolve_seed, single_thread
-from .attention import MultiHeadAttention, keep_attention_weights
+from .attention import MultiHeadAttention, record_attention
+from .train import evaluating
 from .positional import LearnedPositionalEmbedding
 from .train import History, fit
 
@@ -224,37 +225,18 @@ def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tens
 
 @torch.no_grad()
 def collect_attention(model: nn.Module, *inputs, **kwargs) -> list[torch.Tensor]:
-    """Run ``model(*inputs, **kwargs)`` in eval mode and return every attention map.
+    """Run ``model(*inputs, **kwargs)`` in eval mode and return its attention maps.
 
-    One tensor of shape (batch, heads, queries, keys) per attention call, in the
-    order the calls happened (so a layer called twice appears twice) — the
-    per-layer list that attention viewers such as bertviz accept. Layers
-    without heads (weights of shape (batch, queries, keys)) get a head axis of
-    size 1. The model's training mode is restored afterwards.
+    One tensor of shape (batch, heads, queries, keys) per attention module, in
+    the order they were first called (:func:`attention_book.record_attention`)
+    — the per-layer list that attention viewers such as bertviz accept. Layers
+    without heads get a head axis of size 1. The model's mode is restored.
     """
-    maps: list[torch.Tensor] = []
-
-    def hook(module, _args, _output):
-        w = getattr(module, "attention_weights", None)
-        if isinstance(w, torch.Tensor):
-            maps.append(w.detach() if w.dim() == 4 else w.detach().unsqueeze(1))
-
-    handles = [m.register_forward_hook(hook) for m in model.modules()
-               if m is not model and hasattr(m, "attention_weights")]
-    if hasattr(model, "attention_weights"):
-        handles.append(model.register_forward_hook(hook))
-    was_training = model.training
-    model.eval()
-    try:
-        with keep_attention_weights():
-            model(*inputs, **kwargs)
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
-    if not maps:
-        raise ValueError(f"{type(model).__name__} made no attention call that keeps attention_weights")
-    return maps
+    with evaluating(model), torch.no_grad(), record_attention(model) as maps:
+        model(*inputs, **kwargs)
+    if not len(maps):
+        raise ValueError(f"{type(model).__name__} made no attention call")
+    return maps.tensors()
 
 
 @torch.no_grad()

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention, causal_mask, keep_attention_weights
+from .attention import MultiHeadAttention, causal_mask, record_attention
 from .config import resolve_seed
 from .data import DataUnavailableError, fetch
 from .transformer import TransformerDecoder, TransformerEncoder, _check_ids
@@ -1367,17 +1367,10 @@ def _real_keys(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
 
 
 def _collect_maps(model: nn.Module, run: Callable, names: Sequence[str]) -> list[tuple[str, torch.Tensor]]:
-    """Run ``model`` keeping attention weights; return ``(mask name, weights)`` for every attention
-    module in the order they were called."""
-    calls: list[nn.Module] = []
-    hooks = [m.register_forward_hook(lambda mod, args, out: calls.append(mod))
-             for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    try:
-        with torch.no_grad(), keep_attention_weights():
-            run()
-    finally:
-        for h in hooks:
-            h.remove()
-    if len(calls) != len(names):
-        raise RuntimeError(f"expected {len(names)} attention calls, saw {len(calls)}")
-    return [(name, mod.attention_weights) for name, mod in zip(names, calls)]
+    """Run ``model`` recording its attention; return ``(mask name, weights)`` for every attention
+    module in the order they were first called."""
+    with torch.no_grad(), record_attention(model) as maps:
+        run()
+    if len(maps) != len(names):
+        raise RuntimeError(f"expected {len(names)} attention modules, recorded {len(maps)}")
+    return [(name, m.weights) for name, m in zip(names, maps)]

@@ -25,6 +25,7 @@ hidden states stored as (batch, num_layers, num_hiddens).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -32,8 +33,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import AdditiveAttention, DotProductAttention
+from .attention import AdditiveAttention, DotProductAttention, keep_attention_weights
 from .text import BOS, EOS, PAD, bleu
+from .train import evaluating
 
 __all__ = [
     "Encoder",
@@ -237,6 +239,7 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
             self.attention = DotProductAttention(dropout)
         else:
             raise ValueError(f"attention must be 'additive' or 'dot', got {attention!r}")
+        self.attention.role = "cross"  # the decoder's state queries the encoder's outputs
         self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = _rnn(cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout)
         self.dense = nn.Linear(num_hiddens, vocab_size)
@@ -367,9 +370,7 @@ def greedy_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tens
     _check_tokens("src", src)
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model), (keep_attention_weights() if save_attention else contextlib.nullcontext()):
         state = model.decoder.init_state(model.encoder(src, src_valid_len), src_valid_len)
         batch = src.shape[0]
         Y = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
@@ -387,8 +388,6 @@ def greedy_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tens
             finished |= Y[:, 0] == eos_id
             if bool(finished.all()):
                 break
-    finally:
-        model.train(was_training)
     return tokens, attention
 
 

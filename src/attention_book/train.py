@@ -7,10 +7,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -19,12 +20,23 @@ from .checks import check_positive_int
 from .config import device as pick_device
 from .config import static_explorers
 
-__all__ = ["History", "fit", "move_to", "grad_clipping"]
+__all__ = ["History", "fit", "move_to", "grad_clipping", "evaluating"]
 
 # An epoch whose mean training loss exceeds this many times the loss of the first
 # step (taken before any update) has diverged. The book's runs start at 2–10 and
 # fall; a run at a far too large learning rate climbs to 1e6–1e20 within an epoch.
 DIVERGENCE_FACTOR = 1e4
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode inside the block, the model's own mode (train or eval) again after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def move_to(batch: Any, device: torch.device) -> Any:

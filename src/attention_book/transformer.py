@@ -14,9 +14,9 @@ Building blocks (shapes are batch-first: (batch, length, num_hiddens)):
   middle sublayer (a decoder-only block that supports the key/value cache).
 * :class:`TransformerEncoder` / :class:`TransformerDecoder` — token embedding
   × √d + sinusoidal :class:`~attention_book.positional.PositionalEncoding`,
-  a stack of blocks, and (decoder) a dense layer to the vocabulary. They keep
-  the attention weights of every layer after an eval-mode (or
-  ``ab.keep_attention_weights()``) forward pass.
+  a stack of blocks, and (decoder) a dense layer to the vocabulary. Their
+  attention maps come from ``ab.record_attention(model)``; outside it every
+  layer runs the fused kernel, in training and in eval mode.
 
 Masks follow ``attention.py``: ``valid_lens`` is ``None``, lengths (batch,) or
 (batch, queries), or a boolean mask with ``True`` = may attend.
@@ -38,8 +38,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, record_attention
 from .positional import PositionalEncoding
+from .train import evaluating
 
 __all__ = [
     "PositionWiseFFN",
@@ -167,7 +168,7 @@ class TransformerEncoderBlock(nn.Module):
     ``self.attention`` is the :class:`~attention_book.MultiHeadAttention`
     (or the module passed as ``attention``, which must accept the same call,
     e.g. :class:`AdditiveSelfAttention`); its ``attention_weights``
-    (batch, heads, length, length) are kept in eval mode or under
+    (batch, heads, length, length) are kept only under ``ab.record_attention`` or
     ``ab.keep_attention_weights()``.
     """
 
@@ -231,6 +232,7 @@ class TransformerDecoderBlock(nn.Module):
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.i, self.num_hiddens = i, num_hiddens
         self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.attention1.role = "self"  # its keys are the cache plus the new tokens: not the queries' tensor
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
         self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias) if cross_attention else None
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first) if cross_attention else None
@@ -338,8 +340,8 @@ class TransformerEncoder(_TokenStack):
     (see :class:`TransformerEncoderBlock`).
 
     ``attention_weights`` is a list with one (batch, heads, num_steps, num_steps)
-    tensor per block after a forward pass in eval mode or under
-    ``ab.keep_attention_weights()`` (``None`` entries otherwise).
+    tensor per block after a forward pass under ``ab.keep_attention_weights()``
+    (``None`` entries otherwise); ``ab.record_attention(model)`` is the simpler way.
     """
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
@@ -382,8 +384,8 @@ class TransformerDecoder(_TokenStack):
       extended by these T positions.
 
     ``attention_weights`` is ``[self-attention per block, cross-attention per
-    block]``, each entry (batch, heads, T, keys), filled in eval mode or under
-    ``ab.keep_attention_weights()``.
+    block]``, each entry (batch, heads, T, keys), filled under
+    ``ab.keep_attention_weights()``; ``ab.record_attention(model)`` is the simpler way.
     """
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
@@ -527,17 +529,12 @@ def translation_attention(model: nn.Module, data, sentence: str) -> dict:
     bos = data.tgt_vocab[BOS]
     tgt = torch.tensor([[bos] + data.tgt_vocab[result.tokens]], dtype=torch.long, device=dev)
     S, T = int(src_valid_len[0]), tgt.shape[1]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            enc_outputs = model.encoder(src, src_valid_len)
-            model.decoder(tgt, model.decoder.init_state(enc_outputs, src_valid_len))
-    finally:
-        model.train(was_training)
-    enc = torch.stack([w[0] for w in model.encoder.attention_weights])[:, :, :S, :S]
-    dec_self = torch.stack([w[0] for w in model.decoder.attention_weights[0]])
-    cross = torch.stack([w[0] for w in model.decoder.attention_weights[1]])[:, :, :, :S]
+    with evaluating(model), torch.no_grad(), record_attention(model) as maps:
+        enc_outputs = model.encoder(src, src_valid_len)
+        model.decoder(tgt, model.decoder.init_state(enc_outputs, src_valid_len))
+    enc = maps.stacked("self", under="encoder")[:, 0, :, :S, :S]
+    dec_self = maps.stacked("self", under="decoder")[:, 0]
+    cross = maps.stacked("cross", under="decoder")[:, 0, :, :, :S]
     return {
         "source": data.src_vocab.to_tokens(src[0, :S].tolist()),
         "output": list(result.tokens),
@@ -718,13 +715,9 @@ class SequencePredictor(nn.Module):
     @torch.no_grad()
     def attention_maps(self, X: torch.Tensor) -> list[torch.Tensor]:
         """One (batch, heads, length, length) map per layer, from an eval-mode pass."""
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self), record_attention(self) as maps:
             self(X)
-        finally:
-            self.train(was_training)
-        return list(self.encoder.attention_weights)
+        return maps.tensors()
 
 
 def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: int = 0, figsize=(4.6, 4.0)):

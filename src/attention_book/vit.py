@@ -7,9 +7,9 @@ Pieces, in the order the chapter builds them:
   projection in one strided convolution (the two agree exactly, see the tests).
 * :class:`ViTMLP`, :class:`ViTBlock` (pre-normalisation) and :class:`ViT`, with
   a learned ``<cls>`` token (or mean pooling) and learned positional embeddings.
-  Attention is :class:`attention_book.MultiHeadAttention`, so in eval mode (or
-  under :func:`attention_book.keep_attention_weights`) every layer keeps its
-  weights; :meth:`ViT.attention_maps` collects them.
+  Attention is :class:`attention_book.MultiHeadAttention`: the fused kernel
+  unless its maps are asked for; :meth:`ViT.attention_maps` records them
+  (:func:`attention_book.record_attention`).
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through
   all layers back to the input patches.
 * Data: Fashion-MNIST through the data registry (four IDX files, read by our
@@ -33,7 +33,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention, keep_attention_weights
+from .attention import MultiHeadAttention, record_attention
+from .train import evaluating
 from .config import resolve_seed
 from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
 
@@ -183,7 +184,7 @@ class ViTBlock(nn.Module):
     The layer norm sits *before* each sub-layer, so the residual path from input
     to output is a plain sum (post-normalisation, chapter 7, normalises after it).
     ``attention_weights`` is the (batch, heads, tokens, tokens) map of the last
-    forward pass when weights were kept (eval mode or ``ab.keep_attention_weights()``).
+    forward pass when weights were kept (``ab.record_attention`` or ``ab.keep_attention_weights()``).
     """
 
     def __init__(self, num_hiddens: int, norm_shape, mlp_num_hiddens: int, num_heads: int,
@@ -263,14 +264,9 @@ class ViT(nn.Module):
         With ``pool='cls'`` token 0 is ``<cls>`` and tokens 1.. are the patches row by row.
         The model's train/eval mode is restored afterwards.
         """
-        was_training = self.training
-        self.eval()
-        try:
-            with keep_attention_weights():
-                self(X)
-            return torch.stack([blk.attention_weights for blk in self.blks])
-        finally:
-            self.train(was_training)
+        with evaluating(self), record_attention(self) as maps:
+            self(X)
+        return maps.stacked("self")
 
 
 def _check_maps(maps: torch.Tensor) -> None:
