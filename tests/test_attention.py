@@ -382,3 +382,25 @@ def test_additive_attention_checks_sizes_after_lazy_initialisation():
     additive(*_qkv())
     with pytest.raises(ValueError, match=r"needs 4 features"):
         additive(*_qkv(d=(5, 4, 6)))
+
+
+def test_nan_at_padded_keys_never_reaches_the_output():
+    """Padding may hold anything (NaN, inf): weights of 0 must not turn it into NaN outputs."""
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    lens = torch.tensor([2, 5])
+    v_bad, k_bad = v.clone(), k.clone()
+    v_bad[0, 2:] = float("nan")
+    k_bad[0, 2:] = float("inf")
+    mha = ab.MultiHeadAttention(8, 2)
+    X, X_bad = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    X_bad[0, 2:] = float("nan")
+    X_bad[1], X_bad[0, :2] = X[1], X[0, :2]
+    for module, args, bad in ((ab.DotProductAttention(), (q, k, v, lens), (q, k_bad, v_bad, lens)),
+                              (mha, (X[:, :3], X, X, lens), (X[:, :3], X_bad, X_bad, lens))):
+        for record in (False, True):
+            with ab.keep_attention_weights(record):
+                module.eval()
+                clean = module(*args)
+                out = module(*bad)
+            assert torch.isfinite(out).all(), (type(module).__name__, record)
+            torch.testing.assert_close(out, clean)

@@ -294,3 +294,31 @@ def test_every_public_name_is_defined_once_and_exported_at_the_top():
             assert getattr(ab, public) is getattr(module, public), f"ab.{public} is not {name}.{public}"
     modules_on_disk = {p.stem for p in Path(ab.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
     assert modules_on_disk == set(ab.MODULES), "ab.MODULES must list every package module"
+
+
+def test_fit_reads_the_loss_on_the_host_a_fixed_number_of_times_per_epoch(monkeypatch):
+    """No host sync per step: the package's reads of tensor values do not grow with the number of
+    batches. (Reads inside PyTorch's own optimisers are theirs: Adam reads its CPU step counters,
+    which on a GPU run stay on the CPU and make no device wait.)"""
+    import sys
+
+    reads = []
+    for name in ("item", "__float__", "__int__", "__bool__", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, **kwargs):
+            if "attention_book" in sys._getframe(1).f_code.co_filename:
+                reads.append(1)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+
+    def run(num_batches):
+        reads.clear()
+        model = nn.Linear(3, 1)
+        data = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(num_batches)]
+        ab.fit(model, data, lambda m, b: (((m(b[0]) - b[1]) ** 2).mean(), len(b[1])), epochs=2, lr=0.01,
+               clip_grad=1.0, progress=False, device="cpu")
+        return len(reads)
+
+    assert run(3) == run(30)

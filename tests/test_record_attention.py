@@ -123,3 +123,20 @@ def test_the_recorder_restores_everything_and_rejects_non_models():
         maps.tensors("both")
     with pytest.raises(ValueError, match="no attention of kind"):
         maps.stacked("cross", under="encoder")
+
+
+class HostSync(AssertionError):
+    pass
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_forward_reads_no_tensor_value_on_the_host(name):
+    model, run, _ = MODELS[name]()
+    with pytest.MonkeyPatch.context() as patch:
+        def refuse(self, *args, **kwargs):
+            raise HostSync("a tensor value was read on the host")
+
+        for method in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+            patch.setattr(torch.Tensor, method, refuse)
+        with torch.no_grad():
+            run()

@@ -35,6 +35,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .checks import check_tensor_values
+
 __all__ = [
     "masked_softmax",
     "key_mask",
@@ -125,15 +127,7 @@ def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=Non
         lens = valid_lens
     else:
         raise ValueError(f"valid_lens has shape {_shape(valid_lens)} but needs {lens_shapes} (batch, or batch x queries)")
-    if lens.device.type != "meta" and lens.numel() > 0:
-        if lens.is_floating_point() and not bool(torch.all(lens == lens.round())):
-            bad = lens[lens != lens.round()].flatten()[0].item()
-            raise ValueError(f"valid_lens must hold whole numbers of keys, got the value {bad}")
-        low, high = lens.min().item(), lens.max().item()
-        if low < 0 or high > num_keys:
-            raise ValueError(
-                f"valid_lens must lie in [0, {num_keys}] (the number of keys), got values from {low:g} to {high:g}"
-            )
+    check_tensor_values("valid_lens", lens, 0, num_keys, whole=True, what=f"lengths count keys, and there are {num_keys}")
     if device is not None:
         lens = lens.to(device)
     positions = torch.arange(num_keys, device=lens.device)
@@ -270,17 +264,15 @@ def attend(
     if causal:
         cm = causal_mask(n_q, n_k, device=q.device)
         mask = cm if mask is None else (mask & cm)
-    empty_rows = None
-    if mask is not None and mask.device.type != "meta":
-        empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., queries, 1)
-        if not bool(empty_rows.any()):
-            empty_rows = None
     if not need_weights:
-        if mask is not None and empty_rows is not None:
-            # The fused kernel would produce NaN for rows with nothing to attend to:
-            # let them see everything, then zero their output.
-            safe = mask | empty_rows
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p, scale=scale)
+        if mask is not None:
+            # The fused kernel would produce NaN for rows with nothing to attend to: let them see
+            # everything, then zero their output. Always done (no test on the host whether such a
+            # row exists: that would make a GPU wait at every call). Values at keys no query may
+            # see are zeroed too, so NaN or inf there (padding) never reaches the output.
+            empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., queries, 1)
+            out = F.scaled_dot_product_attention(q, _visible_values(k, mask), _visible_values(v, mask),
+                                                 attn_mask=mask | empty_rows, dropout_p=dropout_p, scale=scale)
             return out.masked_fill(empty_rows, 0.0), None
         if only_causal:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
@@ -289,7 +281,15 @@ def attend(
         return out, None
     weights = _softmax_where(torch.matmul(q, k.transpose(-2, -1)) * scale, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(dropped, v), weights
+    return torch.matmul(dropped, v if mask is None else _visible_values(v, mask)), weights
+
+
+def _visible_values(v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``v`` (values or keys) with the rows of keys that no query may attend set to 0: a weight
+    of 0 times NaN is NaN, and an infinite key makes a NaN score that no mask removes, so
+    padding must not reach the output whatever it holds."""
+    dead = ~mask.any(dim=-2)  # (..., keys)
+    return v.masked_fill(dead.unsqueeze(-1), 0.0)
 
 
 class DotProductAttention(nn.Module):

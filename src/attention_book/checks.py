@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-__all__ = ["check_int", "check_positive_int", "check_index"]
+__all__ = ["check_int", "check_positive_int", "check_index", "check_tensor_values"]
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -55,3 +55,31 @@ def check_index(name: str, value: Any, size: int, within: str = "a sequence") ->
         valid = f"valid: 0 to {size - 1}" if size > 0 else "it is empty"
         raise ValueError(f"{name} {index} is out of range for {within} of size {size} ({valid})")
     return index
+
+
+def check_tensor_values(name: str, t, low: float, high: float, *, whole: bool = False, what: str = "") -> None:
+    """``ValueError`` naming ``name`` when a value of tensor ``t`` lies outside ``[low, high]``
+    (or, with ``whole``, is not a whole number) — without reading any value on the host when
+    all is well, so a forward pass on a GPU does not wait for it.
+
+    The test runs where ``t`` lives (``torch._assert_async``); only a failure reads the
+    values, to name them. On a GPU the failure surfaces as a device-side assertion at the
+    next synchronisation instead of this message. ``what`` ends the message (e.g. why the
+    range is what it is).
+    """
+    import torch
+
+    if t.device.type == "meta" or t.numel() == 0:
+        return
+    ok = (t >= low) & (t <= high)
+    if whole and t.is_floating_point():
+        ok &= t == t.round()
+    try:
+        torch._assert_async(ok.all())
+    except RuntimeError:
+        in_range = (t >= low) & (t <= high)
+        if not bool(in_range.all()):
+            problem = f"must lie in [{low:g}, {high:g}], got values from {t.min().item():g} to {t.max().item():g}"
+        else:
+            problem = f"must hold whole numbers, got {t[t != t.round()].flatten()[0].item():g}"
+        raise ValueError(f"{name} {problem}" + (f"; {what}" if what else "")) from None

@@ -51,17 +51,19 @@ def move_to(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def grad_clipping(model: nn.Module, max_norm: float) -> float:
+def grad_clipping(model: nn.Module, max_norm: float) -> torch.Tensor:
     """Rescale all gradients so their global L2 norm is at most ``max_norm``.
 
-    Returns the norm before clipping (useful to watch for exploding gradients).
+    Returns the norm before clipping as a 0-dim tensor on the gradients' device (useful to
+    watch for exploding gradients; ``float()`` it when you want the number, which waits for
+    the device).
     """
     if max_norm <= 0:
         raise ValueError(f"max_norm must be positive, got {max_norm}")
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:
-        return 0.0
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        return torch.zeros(())
+    return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 @dataclass
@@ -170,18 +172,20 @@ def fit(
         bar = _progress_bar(epochs, desc)
     for _epoch in epoch_iter:
         model.train()
-        total, count = 0.0, 0.0
+        # Summed on the device and read once per epoch: reading the loss every step would make
+        # a GPU wait for each step to finish before the next can be queued.
+        total, count, batches = torch.zeros((), device=dev), torch.zeros((), device=dev), 0
         for batch in train_data:
             batch = move_to(batch, dev)
             with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=use_amp):
                 out = loss_fn(model, batch)
             loss, n = (out if isinstance(out, tuple) else (out, 1))
-            n = float(n)
             if loss.dim() != 0:
                 raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"the loss became {loss.item()} at step {history.steps}"
-                                         + _advice(optimizer))
+            if first_loss is None:  # the one read in the loop: the yardstick for divergence, before any update
+                first_loss = float(loss.detach())
+                if not math.isfinite(first_loss):
+                    raise FloatingPointError(f"the loss of the first step is {first_loss}" + _advice(optimizer))
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
@@ -199,15 +203,14 @@ def fit(
             if scheduler is not None:
                 scheduler.step()
             history.steps += 1
-            value = float(loss.detach())
-            if first_loss is None:
-                first_loss = value
-            total += value * n
+            total += loss.detach().float() * n
             count += n
-        if count == 0:
+            batches += 1
+        if batches == 0:
             raise ValueError("train_data yielded no batches")
-        _check_divergence(total / count, first_loss, _epoch, optimizer)
-        history.train_loss.append(total / count)
+        epoch_loss = float(total / count)
+        _check_divergence(epoch_loss, first_loss, _epoch, optimizer)
+        history.train_loss.append(epoch_loss)
         if evaluate is not None:
             model.eval()
             with torch.no_grad():

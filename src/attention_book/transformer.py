@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
+from .checks import check_tensor_values
 from .positional import PositionalEncoding
 from .train import evaluating
 
@@ -287,13 +288,9 @@ def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> 
             f"rows (positions 0..{max_len - 1}); shorten the sequence or build the model with max_len >= "
             f"{offset + X.shape[1]}"
         )
-    if X.device.type != "meta" and X.numel():
-        low, high = int(X.min()), int(X.max())
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"{name} holds token ids from {low} to {high} but the embedding has vocab_size={vocab_size} "
-                f"(ids 0..{vocab_size - 1}); build the model with the vocabulary size of the data it reads"
-            )
+    check_tensor_values(name, X, 0, vocab_size - 1,
+                        what=f"the embedding has vocab_size={vocab_size}; build the model with the vocabulary "
+                             "size of the data it reads")
 
 
 class _TokenStack(nn.Module):
