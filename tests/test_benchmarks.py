@@ -78,3 +78,13 @@ def test_dot_product_benchmark_quick_table():
 def test_scoring_benchmark_quick_runs():
     out = run("scoring.py", "--quick", "--repeats", "1")
     assert "additive/dot" in out and "growing number of keys" in out and "growing feature size" in out
+
+
+def test_decoding_benchmark_quick_table():
+    out = run("decoding.py", "--quick", "--repeats", "1")
+    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ \|", line)]
+    assert len(rows) == 2, out
+    for line in rows:
+        vals = numbers(line)
+        assert len(vals) == 3 and all(math.isfinite(v) and v > 0 for v in vals), line
+    assert "identical with and without the cache" in out
