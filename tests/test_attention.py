@@ -367,7 +367,7 @@ def _qkv(b=(2, 2, 2), n=(3, 5, 5), d=(4, 4, 6)):
     (lambda: ab.DotProductAttention()(*[t.double() if i == 1 else t for i, t in enumerate(_qkv())]), r"one dtype"),
     (lambda: ab.AdditiveAttention(4, query_size=3, key_size=4)(*_qkv()), r"queries have shape \(2, 3, 4\).*needs 3 features"),
     (lambda: ab.AdditiveAttention(4)(*_qkv(b=(1, 2, 2))), r"batch sizes differ"),
-    (lambda: ab.AdditiveAttention(0), r"num_hiddens must be a positive int, got 0"),
+    (lambda: ab.AdditiveAttention(0), r"num_hiddens must be at least 1, got 0"),
     (lambda: ab.DotProductAttention(dropout=1.0), r"dropout must lie in \[0, 1\), got 1.0"),
     (lambda: ab.attend(*_qkv(), mask=torch.ones(2, 3, 5)), r"mask must be a boolean tensor.*float32"),
     (lambda: ab.attend(*_qkv(), mask=torch.ones(2, 4, 5, dtype=torch.bool)), r"mask has shape \(2, 4, 5\).*\(2, 3, 5\)"),

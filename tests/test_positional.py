@@ -107,5 +107,5 @@ def test_bad_inputs():
             module(torch.randn(2, 3, 4))
         with pytest.raises(ValueError, match="max_len=10"):
             module(torch.randn(1, 8, 8), offset=5)
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="num_hiddens must be at least 1, got 0"):
         ab.LearnedPositionalEmbedding(0)

@@ -127,7 +127,7 @@ def test_new_scores_run_on_the_meta_device():
      r"keys have shape \(2, 5, 2\).*needs \(batch, length, 3\)"),
     (lambda: ab.BilinearAttention(4, 3)(torch.randn(2, 3, 4), torch.randn(1, 5, 3), torch.randn(2, 5, 2)),
      r"batch sizes differ"),
-    (lambda: ab.BilinearAttention(0, 3), r"query_size must be a positive int, got 0"),
+    (lambda: ab.BilinearAttention(0, 3), r"query_size must be at least 1, got 0"),
     (lambda: ab.BilinearAttention(2, 3, dropout=-0.1), r"dropout must lie in \[0, 1\)"),
     (lambda: ab.scaling_statistics([0, 4]), r"dims must be positive"),
     (lambda: ab.plot_scaling(d=2048, max_dim=1024), r"d must lie in \[1, max_dim=1024\], got 2048"),

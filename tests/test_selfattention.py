@@ -63,7 +63,7 @@ def test_bad_inputs():
         ab.permutation_error(lambda Z: Z, torch.randn(3, 2), torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match=r"columns must lie in \[0, 7\]"):
         ab.plot_encoding_columns(8, 10, columns=(6, 9))
-    with pytest.raises(ValueError, match="encoding_dim and num_steps"):
+    with pytest.raises(ValueError, match="encoding_dim must be at least 2, got 1"):
         ab.positional_encoding_figure(1, 10)
     with pytest.raises(ValueError, match="lengths"):
         ab.time_sequence_layers([])

@@ -35,7 +35,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_tensor_values
+from .checks import (check_dropout, check_heads, check_optional_positive_int, check_positive_int,
+                     check_same_device, check_tensor_values)
 
 __all__ = [
     "masked_softmax",
@@ -220,6 +221,12 @@ def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
         )
 
 
+def _check_devices(module: nn.Module, queries, keys, values) -> None:
+    """Queries, keys and values on the device of ``module``'s parameters (a clear error if not)."""
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_same_device(name, t, module)
+
+
 def _check_mask(mask, q: torch.Tensor, k: torch.Tensor) -> None:
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -302,9 +309,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.0, need_weights: bool | None = None):
         super().__init__()
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
-        self.dropout = dropout
+        self.dropout = check_dropout(dropout)
         self.need_weights = need_weights
         self.attention_weights: torch.Tensor | None = None
 
@@ -332,13 +337,10 @@ class AdditiveAttention(nn.Module):
     def __init__(self, num_hiddens: int, dropout: float = 0.0, query_size: int | None = None,
                  key_size: int | None = None):
         super().__init__()
-        if not isinstance(num_hiddens, int) or num_hiddens < 1:
-            raise ValueError(f"num_hiddens must be a positive int, got {num_hiddens!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
-        for name, size in (("query_size", query_size), ("key_size", key_size)):
-            if size is not None and (not isinstance(size, int) or size < 1):
-                raise ValueError(f"{name} must be a positive int or None, got {size!r}")
+        num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        dropout = check_dropout(dropout)
+        query_size = check_optional_positive_int("query_size", query_size)
+        key_size = check_optional_positive_int("key_size", key_size)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=False) if query_size else nn.LazyLinear(num_hiddens, bias=False)
         self.W_k = nn.Linear(key_size, num_hiddens, bias=False) if key_size else nn.LazyLinear(num_hiddens, bias=False)
         self.w_v = nn.Linear(num_hiddens, 1, bias=False)
@@ -347,6 +349,7 @@ class AdditiveAttention(nn.Module):
 
     def forward(self, queries, keys, values, valid_lens=None):
         _check_qkv(queries, keys, values, same_qk_size=False)
+        _check_devices(self, queries, keys, values)
         for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k)):
             if not isinstance(layer, nn.LazyLinear) and t.shape[-1] != layer.in_features:
                 raise ValueError(
@@ -375,7 +378,8 @@ def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
         got = _shape(X) if isinstance(X, torch.Tensor) else type(X).__name__
         raise ValueError(f"transpose_qkv expects X of shape (batch, length, num_hiddens), got {got}")
     b, n, d = X.shape
-    if num_heads < 1 or d % num_heads:
+    num_heads = check_positive_int("num_heads", num_heads)
+    if d % num_heads:
         raise ValueError(f"num_heads={num_heads} must be positive and divide the {d} features of X (shape {_shape(X)})")
     return X.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
 
@@ -419,16 +423,10 @@ class MultiHeadAttention(nn.Module):
                  query_size: int | None = None, key_size: int | None = None, value_size: int | None = None,
                  need_weights: bool | None = None, rotary: bool = False):
         super().__init__()
-        if num_heads < 1 or num_hiddens < 1:
-            raise ValueError(f"num_hiddens and num_heads must be positive, got {num_hiddens} and {num_heads}")
-        if num_hiddens % num_heads != 0:
-            options = [h for h in range(1, num_hiddens + 1) if num_hiddens % h == 0]
-            raise ValueError(
-                f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}; "
-                f"head counts that work with num_hiddens={num_hiddens}: {options}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        num_hiddens, num_heads = check_heads(num_hiddens, num_heads)
+        dropout = check_dropout(dropout)
+        query_size, key_size, value_size = (check_optional_positive_int(name, size) for name, size in (
+            ("query_size", query_size), ("key_size", key_size), ("value_size", value_size)))
         self.num_hiddens, self.num_heads, self.dropout = num_hiddens, num_heads, dropout
         self.need_weights = need_weights
         self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
@@ -450,6 +448,7 @@ class MultiHeadAttention(nn.Module):
 
     def _check(self, queries, keys, values) -> None:
         _check_qkv(queries, keys, values, same_qk_size=False)
+        _check_devices(self, queries, keys, values)
         for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k), ("values", values, self.W_v)):
             if t.shape[-1] != layer.in_features:
                 raise ValueError(

@@ -13,10 +13,21 @@ NumPy and other integer types that support ``__index__`` are accepted.
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any
 
-__all__ = ["check_int", "check_positive_int", "check_index", "check_tensor_values"]
+__all__ = [
+    "check_int",
+    "check_positive_int",
+    "check_optional_positive_int",
+    "check_dropout",
+    "check_heads",
+    "check_index",
+    "check_tensor_values",
+    "check_same_device",
+    "check_token_ids",
+]
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -39,6 +50,76 @@ def check_int(name: str, value: Any, minimum: int | None = None) -> int:
 def check_positive_int(name: str, value: Any) -> int:
     """``value`` as a Python ``int`` of at least 1, or ``ValueError`` naming ``name``."""
     return check_int(name, value, minimum=1)
+
+
+def check_optional_positive_int(name: str, value: Any) -> int | None:
+    """``None``, or ``value`` as a Python ``int`` of at least 1 (a size that has a default)."""
+    return None if value is None else check_positive_int(name, value)
+
+
+def check_dropout(value: Any, name: str = "dropout") -> float:
+    """A dropout probability: a real number in ``[0, 1)``, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r} ({type(value).__name__})")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must lie in [0, 1), got {value}")
+    return float(value)
+
+
+def check_heads(num_hiddens: Any, num_heads: Any) -> tuple[int, int]:
+    """``(num_hiddens, num_heads)``: positive integers, ``num_heads`` dividing ``num_hiddens``
+    (each head gets ``num_hiddens / num_heads`` features)::
+
+        check_heads(30, 4)
+        # ValueError: num_hiddens=30 is not divisible by num_heads=4; head counts that work
+        # with num_hiddens=30: [1, 2, 3, 5, 6, 10, 15, 30]
+    """
+    num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+    num_heads = check_positive_int("num_heads", num_heads)
+    if num_hiddens % num_heads:
+        options = [h for h in range(1, num_hiddens + 1) if num_hiddens % h == 0]
+        raise ValueError(f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}; "
+                         f"head counts that work with num_hiddens={num_hiddens}: {options}")
+    return num_hiddens, num_heads
+
+
+def check_token_ids(name: str, X: Any) -> None:
+    """``ValueError`` naming ``name`` unless ``X`` is a (batch, num_steps) tensor of integer token ids.
+
+    Looks at the shape and dtype only; the range of the ids is the model's to check
+    (with :func:`check_tensor_values`, which reads nothing on the host).
+    """
+    import torch
+
+    if not isinstance(X, torch.Tensor) or X.dim() != 2:
+        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
+        raise ValueError(f"{name} must be a (batch, num_steps) tensor of token ids, got {got}")
+    if X.is_floating_point() or X.is_complex() or X.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {X.dtype}")
+
+
+def check_same_device(name: str, tensor: Any, module: Any) -> None:
+    """``ValueError`` naming both devices when ``tensor`` is not where ``module``'s parameters are.
+
+    Compares devices only (never a value, so nothing waits for a GPU). A module
+    without parameters, or an argument that is not a tensor, passes: other
+    checks deal with those. Without this check, a module on ``meta`` given CPU
+    input returns uninitialised memory, and a CPU embedding given ids on the
+    ``meta`` device returns garbage instead of failing::
+
+        check_same_device("X", torch.zeros(2, 3, device="meta"), encoder)
+        # ValueError: X is on device meta but TransformerEncoder's parameters are on device cpu; ...
+    """
+    import torch
+
+    param = next(module.parameters(), None)
+    if param is None or not isinstance(tensor, torch.Tensor) or tensor.device == param.device:
+        return
+    raise ValueError(
+        f"{name} is on device {tensor.device} but {type(module).__name__}'s parameters are on device "
+        f"{param.device}; move them to one device, e.g. {name.split()[0]}.to({str(param.device)!r}) "
+        f"or model.to({str(tensor.device)!r})"
+    )
 
 
 def check_index(name: str, value: Any, size: int, within: str = "a sequence") -> int:

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .attention import masked_softmax
+from .checks import check_optional_positive_int, check_positive_int, check_same_device
 from .config import resolve_seed
 from .plot import BOOK_CMAP, _ensure_style
 
@@ -257,8 +258,7 @@ def make_kernel_data(n_train: int = 40, noise: float = 1.0, x_max: float = 5.0, 
     """``n_train`` sorted points uniform in [0, x_max) with labels 2 sin x + x + noise·N(0, 1);
     a validation grid 0, step, …, < x_max with the noise-free target. Same seed, same data;
     ``seed=None`` uses the book's seed (:func:`attention_book.resolve_seed`)."""
-    if isinstance(n_train, bool) or not isinstance(n_train, int) or n_train < 1:
-        raise ValueError(f"n_train must be a positive int, got {n_train!r}")
+    n_train = check_positive_int("n_train", n_train)
     if not (math.isfinite(noise) and noise >= 0):
         raise ValueError(f"noise must be a nonnegative number, got {noise!r}")
     if not (math.isfinite(x_max) and x_max > 0 and math.isfinite(step) and 0 < step < x_max):
@@ -299,6 +299,7 @@ class NadarayaWatson(nn.Module):
         return self.log_sigma.exp()
 
     def forward(self, queries: torch.Tensor, leave_out: torch.Tensor | None = None) -> torch.Tensor:
+        check_same_device("queries", queries, self)
         exclude = None
         if leave_out is not None:
             n_q = _as_points(queries, "queries").shape[0]
@@ -332,6 +333,7 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
     """
     from .train import fit
 
+    batch_size = check_optional_positive_int("batch_size", batch_size)
     if kernel not in _DIFFERENTIABLE:
         raise ValueError(f"kernel {kernel!r} does not change smoothly with its width, so gradient descent cannot "
                          f"learn it; use one of {', '.join(_DIFFERENTIABLE)}")
@@ -345,8 +347,6 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
     if batch_size is None:
         batches = [indices]
     else:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
         batches = torch.utils.data.DataLoader(indices, batch_size=batch_size, shuffle=True,
                                               generator=torch.Generator().manual_seed(resolve_seed(seed, 1)))
 

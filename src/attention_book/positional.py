@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checks import check_positive_int
+
 __all__ = [
     "sinusoidal_table",
     "offset_rotation",
@@ -35,14 +37,19 @@ def sinusoidal_table(max_len: int, num_hiddens: int, dtype=torch.float32, device
     P[i, 2j] = sin(i / 10000^(2j/d)),  P[i, 2j+1] = cos(i / 10000^(2j/d)).
     An odd ``num_hiddens`` is allowed (the last column is a sine).
     """
-    if max_len < 1 or num_hiddens < 1:
-        raise ValueError(f"max_len and num_hiddens must be positive, got {max_len} and {num_hiddens}")
+    _check_table_sizes(max_len, num_hiddens)
     pos = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]
     angles = pos * _frequencies(num_hiddens, device=device)  # (max_len, ceil(d/2))
     table = torch.zeros(max_len, num_hiddens, dtype=torch.float64, device=device)
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : num_hiddens // 2])
     return table.to(dtype)
+
+
+def _check_table_sizes(max_len: int, num_hiddens: int) -> None:
+    """A table of positions needs at least one row and one column."""
+    check_positive_int("max_len", max_len)
+    check_positive_int("num_hiddens", num_hiddens)
 
 
 def _frequencies(num_hiddens: int, base: float = 10000.0, dtype=torch.float64, device=None) -> torch.Tensor:
@@ -117,8 +124,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, num_hiddens: int, dropout: float = 0.0, max_len: int = 1000, init_std: float = 0.02):
         super().__init__()
-        if max_len < 1 or num_hiddens < 1:
-            raise ValueError(f"max_len and num_hiddens must be positive, got {max_len} and {num_hiddens}")
+        _check_table_sizes(max_len, num_hiddens)
         self.num_hiddens, self.max_len = num_hiddens, max_len
         self.P = nn.Embedding(max_len, num_hiddens)
         nn.init.normal_(self.P.weight, std=init_std)

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .attention import AdditiveAttention, DotProductAttention, _check_qkv, _shape, _wants_weights, attend, key_mask
+from .attention import AdditiveAttention, DotProductAttention, _check_devices, _check_qkv, _shape, _wants_weights, attend, key_mask
+from .checks import check_dropout, check_int, check_positive_int
 from .config import resolve_seed
 from .plot import _ensure_style
 
@@ -46,11 +47,6 @@ __all__ = [
     "plot_scoring_costs",
     "plot_token_weights",
 ]
-
-
-def _check_dropout(dropout: float) -> None:
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
 
 
 def _attend_module(module: nn.Module, q, k, values, valid_lens, need_weights, scale: float):
@@ -92,7 +88,7 @@ class DistanceAttention(nn.Module):
 
     def __init__(self, dropout: float = 0.0, scale: float | None = None, need_weights: bool | None = None):
         super().__init__()
-        _check_dropout(dropout)
+        check_dropout(dropout)
         if scale is not None and not scale > 0:
             raise ValueError(f"scale must be positive (or None for 1/sqrt(d)), got {scale}")
         self.dropout, self.scale, self.need_weights = dropout, scale, need_weights
@@ -119,10 +115,9 @@ class BilinearAttention(nn.Module):
 
     def __init__(self, query_size: int, key_size: int, dropout: float = 0.0, need_weights: bool | None = None):
         super().__init__()
-        for name, size in (("query_size", query_size), ("key_size", key_size)):
-            if not isinstance(size, int) or size < 1:
-                raise ValueError(f"{name} must be a positive int, got {size!r}")
-        _check_dropout(dropout)
+        query_size = check_positive_int("query_size", query_size)
+        key_size = check_positive_int("key_size", key_size)
+        check_dropout(dropout)
         self.query_size, self.key_size = query_size, key_size
         self.M = nn.Parameter(torch.randn(query_size, key_size) / math.sqrt(query_size))
         self.dropout, self.need_weights = dropout, need_weights
@@ -130,6 +125,7 @@ class BilinearAttention(nn.Module):
 
     def forward(self, queries, keys, values, valid_lens=None, need_weights: bool | None = None):
         _check_qkv(queries, keys, values, same_qk_size=False)
+        _check_devices(self, queries, keys, values)
         for name, t, size in (("queries", queries, self.query_size), ("keys", keys, self.key_size)):
             if t.shape[-1] != size:
                 raise ValueError(
@@ -163,8 +159,8 @@ def scaling_statistics(dims: Iterable[int], num_keys: int = 16, num_samples: int
     dims = tuple(int(d) for d in dims)
     if not dims or min(dims) < 1:
         raise ValueError(f"dims must be positive feature sizes, got {list(dims)}")
-    if num_keys < 2 or num_samples < 2:
-        raise ValueError(f"num_keys and num_samples must be at least 2, got {num_keys} and {num_samples}")
+    num_keys = check_int("num_keys", num_keys, minimum=2)
+    num_samples = check_int("num_samples", num_samples, minimum=2)
     stats = _scaling_statistics(dims, int(num_keys), int(num_samples), resolve_seed(seed))
     return {k: v.copy() for k, v in stats.items()}
 
@@ -300,10 +296,8 @@ def scoring_cost(kind: str, num_keys: int, dim: int, *, num_queries: int | None 
     ``seed`` draws the module's parameters and the inputs (``None``: the book's seed);
     the global generator is reseeded with it.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    if min(num_keys, dim, batch) < 1:
-        raise ValueError(f"num_keys, dim and batch must be positive, got {num_keys}, {dim}, {batch}")
+    for name, size in (("repeats", repeats), ("num_keys", num_keys), ("dim", dim), ("batch", batch)):
+        check_positive_int(name, size)
     num_queries = num_keys if num_queries is None else num_queries
     value_size = dim if value_size is None else value_size
     torch.manual_seed(resolve_seed(seed))
@@ -335,8 +329,7 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> fl
 
     The minimum is the run least disturbed by other work on a shared machine.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    repeats = check_positive_int("repeats", repeats)
     for _ in range(warmup):
         fn()
     times = []

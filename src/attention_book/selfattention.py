@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .checks import check_int, check_positive_int
 from .config import single_thread
 from .plot import _ensure_style, show_heatmaps
 from .positional import PositionalEncoding, sinusoidal_table
@@ -88,10 +89,11 @@ def time_sequence_layers(lengths: Sequence[int], num_hiddens: int = 64, batch_si
     *fastest* of ``repeats`` runs: on a shared machine other programs only ever
     add time, so the minimum is the least disturbed measurement.
     """
-    if not lengths or min(lengths) < 1:
+    if not lengths:
         raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)}")
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    lengths = [check_positive_int(f"lengths[{i}]", n) for i, n in enumerate(lengths)]
+    for name, size in (("repeats", repeats), ("batch_size", batch_size), ("num_hiddens", num_hiddens)):
+        check_positive_int(name, size)
     layers = {name: layer.eval() for name, layer in sequence_layers(num_hiddens, kernel_size, num_heads).items()}
     times: dict[str, list[float]] = {name: [] for name in layers}
     with single_thread():
@@ -136,8 +138,8 @@ def permutation_error(layer: nn.Module, X: torch.Tensor, perm: torch.Tensor) -> 
 
 
 def _check_encoding_args(encoding_dim: int, num_steps: int) -> None:
-    if encoding_dim < 2 or num_steps < 2:
-        raise ValueError(f"encoding_dim and num_steps must be >= 2, got {encoding_dim} and {num_steps}")
+    check_int("encoding_dim", encoding_dim, minimum=2)
+    check_int("num_steps", num_steps, minimum=2)
 
 
 def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
