@@ -92,7 +92,7 @@ def test_meta_device_forward():
 def test_bad_inputs():
     with pytest.raises(ValueError, match="two different positions"):
         ab.make_offset_task(10, seq_len=4, offsets=(1, 5))
-    with pytest.raises(ValueError, match="seq_len >= 2"):
+    with pytest.raises(ValueError, match="seq_len must be at least 2"):
         ab.make_offset_task(10, seq_len=1)
     mha = ab.MultiHeadAttention(8, 2)
     with pytest.raises(ValueError, match=r"heads must lie in \[0, 1\], got 2"):

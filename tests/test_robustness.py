@@ -242,3 +242,175 @@ def test_fit_divergence_check_spares_normal_and_noisy_runs():
         return m(batch).sum() * 0 + next(losses)
 
     assert len(ab.fit(model, [torch.ones(1)], loss_fn, epochs=3, progress=False).train_loss) == 3
+
+
+# --- inputs on another device than the module ----------------------------------------------
+
+def _ids(batch, length, vocab):
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+def _device_cases():
+    """(name, model, call(model, device)): each call feeds inputs made on ``device``."""
+    def qkv(dev, d=8):
+        return [torch.randn(2, 3, d, device=dev)] * 3
+
+    seq2seq = ab.make_seq2seq(11, 13, 8, 16, 1)
+    transformer = ab.make_transformer(11, 13, 16, 32, 2, 1, 0.0)
+    return {
+        "MultiHeadAttention": (ab.MultiHeadAttention(8, 2), lambda m, dev: m(*qkv(dev))),
+        "AdditiveAttention": (ab.AdditiveAttention(4, query_size=8, key_size=8), lambda m, dev: m(*qkv(dev))),
+        "BilinearAttention": (ab.BilinearAttention(8, 8), lambda m, dev: m(*qkv(dev))),
+        "TransformerEncoder": (transformer.encoder, lambda m, dev: m(_ids(2, 5, 11).to(dev))),
+        "TransformerDecoder": (transformer.decoder,
+                               lambda m, dev: m(_ids(2, 4, 13).to(dev), m.init_state(torch.zeros(2, 5, 16, device=dev)))),
+        "Seq2SeqEncoder": (seq2seq.encoder, lambda m, dev: m(_ids(2, 5, 11).to(dev))),
+        "Seq2SeqAttentionDecoder": (seq2seq.decoder, lambda m, dev: m(_ids(2, 4, 13).to(dev), (
+            torch.zeros(2, 5, 16, device=dev), torch.zeros(2, 1, 16, device=dev), None))),
+        "Seq2SeqDecoder": (ab.make_seq2seq(11, 13, 8, 16, 1, attention=None).decoder,
+                           lambda m, dev: m(_ids(2, 4, 13).to(dev), (torch.zeros(2, 16, device=dev),
+                                                                     torch.zeros(2, 1, 16, device=dev)))),
+        "ViT": (ab.ViT(28, 14, 16, 32, 2, 1, 0.0, 0.0), lambda m, dev: m(torch.randn(2, 1, 28, 28, device=dev))),
+        "OffsetTaskModel": (ab.OffsetTaskModel(num_heads=2), lambda m, dev: m(_ids(2, 8, 8).to(dev))),
+        "SequencePredictor": (ab.SequencePredictor(10, 16, 2), lambda m, dev: m(_ids(2, 7, 10).to(dev))),
+        "NadarayaWatson": (ab.NadarayaWatson(torch.rand(5), torch.rand(5)), lambda m, dev: m(torch.rand(3, device=dev))),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_device_cases()))
+def test_input_on_another_device_names_both_devices(name):
+    model, call = _device_cases()[name]
+    with pytest.raises(ValueError, match="is on device meta but .* parameters are on device cpu"):
+        call(model, "meta")  # a CPU model given meta input (returned garbage or NaN before)
+    model.to("meta")
+    with pytest.raises(ValueError, match="is on device cpu but .* parameters are on device meta"):
+        call(model, "cpu")  # a meta model given CPU input (returned uninitialised memory before)
+    call(model, "meta")  # same device: runs
+
+
+def test_check_same_device_reads_no_values_and_skips_modules_without_parameters():
+    ab.check_same_device("X", torch.zeros(2, device="meta"), ab.DotProductAttention())
+    ab.check_same_device("X", [1, 2], nn.Linear(2, 2))  # not a tensor: other checks deal with it
+    with pytest.raises(ValueError, match=r"X is on device meta but Linear's parameters are on device cpu; "
+                                         r".*X.to\('cpu'\)"):
+        ab.check_same_device("X", torch.zeros(2, device="meta"), nn.Linear(2, 2))
+
+
+# --- sizes that are not integers -------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [2.0, 2.5, True, "2"])
+def test_num_heads_must_be_an_integer(bad):
+    for make in (lambda: ab.MultiHeadAttention(8, bad),
+                 lambda: ab.TransformerEncoder(11, 8, 16, bad, 1),
+                 lambda: ab.TransformerDecoderBlock(8, 16, bad),
+                 lambda: ab.ViT(28, 14, 8, 16, bad, 1, 0.0, 0.0),
+                 lambda: ab.OffsetTaskModel(num_heads=bad),
+                 lambda: ab.SequencePredictor(10, 8, bad),
+                 lambda: ab.transpose_qkv(torch.zeros(1, 2, 8), bad)):
+        with pytest.raises(ValueError, match="num_heads must be an integer"):
+            make()
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: ab.MultiHeadAttention(8.0, 2), "num_hiddens"),
+    (lambda: ab.MultiHeadAttention(8, 2, query_size=4.0), "query_size"),
+    (lambda: ab.AdditiveAttention(4, query_size=2.5), "query_size"),
+    (lambda: ab.TransformerEncoder(11, 8, 16, 2, 1.0), "num_blks"),
+    (lambda: ab.TransformerEncoder(11, 8, 16.0, 2, 1), "ffn_num_hiddens"),
+    (lambda: ab.TransformerDecoder(11.0, 8, 16, 2, 1), "vocab_size"),
+    (lambda: ab.TransformerEncoder(11, 8, 16, 2, 1, max_len=10.5), "max_len"),
+    (lambda: ab.make_transformer(11, 13, 8, 16, 2, True), "num_blks"),
+    (lambda: ab.make_seq2seq(11, 13, 8, 16, 2.0), "num_layers"),
+    (lambda: ab.Seq2SeqAttentionDecoder(13, 8, 16.5, 1), "num_hiddens"),
+    (lambda: ab.Seq2SeqDecoder(13, True, 16, 1), "embed_size"),
+    (lambda: ab.ViT(28, 14, 16, 32, 2, 1.5, 0.0, 0.0), "num_blks"),
+    (lambda: ab.ViT(28, 14, 16, 32.0, 2, 1, 0.0, 0.0), "mlp_num_hiddens"),
+    (lambda: ab.ImageBatches(torch.zeros(4, 1, 8, 8), torch.zeros(4), 2.0, 8), "batch_size"),
+    (lambda: ab.reverse_loaders(batch_size=2.5), "batch_size"),
+    (lambda: ab.reverse_dataset(10.0), "num_samples"),
+    (lambda: ab.warmup_cosine_factor(0, 1, 10.0), "max_steps"),
+    (lambda: ab.make_offset_task(10, seq_len=8.0), "seq_len"),
+    (lambda: ab.LearnedPositionalEmbedding(8, max_len=4.0), "max_len"),
+    (lambda: ab.sinusoidal_table(4, 8.0), "num_hiddens"),
+    (lambda: ab.BilinearAttention(4, 3.0), "key_size"),
+    (lambda: ab.scoring_cost("dot", 8, 4, repeats=1.5), "repeats"),
+    (lambda: ab.make_kernel_data(n_train=4.0), "n_train"),
+    (lambda: ab.time_sequence_layers([4, 8.0]), r"lengths\[1\]"),
+])
+def test_sizes_must_be_integers_naming_the_argument(call, name):
+    with pytest.raises(ValueError, match=f"{name} must be an integer"):
+        call()
+
+
+def _tiny_seq2seq():
+    torch.manual_seed(0)
+    return ab.make_seq2seq(11, 13, 8, 16, 1), _ids(2, 5, 11)
+
+
+@pytest.mark.parametrize("bad", [2.5, True, 0])
+def test_beam_size_must_be_a_positive_integer(bad):
+    model, src = _tiny_seq2seq()
+    with pytest.raises(ValueError, match="beam_size must be"):
+        ab.beam_search(model, src, None, 1, 2, max_steps=3, beam_size=bad)
+
+
+@pytest.mark.parametrize("bad", [2.5, True])
+def test_max_steps_must_be_an_integer(bad):
+    model, src = _tiny_seq2seq()
+    with pytest.raises(ValueError, match="max_steps must be an integer"):
+        ab.greedy_search(model, src, None, 1, 2, max_steps=bad)
+    with pytest.raises(ValueError, match="max_steps must be an integer"):
+        ab.beam_search(model, src, None, 1, 2, max_steps=bad)
+    with pytest.raises(ValueError, match="max_steps must be an integer"):
+        ab.greedy_without_cache(ab.make_transformer(11, 13, 8, 16, 2, 1, 0.0), src, None, 1, 2, max_steps=bad)
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, "0.1", True])
+def test_dropout_must_be_a_number_in_range(bad):
+    for make in (lambda: ab.MultiHeadAttention(8, 2, bad), lambda: ab.DotProductAttention(bad),
+                 lambda: ab.TransformerEncoder(11, 8, 16, 2, 1, bad), lambda: ab.Seq2SeqEncoder(11, 8, 16, 1, bad),
+                 lambda: ab.DistanceAttention(bad)):
+        with pytest.raises(ValueError, match="dropout must"):
+            make()
+    with pytest.raises(ValueError, match="blk_dropout must"):
+        ab.ViT(28, 14, 16, 32, 2, 1, 0.0, bad)
+
+
+def test_check_heads_lists_the_head_counts_that_work():
+    assert ab.check_heads(12, 4) == (12, 4)
+    with pytest.raises(ValueError, match=r"num_hiddens=30 is not divisible by num_heads=4; .*\[1, 2, 3, 5, 6, 10, 15, 30\]"):
+        ab.check_heads(30, 4)
+
+
+# --- evaluation helpers restore the model's mode -----------------------------------------------
+
+class _Failing(nn.Module):
+    """Fails in eval mode, as a model whose forward raises halfway through an evaluation would."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(1, 1)
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("helper", [
+    lambda m: ab.task_accuracy(m, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
+    lambda m: ab.token_accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
+    lambda m: ab.image_accuracy(m, [(torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))]),
+])
+def test_evaluation_helpers_restore_train_mode_even_on_error(helper):
+    model = _Failing().train()
+    with pytest.raises(RuntimeError, match="boom"):
+        helper(model)
+    assert model.training
+
+
+def test_decoding_restores_the_mode_it_found():
+    model, src = _tiny_seq2seq()
+    for mode in (True, False):
+        model.train(mode)
+        ab.beam_search(model, src, None, 1, 2, max_steps=3, beam_size=2)
+        ab.greedy_search(model, src, None, 1, 2, max_steps=3)
+        assert model.training is mode

@@ -97,12 +97,12 @@ def test_bad_arguments():
         ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS, cell="rnn")
     with pytest.raises(ValueError, match="attention must be 'additive' or 'dot', got 'cosine'"):
         ab.Seq2SeqAttentionDecoder(V_TGT, EMBED, HIDDEN, LAYERS, attention="cosine")
-    with pytest.raises(ValueError, match="num_layers must be positive, got 0"):
+    with pytest.raises(ValueError, match="num_layers must be at least 1, got 0"):
         ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, 0)
     enc = ab.Seq2SeqEncoder(V_SRC, EMBED, HIDDEN, LAYERS)
-    with pytest.raises(ValueError, match="X must be a \\(batch, num_steps\\) tensor of token indices, got \\(5,\\)"):
+    with pytest.raises(ValueError, match="X must be a \\(batch, num_steps\\) tensor of token ids, got \\(5,\\)"):
         enc(torch.zeros(5, dtype=torch.long))
-    with pytest.raises(ValueError, match="integer token indices, got dtype torch.float32"):
+    with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
         enc(torch.zeros(2, 5))
 
 

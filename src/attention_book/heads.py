@@ -28,9 +28,9 @@ from torch.nn import functional as F
 
 from .config import device as pick_device, resolve_seed, single_thread
 from .attention import MultiHeadAttention, record_attention
-from .train import evaluating
+from .checks import check_heads, check_int, check_positive_int, check_same_device
 from .positional import LearnedPositionalEmbedding
-from .train import History, fit
+from .train import History, evaluating, fit
 
 __all__ = [
     "make_offset_task",
@@ -57,10 +57,9 @@ def make_offset_task(num_examples: int, seq_len: int = 8, vocab_size: int = 8, o
     with ``(a, b) = offsets``. ``seed=None`` uses the book's seed
     (``ATTENTION_BOOK_SEED``).
     """
-    if num_examples < 1 or seq_len < 2 or vocab_size < 2:
-        raise ValueError(
-            f"need num_examples >= 1, seq_len >= 2 and vocab_size >= 2, got {num_examples}, {seq_len}, {vocab_size}"
-        )
+    num_examples = check_positive_int("num_examples", num_examples)
+    seq_len = check_int("seq_len", seq_len, minimum=2)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=2)
     a, b = offsets
     if a % seq_len == b % seq_len:
         raise ValueError(f"offsets must point to two different positions modulo seq_len={seq_len}, got {offsets}")
@@ -80,6 +79,9 @@ class OffsetTaskModel(nn.Module):
 
     def __init__(self, vocab_size: int = 8, seq_len: int = 8, num_hiddens: int = 32, num_heads: int = 2):
         super().__init__()
+        for name, size in (("vocab_size", vocab_size), ("seq_len", seq_len)):
+            check_positive_int(name, size)
+        check_heads(num_hiddens, num_heads)
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
         self.positions = LearnedPositionalEmbedding(num_hiddens, max_len=seq_len, init_std=1.0)
         self.attention = MultiHeadAttention(num_hiddens, num_heads)
@@ -87,6 +89,7 @@ class OffsetTaskModel(nn.Module):
                                  nn.Linear(4 * num_hiddens, vocab_size))
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
+        check_same_device("X", X, self)
         H = self.positions(self.embedding(X))  # (batch, seq_len, num_hiddens)
         return self.mlp(self.attention(H, H, H))  # (batch, seq_len, vocab_size)
 
@@ -94,10 +97,8 @@ class OffsetTaskModel(nn.Module):
 @torch.no_grad()
 def task_accuracy(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> float:
     """Fraction of positions whose label the model predicts."""
-    was_training = model.training
-    model.eval()
-    acc = (model(X).argmax(-1) == Y).float().mean().item()
-    model.train(was_training)
+    with evaluating(model):
+        acc = (model(X).argmax(-1) == Y).float().mean().item()
     return acc
 
 
@@ -127,6 +128,8 @@ def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8
     splitting its operations over threads only adds waiting. The test accuracy
     is recorded after every epoch in ``history.metrics['test accuracy']``.
     """
+    for name, size in (("num_train", num_train), ("num_test", num_test), ("batch_size", batch_size)):
+        check_positive_int(name, size)
     seed = resolve_seed(seed)
     dev = torch.device(device) if device is not None else pick_device(verbose=False)
     X, Y = make_offset_task(num_train + num_test, seq_len, vocab_size, offsets, seed=seed)

@@ -34,6 +34,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import AdditiveAttention, DotProductAttention, keep_attention_weights
+from .checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
+                     check_token_ids)
 from .text import BOS, EOS, PAD, bleu
 from .train import evaluating
 
@@ -125,12 +127,21 @@ def _rnn(cell: str, input_size: int, num_hiddens: int, num_layers: int, dropout:
                        batch_first=True)
 
 
-def _check_tokens(name: str, X) -> None:
-    if not isinstance(X, torch.Tensor) or X.dim() != 2:
-        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-        raise ValueError(f"{name} must be a (batch, num_steps) tensor of token indices, got {got}")
-    if X.is_floating_point():
-        raise ValueError(f"{name} must hold integer token indices, got dtype {X.dtype}")
+def _checked_embedding(vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
+                       dropout: float) -> nn.Embedding:
+    """The token embedding of an RNN encoder or decoder, once the sizes they all take are checked:
+    positive integers, and a dropout in [0, 1)."""
+    for name, value in (("vocab_size", vocab_size), ("embed_size", embed_size),
+                        ("num_hiddens", num_hiddens), ("num_layers", num_layers)):
+        check_positive_int(name, value)
+    check_dropout(dropout)
+    return nn.Embedding(vocab_size, embed_size)
+
+
+def _check_input(name: str, X, module: nn.Module) -> None:
+    """Token ids (batch, num_steps) on the device of ``module``'s parameters."""
+    check_token_ids(name, X)
+    check_same_device(name, X, module)
 
 
 # RNN hidden states are (num_layers, batch, h) in PyTorch; decoder states keep them
@@ -169,17 +180,13 @@ class Seq2SeqEncoder(Encoder):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
                  dropout: float = 0.0, cell: str = "gru"):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("embed_size", embed_size),
-                            ("num_hiddens", num_hiddens), ("num_layers", num_layers)):
-            if value < 1:
-                raise ValueError(f"{name} must be positive, got {value}")
+        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
         self.cell = str(cell).lower()
-        self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = _rnn(cell, embed_size, num_hiddens, num_layers, dropout)
         self.apply(init_seq2seq)
 
     def forward(self, X, valid_len=None):
-        _check_tokens("X", X)
+        _check_input("X", X, self)
         outputs, hidden = self.rnn(self.embedding(X))
         return outputs, _batch_first(hidden)
 
@@ -194,8 +201,8 @@ class Seq2SeqDecoder(Decoder):
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
                  dropout: float = 0.0, cell: str = "gru"):
         super().__init__()
+        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
         self.cell = str(cell).lower()
-        self.embedding = nn.Embedding(vocab_size, embed_size)
         self.rnn = _rnn(cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout)
         self.dense = nn.Linear(num_hiddens, vocab_size)
         self.apply(init_seq2seq)
@@ -205,7 +212,7 @@ class Seq2SeqDecoder(Decoder):
         return (_top_hidden(hidden), hidden)
 
     def forward(self, X, state):
-        _check_tokens("X", X)
+        _check_input("X", X, self)
         context, hidden = state
         emb = self.embedding(X)  # (batch, steps, embed)
         ctx = context.unsqueeze(1).expand(-1, emb.shape[1], -1)
@@ -240,7 +247,8 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
         else:
             raise ValueError(f"attention must be 'additive' or 'dot', got {attention!r}")
         self.attention.role = "cross"  # the decoder's state queries the encoder's outputs
-        self.embedding = nn.Embedding(vocab_size, embed_size)
+        # after the attention, as always: the modules draw their initial weights in the same order
+        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
         self.rnn = _rnn(cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout)
         self.dense = nn.Linear(num_hiddens, vocab_size)
         self._attention_weights: list = []
@@ -251,7 +259,7 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
         return (enc_outputs, hidden, valid_len)
 
     def forward(self, X, state):
-        _check_tokens("X", X)
+        _check_input("X", X, self)
         enc_outputs, hidden, enc_valid_len = state
         emb = self.embedding(X)  # (batch, steps, embed)
         hidden = _layer_first(hidden)
@@ -367,9 +375,8 @@ def greedy_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tens
     run, each a copy of ``model.decoder.attention_weights`` after that step
     (empty unless ``save_attention``). Runs in eval mode.
     """
-    _check_tokens("src", src)
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+    check_token_ids("src", src)
+    max_steps = check_positive_int("max_steps", max_steps)
     with evaluating(model), (keep_attention_weights() if save_attention else contextlib.nullcontext()):
         state = model.decoder.init_state(model.encoder(src, src_valid_len), src_valid_len)
         batch = src.shape[0]
@@ -403,15 +410,11 @@ def beam_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tensor
     favours short outputs). With ``beam_size=1`` this is greedy decoding.
     Returns the token ids of each example, without ``<eos>``.
     """
-    _check_tokens("src", src)
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
-    was_training = model.training
-    model.eval()
+    check_token_ids("src", src)
+    beam_size = check_positive_int("beam_size", beam_size)
+    max_steps = check_positive_int("max_steps", max_steps)
     results = []
-    try:
+    with evaluating(model):
         for b in range(src.shape[0]):
             one = torch.tensor([b], device=src.device)
             src_b = src.index_select(0, one)
@@ -452,8 +455,6 @@ def beam_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tensor
                 scores = torch.tensor(keep_score, device=src.device)
                 last = torch.tensor(keep_token, device=src.device).unsqueeze(1)
             results.append(max(done, key=lambda d: d[0])[1] if done else [])
-    finally:
-        model.train(was_training)
     return results
 
 
@@ -497,6 +498,8 @@ def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequ
     """
     if references is not None and len(references) != len(sentences):
         raise ValueError(f"got {len(sentences)} sentences but {len(references)} references")
+    beam_size = check_optional_positive_int("beam_size", beam_size)
+    max_steps = check_optional_positive_int("max_steps", max_steps)
     if save_attention and beam_size is not None:
         raise ValueError("save_attention works with greedy decoding only (beam_size=None)")
     if len(sentences) == 0:
@@ -591,16 +594,14 @@ def attention_map(model: nn.Module, data, sentence: str, reference: str | None =
 @torch.no_grad()
 def validation_loss(model: nn.Module, data) -> float:
     """Masked cross-entropy per real token over the validation pairs (teacher forcing, eval mode)."""
-    was_training = model.training
-    model.eval()
     dev = _device_of(model)
     loss_fn = translation_loss(data.tgt_vocab[PAD])
     total, count = 0.0, 0.0
-    for batch in data.val_loader():
-        mean, n = loss_fn(model, [t.to(dev) for t in batch])
-        total += float(mean) * float(n)
-        count += float(n)
-    model.train(was_training)
+    with evaluating(model):
+        for batch in data.val_loader():
+            mean, n = loss_fn(model, [t.to(dev) for t in batch])
+            total += float(mean) * float(n)
+            count += float(n)
     return total / max(count, 1.0)
 
 

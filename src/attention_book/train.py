@@ -212,8 +212,7 @@ def fit(
         _check_divergence(epoch_loss, first_loss, _epoch, optimizer)
         history.train_loss.append(epoch_loss)
         if evaluate is not None:
-            model.eval()
-            with torch.no_grad():
+            with evaluating(model), torch.no_grad():
                 for name, value in evaluate(model).items():
                     history.record(name, value)
         if bar is not None:

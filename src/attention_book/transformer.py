@@ -39,7 +39,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
-from .checks import check_tensor_values
+from .checks import (check_dropout, check_heads, check_int, check_positive_int, check_same_device, check_tensor_values,
+                     check_token_ids)
 from .positional import PositionalEncoding
 from .train import evaluating
 
@@ -72,18 +73,9 @@ _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
 def _check_sizes(num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float) -> None:
-    if num_hiddens < 1 or ffn_num_hiddens < 1 or num_heads < 1:
-        raise ValueError(
-            f"num_hiddens, ffn_num_hiddens and num_heads must be positive, got {num_hiddens}, "
-            f"{ffn_num_hiddens} and {num_heads}"
-        )
-    if num_hiddens % num_heads:
-        raise ValueError(
-            f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}: each head gets "
-            f"num_hiddens / num_heads features, so pick num_heads among the divisors of {num_hiddens}"
-        )
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+    check_heads(num_hiddens, num_heads)
+    check_positive_int("ffn_num_hiddens", ffn_num_hiddens)
+    check_dropout(dropout)
 
 
 class PositionWiseFFN(nn.Module):
@@ -277,11 +269,7 @@ def _check_hidden(name: str, X, num_hiddens: int) -> None:
 
 def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> None:
     """Token ids: a (batch, length) integer tensor, each id < vocab_size, positions within the table."""
-    if not isinstance(X, torch.Tensor) or X.dim() != 2:
-        got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
-        raise ValueError(f"{name} must be a (batch, num_steps) tensor of token ids, got {got}")
-    if X.is_floating_point() or X.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {X.dtype}")
+    check_token_ids(name, X)
     if offset + X.shape[1] > max_len:
         raise ValueError(
             f"{name} reaches position {offset + X.shape[1] - 1} but the positional table has max_len={max_len} "
@@ -299,9 +287,8 @@ class _TokenStack(nn.Module):
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
                  dropout: float, max_len: int, norm_first: bool):
         super().__init__()
-        if vocab_size < 1 or num_blks < 1 or max_len < 1:
-            raise ValueError(f"vocab_size, num_blks and max_len must be positive, got {vocab_size}, {num_blks}, "
-                             f"{max_len}")
+        for name, size in (("vocab_size", vocab_size), ("num_blks", num_blks), ("max_len", max_len)):
+            check_positive_int(name, size)
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.vocab_size, self.num_hiddens, self.max_len, self.num_blks = vocab_size, num_hiddens, max_len, num_blks
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
@@ -310,6 +297,7 @@ class _TokenStack(nn.Module):
 
     def embed(self, name: str, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Checked token ids (batch, T) -> embedding · √num_hiddens + the positions offset .. offset+T-1."""
+        check_same_device(name, X, self)
         _check_ids(name, X, self.vocab_size, self.max_len, offset)
         return self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
 
@@ -482,9 +470,8 @@ def greedy_without_cache(model: nn.Module, src: torch.Tensor, src_valid_len, bos
     and keeps the earlier positions in the decoder's key/value cache. Both must
     produce the same tokens. Returns the ids of each example without ``<eos>``.
     """
-    was_training = model.training
-    model.eval()
-    try:
+    max_steps = check_positive_int("max_steps", max_steps)
+    with evaluating(model):
         enc_outputs = model.encoder(src, src_valid_len)
         prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         for _ in range(max_steps):
@@ -492,8 +479,6 @@ def greedy_without_cache(model: nn.Module, src: torch.Tensor, src_valid_len, bos
             prefix = torch.cat((prefix, logits[:, -1:].argmax(dim=-1)), dim=1)
             if bool((prefix[:, 1:] == eos_id).any(dim=1).all()):
                 break
-    finally:
-        model.train(was_training)
     out = []
     for row in prefix[:, 1:].tolist():
         out.append(row[: row.index(eos_id)] if eos_id in row else row)
@@ -588,7 +573,9 @@ def warmup_cosine_factor(step: int, warmup: int, max_steps: int) -> float:
 
     with t clipped to ``[0, max_steps]`` (``warmup=0`` means no warm-up).
     """
-    if max_steps < 1 or warmup < 0 or warmup > max_steps:
+    max_steps = check_positive_int("max_steps", max_steps)
+    warmup = check_int("warmup", warmup, minimum=0)
+    if warmup > max_steps:
         raise ValueError(f"need max_steps >= 1 and 0 <= warmup <= max_steps, got warmup={warmup}, "
                          f"max_steps={max_steps}")
     t = min(max(step, 0), max_steps)
@@ -643,9 +630,9 @@ def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, 
 
     from .config import resolve_seed
 
-    if num_samples < 1 or seq_len < 1 or num_classes < 2:
-        raise ValueError(f"need num_samples >= 1, seq_len >= 1, num_classes >= 2, got {num_samples}, {seq_len}, "
-                         f"{num_classes}")
+    num_samples = check_positive_int("num_samples", num_samples)
+    seq_len = check_positive_int("seq_len", seq_len)
+    num_classes = check_int("num_classes", num_classes, minimum=2)
     gen = torch.Generator().manual_seed(resolve_seed(seed))
     X = torch.randint(num_classes, (num_samples, seq_len), generator=gen)
     return TensorDataset(X, X.flip(1))
@@ -662,6 +649,7 @@ def reverse_loaders(batch_size: int = 128, num_train: int = 50000, num_val: int 
 
     from .config import resolve_seed
 
+    batch_size = check_positive_int("batch_size", batch_size)
     seed = resolve_seed(seed)
     train = reverse_dataset(num_train, seq_len, num_classes, seed)
     val = reverse_dataset(num_val, seq_len, num_classes, seed + 1)
@@ -692,7 +680,8 @@ class SequencePredictor(nn.Module):
         super().__init__()
         if scoring not in ("dot", "additive"):
             raise ValueError(f"scoring must be 'dot' or 'additive', got {scoring!r}")
-        if scoring == "additive" and num_heads != 1:
+        check_positive_int("num_classes", num_classes)
+        if scoring == "additive" and check_positive_int("num_heads", num_heads) != 1:
             raise ValueError(f"scoring='additive' has a single head, got num_heads={num_heads}")
         attention = (lambda: AdditiveSelfAttention(num_hiddens, dropout)) if scoring == "additive" else None
         self.num_classes = num_classes
@@ -804,15 +793,11 @@ def token_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
 @torch.no_grad()
 def token_accuracy(model: nn.Module, loader, device=None) -> float:
     """Fraction of positions whose most likely class is the label (eval mode)."""
-    was_training = model.training
-    model.eval()
     dev = device or next(model.parameters()).device
     right = total = 0
-    try:
+    with evaluating(model):
         for X, Y in loader:
             X, Y = X.to(dev), Y.to(dev)
             right += int((model(X).argmax(dim=-1) == Y).sum())
             total += Y.numel()
-    finally:
-        model.train(was_training)
     return right / total

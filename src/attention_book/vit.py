@@ -34,6 +34,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
+from .checks import check_dropout, check_heads, check_positive_int, check_same_device
 from .train import evaluating
 from .config import resolve_seed
 from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
@@ -135,8 +136,8 @@ class PatchEmbedding(nn.Module):
         self.img_size = _pair(img_size, "img_size")
         self.patch_size = _pair(patch_size, "patch_size")
         _check_divisible(self.img_size, self.patch_size)
-        if num_hiddens < 1 or in_channels < 1:
-            raise ValueError(f"num_hiddens and in_channels must be positive, got {num_hiddens} and {in_channels}")
+        num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        in_channels = check_positive_int("in_channels", in_channels)
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.in_channels, self.num_hiddens = in_channels, num_hiddens
@@ -150,6 +151,7 @@ class PatchEmbedding(nn.Module):
                 f"X must have shape (batch, {needed[0]}, {needed[1]}, {needed[2]}) = (batch, in_channels, "
                 f"height, width), got {got}; resize the images to img_size={self.img_size}"
             )
+        check_same_device("X", X, self)
         # (batch, num_hiddens, rows, cols) -> (batch, rows * cols, num_hiddens)
         return self.conv(X).flatten(2).transpose(1, 2)
 
@@ -222,8 +224,12 @@ class ViT(nn.Module):
         super().__init__()
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}")
-        if num_blks < 1 or num_classes < 1:
-            raise ValueError(f"num_blks and num_classes must be positive, got {num_blks} and {num_classes}")
+        num_blks = check_positive_int("num_blks", num_blks)
+        num_classes = check_positive_int("num_classes", num_classes)
+        check_heads(num_hiddens, num_heads)
+        check_positive_int("mlp_num_hiddens", mlp_num_hiddens)
+        check_dropout(emb_dropout, "emb_dropout")
+        check_dropout(blk_dropout, "blk_dropout")
         self.lr, self.pool, self.num_classes = lr, pool, num_classes
         self.patch_embedding = PatchEmbedding(img_size, patch_size, num_hiddens, in_channels)
         self.num_extra = 1 if pool == "cls" else 0
@@ -244,6 +250,7 @@ class ViT(nn.Module):
 
     def encode(self, X: torch.Tensor) -> torch.Tensor:
         """Token representations after the last block: (batch, num_extra + num_patches, num_hiddens)."""
+        check_same_device("X", X, self)
         X = self.patch_embedding(X)
         if self.cls_token is not None:
             X = torch.cat((self.cls_token.expand(X.shape[0], -1, -1).to(X.dtype), X), dim=1)
@@ -430,8 +437,7 @@ class ImageBatches:
             raise ValueError(
                 f"images must be (N, channels, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}"
             )
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        batch_size = check_positive_int("batch_size", batch_size)
         self.images, self.labels = images, labels
         self.batch_size, self.img_size = batch_size, _pair(img_size, "img_size")
         self.shuffle, self.mean, self.std = shuffle, mean, std
@@ -533,6 +539,7 @@ class SmallCNN(nn.Module):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         if X.dim() != 4 or X.shape[-1] < 4 or X.shape[-2] < 4:
             raise ValueError(f"X must have shape (batch, channels, height>=4, width>=4), got {tuple(X.shape)}")
+        check_same_device("X", X, self)
         return self.head(self.features(X).flatten(1))
 
 
@@ -545,15 +552,13 @@ def image_classification_loss(model: nn.Module, batch) -> tuple[torch.Tensor, in
 @torch.no_grad()
 def image_accuracy(model: nn.Module, batches, device=None) -> float:
     """Fraction of correctly classified examples over an iterable of ``(X, y)`` batches."""
-    was_training = model.training
-    model.eval()
     dev = device if device is not None else next(model.parameters()).device
     correct = total = 0
-    for X, y in batches:
-        pred = model(X.to(dev)).argmax(dim=-1)
-        correct += int((pred == y.to(dev)).sum())
-        total += len(y)
-    model.train(was_training)
+    with evaluating(model):
+        for X, y in batches:
+            pred = model(X.to(dev)).argmax(dim=-1)
+            correct += int((pred == y.to(dev)).sum())
+            total += len(y)
     if total == 0:
         raise ValueError("accuracy got no examples")
     return correct / total
