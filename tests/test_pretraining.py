@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book.pretraining import IGNORE
+from attention_book.objectives import IGNORE
 
 TEXT = ("The Time Traveller (for so it will be convenient to speak of him) was expounding a recondite "
         "matter to us. His grey eyes shone and twinkled, and his usually pale face was flushed. "
@@ -60,7 +60,7 @@ def test_load_corpus_real_and_fallback(monkeypatch, tmp_path, capsys):
     def offline(*args, **kwargs):
         raise ab.DataUnavailableError("no network in this test")
 
-    monkeypatch.setattr("attention_book.pretraining.fetch", offline)
+    monkeypatch.setattr("attention_book.corpus.fetch", offline)
     corpus = ab.load_corpus(min_freq=1)
     assert corpus.is_fallback and "GENERATED" in capsys.readouterr().out
     assert len(corpus.train_ids) > 10 * len(corpus.val_ids) / 2 > 0
@@ -330,6 +330,32 @@ def test_models_bad_input():
         bert.add_classifier(1)
     with pytest.raises(ValueError, match="not divisible"):
         ab.DecoderOnlyLM(V, num_hiddens=10, num_heads=3)
+
+
+def test_one_config_builds_each_model_as_the_keyword_arguments_do():
+    cfg = ab.LMConfig(V, num_hiddens=16, num_heads=2, num_blks=1, max_len=24)
+    for cls in (ab.EncoderOnlyLM, ab.DecoderOnlyLM, ab.EncoderDecoderLM):
+        torch.manual_seed(0)
+        from_config = cls(cfg)
+        torch.manual_seed(0)
+        from_keywords = cls(V, num_hiddens=16, num_heads=2, num_blks=1, max_len=24)
+        torch.manual_seed(0)
+        positional = cls(V, 16, 2, 1, None, 0.1, 24)
+        assert from_config.config == from_keywords.config == positional.config == cfg
+        for a, b, c in zip(from_config.state_dict().values(), from_keywords.state_dict().values(),
+                           positional.state_dict().values()):
+            assert torch.equal(a, b) and torch.equal(a, c)
+        assert (from_config.vocab_size, from_config.num_hiddens, from_config.max_len) == (V, 16, 24)
+    assert ab.DecoderOnlyLM(cfg, dropout=0.0).config.dropout == 0.0  # a config with fields replaced
+    assert ab.DecoderOnlyLM(config=cfg).config is cfg and ab.DecoderOnlyLM(vocab_size=V).config == ab.LMConfig(V)
+    assert cfg.ffn_hiddens == 64 and ab.LMConfig(V, ffn_num_hiddens=10).ffn_hiddens == 10
+    with pytest.raises(TypeError, match="LMConfig or its fields"):
+        ab.EncoderOnlyLM(cfg, 16)
+    for kwargs, match in (({"num_hiddens": 2.5}, "num_hiddens must be an integer"), ({"num_blks": True}, "num_blks"),
+                          ({"dropout": 1.0}, "dropout"), ({"pad_id": V}, f"pad_id {V} is out of range"),
+                          ({"num_hiddens": 10, "num_heads": 3}, "not divisible")):
+        with pytest.raises(ValueError, match=match):
+            ab.LMConfig(V, **kwargs)
 
 
 def test_greedy_decode_with_cache_matches_full_recompute():

@@ -23,7 +23,7 @@ from .text import *  # noqa: F401,F403
 from .claims import *  # noqa: F401,F403
 from .explorer import *  # noqa: F401,F403
 
-# Chapters 1–9.
+# Chapters 1–8.
 from .lookup import *  # noqa: F401,F403
 from .kernels import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
@@ -32,12 +32,20 @@ from .heads import *  # noqa: F401,F403
 from .selfattention import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vit import *  # noqa: F401,F403
-from .pretraining import *  # noqa: F401,F403
+# Chapter 9: tokenizer, corpus, objectives, sampling, models, downstream tasks, scaling.
+from .tokenizer import *  # noqa: F401,F403
+from .corpus import *  # noqa: F401,F403
+from .objectives import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403
+from .lm_models import *  # noqa: F401,F403
+from .lm_tasks import *  # noqa: F401,F403
+from .scaling import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
 MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "lookup", "kernels",
            "scoring",
-           "seq2seq", "heads", "selfattention", "transformer", "vit", "pretraining")
+           "seq2seq", "heads", "selfattention", "transformer", "vit",
+           "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling")
 
 __version__ = "0.1.0"

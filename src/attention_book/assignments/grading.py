@@ -38,7 +38,7 @@ BLOCKED: dict[str, list[str]] = {
     "sinusoidal_encoding": ["attention_book.positional:sinusoidal_table"],
     "warmup_cosine": ["attention_book.transformer:warmup_cosine_factor"],
     "patchify": ["attention_book.vit:patchify"],
-    "mlm_masking": ["attention_book.pretraining:mask_for_mlm"],
+    "mlm_masking": ["attention_book.objectives:mask_for_mlm"],
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing")
 MAX_ITEMS = 100_000  # elements of all containers in one output, beyond which it is cut

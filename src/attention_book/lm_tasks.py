@@ -1,0 +1,181 @@
+"""Tasks made from the corpus, for fine-tuning and prompting the pretrained models, and their scores.
+
+Labelled tasks for the encoder (:func:`order_task_batch`, :func:`replaced_task_batch`,
+scored by :func:`classification_accuracy`), text-to-text tasks for the
+encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
+:func:`exact_match`) and few-shot prompts for the decoder
+(:func:`few_shot_prompts`, scored by :func:`next_word_accuracy`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from .config import resolve_seed
+from .objectives import IGNORE, random_windows
+from .sampling import greedy_decode
+from .tokenizer import Tokenizer
+
+__all__ = [
+    "order_task_batch", "replaced_task_batch", "classification_accuracy",
+    "TEXT_TASKS", "text_to_text_batch", "exact_match",
+    "few_shot_prompts", "next_word_accuracy",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Tasks built from the corpus, for fine-tuning and prompting
+# --------------------------------------------------------------------------------------
+
+def order_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_len: int,
+                     generator: torch.Generator | None = None, span: int = 4):
+    """A labelled task made from unlabelled text: is this passage in its original word order?
+
+    Each example is ``<cls>`` + ``seq_len - 1`` consecutive tokens. Half of them
+    (label 0) have ``span`` consecutive tokens at a random place shuffled
+    (re-drawn until the order really changed); the other half (label 1) are
+    untouched. The words are the same either way, so only word order tells.
+    Returns ``(inputs, labels)``.
+    """
+    if not 2 <= span <= seq_len - 1:
+        raise ValueError(f"span must lie in [2, seq_len - 1 = {seq_len - 1}], got {span}")
+    windows = random_windows(ids, batch_size, seq_len - 1, generator)
+    labels = torch.randint(0, 2, (batch_size,), generator=generator)
+    for i in range(batch_size):
+        if labels[i] == 0:
+            start = int(torch.randint(0, seq_len - span, (1,), generator=generator))
+            piece = windows[i, start:start + span].clone()
+            if len(set(piece.tolist())) == 1:  # nothing to shuffle: it stays a real passage
+                labels[i] = 1
+                continue
+            while True:
+                perm = piece[torch.randperm(span, generator=generator)]
+                if not torch.equal(perm, piece):
+                    break
+            windows[i, start:start + span] = perm
+    inputs = torch.cat([torch.full((batch_size, 1), tok.cls_id), windows], dim=1)
+    return inputs, labels
+
+
+def replaced_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_len: int,
+                        generator: torch.Generator | None = None, replace_prob: float = 0.2):
+    """A labelled task made from unlabelled text: has this passage been tampered with?
+
+    Each example is ``<cls>`` + ``seq_len - 1`` consecutive tokens. Half of them
+    (label 0) have each token replaced, with probability ``replace_prob``, by a
+    random ordinary token (at least one is replaced); the other half (label 1)
+    are untouched. Spotting the intruders needs a sense of which words fit their
+    context — what masked-LM pretraining, with its 10% random replacements,
+    practises. Returns ``(inputs, labels)``.
+    """
+    if not 0.0 < replace_prob <= 1.0:
+        raise ValueError(f"replace_prob must lie in (0, 1], got {replace_prob}")
+    windows = random_windows(ids, batch_size, seq_len - 1, generator)
+    labels = torch.randint(0, 2, (batch_size,), generator=generator)
+    ordinary = tok.ordinary_ids
+    hit = torch.rand(windows.shape, generator=generator) < replace_prob
+    hit[torch.arange(batch_size), torch.randint(0, seq_len - 1, (batch_size,), generator=generator)] = True
+    hit &= (labels == 0)[:, None]
+    random_words = ordinary[torch.randint(len(ordinary), windows.shape, generator=generator)]
+    windows = torch.where(hit, random_words, windows)
+    inputs = torch.cat([torch.full((batch_size, 1), tok.cls_id), windows], dim=1)
+    return inputs, labels
+
+
+@torch.no_grad()
+def classification_accuracy(model: nn.Module, batches) -> float:
+    """Fraction of examples whose ``<cls>`` prediction equals the label."""
+    model.eval()
+    dev = next(model.parameters()).device
+    right = total = 0
+    for inputs, labels in batches:
+        pred = model.classify(inputs.to(dev)).argmax(dim=-1).cpu()
+        right += int((pred == labels).sum())
+        total += len(labels)
+    return right / total
+
+
+TEXT_TASKS = {"<copy>": lambda words: list(words), "<reverse>": lambda words: list(words)[::-1]}
+
+
+def text_to_text_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, num_words: int,
+                       generator: torch.Generator | None = None, tasks: Sequence[str] = ("<copy>", "<reverse>")):
+    """Text-to-text examples of several tasks in one minibatch, told apart by a task prefix.
+
+    Each example takes ``num_words`` consecutive tokens of the corpus and a task
+    drawn at random from ``tasks`` (keys of ``TEXT_TASKS``): the encoder reads the
+    task token then the words; the decoder must write the task's answer (the words
+    as they are for ``<copy>``, backwards for ``<reverse>``). Returns
+    ``(enc_inputs, dec_inputs, labels)`` as :func:`span_batch` does.
+    """
+    for t in tasks:
+        if t not in TEXT_TASKS:
+            raise ValueError(f"unknown task {t!r}; known tasks: {list(TEXT_TASKS)}")
+    windows = random_windows(ids, batch_size, num_words, generator)
+    which = torch.randint(0, len(tasks), (batch_size,), generator=generator)
+    enc, dec, lab = [], [], []
+    for w, k in zip(windows.tolist(), which.tolist()):
+        target = TEXT_TASKS[tasks[k]](w)
+        enc.append([tok.id(tasks[k])] + w)
+        dec.append([tok.bos_id] + target)
+        lab.append(target + [tok.eos_id])
+    return torch.tensor(enc), torch.tensor(dec), torch.tensor(lab)
+
+
+def exact_match(model: nn.Module, batch, tok: Tokenizer) -> float:
+    """Share of examples an encoder–decoder answers exactly (greedy decoding)."""
+    enc, _, labels = batch
+    preds = greedy_decode(model, enc, tok.bos_id, tok.eos_id, labels.shape[1] + 2)
+    want = [[t for t in row if t not in (tok.eos_id, IGNORE)] for row in labels.tolist()]
+    return sum(p == w for p, w in zip(preds, want)) / len(want)
+
+
+def few_shot_prompts(words: Sequence[str], shots: int, n: int, task: str = "copy", seed: int | None = None
+                     ) -> tuple[list[str], list[str]]:
+    """Prompts for in-context learning without updates, and their answers.
+
+    ``task='copy'``: ``shots`` demonstrations ``a : a .`` then ``q :``; the answer
+    is ``q``. ``task='swap'``: demonstrations ``a b : b a .`` then ``p q : q``;
+    the answer is ``p``. Words are drawn from ``words`` (all distinct within a
+    prompt), so the answer always appears in the prompt and a model that picked up
+    the pattern could copy it. ``seed`` (``None``: the book's seed) draws the words.
+    """
+    if task not in ("copy", "swap"):
+        raise ValueError(f"task must be 'copy' or 'swap', got {task!r}")
+    if shots < 0 or n < 1:
+        raise ValueError(f"shots must be >= 0 and n >= 1, got {shots} and {n}")
+    rng = random.Random(resolve_seed(seed))
+    prompts, answers = [], []
+    need = 2 * (shots + 1)
+    if len(set(words)) < need:
+        raise ValueError(f"need at least {need} distinct words, got {len(set(words))}")
+    for _ in range(n):
+        picks = rng.sample(sorted(set(words)), need)
+        parts = []
+        for j in range(shots):
+            a, b = picks[2 * j], picks[2 * j + 1]
+            parts.append(f"{a} : {a} ." if task == "copy" else f"{a} {b} : {b} {a} .")
+        p, q = picks[-2], picks[-1]
+        parts.append(f"{p} :" if task == "copy" else f"{p} {q} : {q}")
+        prompts.append(" ".join(parts))
+        answers.append(p)
+    return prompts, answers
+
+
+@torch.no_grad()
+def next_word_accuracy(model: nn.Module, tok: Tokenizer, prompts: Sequence[str], answers: Sequence[str]) -> float:
+    """Share of prompts after which a decoder-only model's most likely next token is the answer."""
+    if len(prompts) != len(answers) or not prompts:
+        raise ValueError(f"need as many answers as prompts (and at least one), got {len(prompts)} and {len(answers)}")
+    model.eval()
+    dev = next(model.parameters()).device
+    right = 0
+    for prompt, answer in zip(prompts, answers):
+        ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)[:, -model.max_len:]
+        right += int(model(ids)[0, -1].argmax()) == tok.id(answer)
+    return right / len(prompts)
+

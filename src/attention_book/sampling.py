@@ -1,0 +1,167 @@
+"""Choosing the next token: sampling with temperature and top-k, and greedy decoding.
+
+:func:`next_token_distribution` turns a model's last scores into the probabilities
+to sample from; :func:`generate` continues a prompt with a decoder-only model
+(reproducible under a seed); :func:`greedy_decode` decodes with an
+encoder–decoder and its key/value cache; :func:`sampling_figure` is the widget
+behind chapter 9's "try it".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .config import resolve_seed
+from .tokenizer import Tokenizer
+
+__all__ = ["next_token_distribution", "generate", "greedy_decode", "sampling_figure"]
+
+
+# --------------------------------------------------------------------------------------
+# Sampling
+# --------------------------------------------------------------------------------------
+
+def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None
+                            ) -> torch.Tensor:
+    """Probabilities to sample the next token from, given the last position's ``logits`` (..., vocab).
+
+    ``temperature`` divides the logits (below 1 sharpens, above 1 flattens; 0
+    means greedy: all mass on the arg-max). ``top_k`` keeps only the ``k`` most
+    likely tokens and renormalises (``None`` or 0 keeps all).
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise ValueError("logits must be a floating-point tensor of shape (..., vocab)")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    vocab = logits.shape[-1]
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 0):
+        raise ValueError(f"top_k must be None or an int >= 0, got {top_k!r}")
+    if temperature == 0:
+        return F.one_hot(logits.argmax(dim=-1), vocab).to(logits.dtype)
+    scaled = logits / temperature
+    if top_k and top_k < vocab:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return F.softmax(scaled, dim=-1)
+
+
+def _ban_specials(logits: torch.Tensor, tok: Tokenizer) -> torch.Tensor:
+    banned = [i for i in tok.special_ids if i != tok.eos_id]
+    out = logits.clone()
+    out[..., banned] = float("-inf")
+    return out
+
+
+@torch.no_grad()
+def generate(model: nn.Module, tok: Tokenizer, prompt: str = "", num_tokens: int = 20, temperature: float = 1.0,
+             top_k: int | None = None, seed: int | None = None, stop_at_eos: bool = True) -> str:
+    """Continue ``prompt`` with a decoder-only model, sampling ``num_tokens`` tokens.
+
+    The model reads ``<bos>`` + the prompt (keeping the last ``model.max_len``
+    tokens when it grows longer) and each new token is drawn from
+    :func:`next_token_distribution`. With the same ``seed`` the same text comes
+    back (``None``: the book's seed, so a chapter's samples repeat under one
+    ``ATTENTION_BOOK_SEED``). Special tokens other than ``<eos>`` (``<unk>``,
+    ``<pad>``, sentinels, …) are never sampled. Returns the continuation only.
+    """
+    if num_tokens < 0:
+        raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
+    model.eval()
+    dev = next(model.parameters()).device
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(resolve_seed(seed))
+    ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
+    out: list[int] = []
+    for _ in range(num_tokens):
+        logits = _ban_specials(model(ids[:, -model.max_len:])[:, -1], tok)
+        probs = next_token_distribution(logits.float(), temperature, top_k)
+        nxt = torch.multinomial(probs, 1, generator=gen)
+        if stop_at_eos and int(nxt) == tok.eos_id:
+            break
+        out.append(int(nxt))
+        ids = torch.cat([ids, nxt], dim=1)
+    return tok.decode(out)
+
+
+@torch.no_grad()
+def greedy_decode(model: nn.Module, enc_inputs: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:
+    """Greedy decoding with an encoder–decoder: the most likely token at each step, up to ``<eos>``.
+
+    The encoder runs once; the decoder takes one new token per step and keeps
+    the earlier ones in its key/value cache. Returns one list of ids per example
+    (``<bos>`` and ``<eos>`` removed).
+    """
+    model.eval()
+    dev = next(model.parameters()).device
+    enc_inputs = enc_inputs.to(dev)
+    state = model.decoder_state(enc_inputs)
+    nxt = torch.full((len(enc_inputs), 1), bos_id, device=dev)
+    done = torch.zeros(len(enc_inputs), dtype=torch.bool, device=dev)
+    steps = []
+    for _ in range(min(max_len, model.max_len)):
+        logits, state = model.decoder(nxt, state)
+        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
+        nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)
+        steps.append(nxt)
+        done |= nxt[:, 0] == eos_id
+        if bool(done.all()):
+            break
+    out = []
+    for row in torch.cat(steps, dim=1).tolist():
+        out.append(row[:row.index(eos_id)] if eos_id in row else row)
+    return out
+
+
+def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time traveller", temperature: float = 1.0,
+                    top_k: int = 0, seed: int | None = None, num_tokens: int = 25, show: int = 12):
+    """The widget behind "try it": what temperature and top-k do to the next-token distribution.
+
+    Left: the model's probabilities for the token after ``prompt`` at temperature
+    1 (grey) and after applying ``temperature`` and ``top_k`` (red), for the
+    ``show`` most likely tokens (special tokens other than ``<eos>`` are never
+    sampled, so they are left out). Below: a ``num_tokens``-token continuation sampled
+    with these settings under ``seed`` (``None``: the book's seed). Returns the figure
+    (the sampled text is also in ``fig.generated_text``).
+    """
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style
+
+    _ensure_style()
+    seed = resolve_seed(seed)
+    model.eval()
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
+        logits = _ban_specials(model(ids[:, -model.max_len:])[0, -1].float(), tok).cpu()
+    raw = next_token_distribution(logits, 1.0)
+    adjusted = next_token_distribution(logits, temperature, top_k or None)
+    order = torch.argsort(raw, descending=True)[:show]
+    labels = [tok.vocab.to_tokens(int(i)) for i in order]
+    text = generate(model, tok, prompt, num_tokens, temperature, top_k or None, seed)
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
+    xs = np.arange(len(order))
+    ax.bar(xs - 0.2, raw[order].numpy(), width=0.4, color="0.7", label="temperature 1, all tokens")
+    ax.bar(xs + 0.2, adjusted[order].numpy(), width=0.4, color="tab:red",
+           label=f"temperature {temperature:g}, top-k {top_k or 'all'}")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=45, ha="right")
+    ax.set_ylabel("probability of the next token")
+    ax.set_title(f"next token after “{prompt}”", fontsize=10)
+    ax.legend(loc="upper right")
+    wrapped = _wrap(f"{prompt} ▸ {text}", 95)
+    fig.text(0.01, -0.02, f"sample (seed {seed}):\n{wrapped}", ha="left", va="top", fontsize=9, family="monospace")
+    fig.generated_text = text
+    return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+

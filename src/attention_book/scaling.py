@@ -1,0 +1,183 @@
+"""Scaling laws in miniature: power-law fits, a scaling study of decoder-only models, its figure.
+
+:func:`fit_power_law` fits ``L = c · x^(-α)``; :func:`scaling_experiment` trains
+one :class:`~attention_book.DecoderOnlyLM` per size on the same batches and
+returns :class:`ScalingRun` records; :func:`scaling_figure` draws loss against
+parameters and against compute (``C ≈ 6 N D``, with ``N`` from
+:func:`non_embedding_parameters`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+from torch import nn
+
+from .config import resolve_seed
+from .corpus import Corpus
+from .lm_models import DecoderOnlyLM
+from .objectives import Batches, clm_batch, clm_loss, evaluate_loss
+from .transformer import TransformerDecoder
+
+__all__ = ["PowerLaw", "fit_power_law", "non_embedding_parameters", "ScalingRun", "scaling_experiment",
+           "scaling_figure"]
+
+
+# --------------------------------------------------------------------------------------
+# Scaling in miniature
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class PowerLaw:
+    """``y = coef * x ** (-exponent)``, fitted by least squares on log–log axes."""
+
+    coef: float
+    exponent: float
+
+    def __call__(self, x):
+        return self.coef * np.asarray(x, dtype=float) ** (-self.exponent)
+
+    def __str__(self) -> str:
+        return f"L ≈ {self.coef:.3g} · x^(-{self.exponent:.3f})"
+
+
+def fit_power_law(x, y) -> PowerLaw:
+    """Fit ``y = c · x^(-α)``: a straight line ``log y = log c - α log x``."""
+    x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if len(x) != len(y) or len(x) < 2:
+        raise ValueError(f"need at least two (x, y) points of equal count, got {len(x)} x and {len(y)} y")
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("a power law needs positive x and y (they are logged)")
+    if np.ptp(np.log(x)) == 0:
+        raise ValueError("all x are equal: the exponent is undetermined")
+    slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
+    return PowerLaw(float(np.exp(intercept)), float(-slope))
+
+
+def non_embedding_parameters(model: nn.Module) -> int:
+    """Parameters outside the token/position embeddings and the output projection (Kaplan et al.'s N)."""
+    skip = set()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            skip |= {id(p) for p in module.parameters()}
+    for head in ("lm_head", "cls_head"):
+        part = getattr(model, head, None)
+        if isinstance(part, nn.Module):
+            skip |= {id(p) for p in part.parameters()}
+    decoder = getattr(model, "decoder", None)
+    if isinstance(decoder, TransformerDecoder):
+        skip |= {id(p) for p in decoder.dense.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in skip)
+
+
+@dataclass
+class ScalingRun:
+    """One decoder-only model of the scaling study: its size and its validation loss over compute."""
+
+    num_hiddens: int
+    num_blks: int
+    params: int  # non-embedding parameters N
+    total_params: int
+    compute: list[float]  # training FLOPs ≈ 6 N D at each checkpoint
+    val_loss: list[float]
+    seconds: float = 0.0
+    history: object = field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"d={self.num_hiddens}, {self.num_blks} block{'s' if self.num_blks > 1 else ''}"
+
+
+def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: int, batch_size: int = 32,
+                       seq_len: int = 32, checkpoints: int = 4, lr: float = 3e-3, num_heads: int = 4,
+                       val_batches: int = 4, seed: int | None = None, device=None, progress: bool = True
+                       ) -> list[ScalingRun]:
+    """Train one decoder-only model per ``(num_hiddens, num_blks)`` in ``sizes`` for the same ``steps``.
+
+    All runs start from ``seed`` (``None``: the book's seed), see the same batches
+    and are evaluated on the same validation batches at ``checkpoints`` evenly
+    spaced moments. Compute is counted as Kaplan et al. do, ``C ≈ 6 · N · D`` with ``N`` the non-embedding
+    parameters and ``D`` the training tokens seen so far.
+    """
+    from .config import seed_everything
+    from .train import fit
+
+    if steps % checkpoints:
+        raise ValueError(f"steps={steps} must be a multiple of checkpoints={checkpoints}")
+    tok = corpus.tokenizer
+    seed = resolve_seed(seed)
+    val = Batches(lambda g: clm_batch(corpus.val_ids, tok, batch_size, seq_len, g), val_batches, seed=seed + 1,
+                  fixed=True)
+    runs = []
+    for num_hiddens, num_blks in sizes:
+        seed_everything(seed)
+        model = DecoderOnlyLM(tok.vocab_size, num_hiddens, num_heads=num_heads, num_blks=num_blks, max_len=seq_len)
+        train = Batches(lambda g: clm_batch(corpus.train_ids, tok, batch_size, seq_len, g), steps // checkpoints,
+                        seed=seed)
+        history = fit(model, train, clm_loss, epochs=checkpoints, lr=lr, clip_grad=1.0, device=device,
+                      evaluate=lambda m: {"val loss": evaluate_loss(m, clm_loss, val)}, progress=progress,
+                      desc=f"d={num_hiddens} x{num_blks}")
+        n = non_embedding_parameters(model)
+        tokens = [batch_size * seq_len * steps // checkpoints * (e + 1) for e in range(checkpoints)]
+        runs.append(ScalingRun(num_hiddens, num_blks, n, sum(p.numel() for p in model.parameters()),
+                               [6.0 * n * d for d in tokens], history.metrics["val loss"], history.seconds, history))
+    return runs
+
+
+def _frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no cheaper point beats: the lowest loss reached at each compute so far."""
+    best, out = math.inf, []
+    for c, loss in sorted(points):
+        if loss < best:
+            out.append((c, loss))
+            best = loss
+    return out
+
+
+def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
+    """Loss against parameters (final checkpoint) and against compute (every checkpoint), log–log,
+    each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
+
+    from .plot import _ensure_style
+
+    if len(runs) < 2:
+        raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")
+    _ensure_style()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    params = [r.params for r in runs]
+    final = [r.val_loss[-1] for r in runs]
+    law_n = fit_power_law(params, final)
+    xs = np.geomspace(min(params) * 0.8, max(params) * 1.25, 50)
+    ax1.plot(params, final, "o", color="tab:blue", label="trained models")
+    ax1.plot(xs, law_n(xs), "--", color="tab:blue", label=f"fit: exponent {law_n.exponent:.3f}")
+    colours = plt.cm.viridis(np.linspace(0.1, 0.85, len(runs)))
+    points = []
+    for r, col in zip(runs, colours):
+        ax2.plot(r.compute, r.val_loss, "-o", color=col, markersize=3, label=r.label)
+        points += list(zip(r.compute, r.val_loss))
+    front = _frontier(points)
+    law_c = fit_power_law(*zip(*front)) if len(front) >= 2 else None
+    if law_c is not None:
+        cs = np.geomspace(front[0][0] * 0.8, front[-1][0] * 1.25, 50)
+        ax2.plot(cs, law_c(cs), "k--", label=f"frontier fit: exponent {law_c.exponent:.3f}")
+    for ax in (ax1, ax2):
+        if baseline is not None:
+            ax.axhline(baseline, color="0.5", ls=":", label="unigram baseline")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
+        ax.set_ylabel("validation loss (nats / token)")
+        ax.legend(fontsize=8)
+    ax1.set_xlabel("non-embedding parameters N")
+    ax1.set_title("same steps, different sizes")
+    ax2.set_xlabel("training compute C ≈ 6·N·D (FLOPs)")
+    ax2.set_title("loss along training")
+    fig.fits = {"params": law_n, "compute": law_c}
+    return fig
+
