@@ -475,3 +475,107 @@ def test_scaling_experiment_and_figures(tok, capsys):
     assert ab.fill_masks(bert, corpus.tokenizer, "the <mask> burned", top=2)[0][0][1] > 0
     with pytest.raises(ValueError, match="<mask>"):
         ab.fill_masks(bert, corpus.tokenizer, "the fire")
+
+
+# --- robustness of sampling, decoding, reading and evaluation (issue 17) ------------------------
+
+def test_tiny_temperatures_give_the_greedy_limit_never_nan():
+    logits = torch.tensor([[2.0, 1.0, -1.0, 3.0], [1e3, -1e3, 0.0, 999.0]])
+    for t in (1e-40, 1e-300, 5e-324, 1e-8):
+        p = ab.next_token_distribution(logits, t)
+        assert not p.isnan().any()
+        assert torch.equal(p, torch.tensor([[0.0, 0, 0, 1], [1, 0, 0, 0]]))
+        assert torch.equal(ab.next_token_distribution(logits, t, top_k=2), p)
+    tied = torch.tensor([[3.0, float("-inf"), 3.0, 0.0]])  # -inf: a banned token
+    assert torch.equal(ab.next_token_distribution(tied, 1e-40), torch.tensor([[0.5, 0, 0.5, 0]]))
+    half = ab.next_token_distribution(logits.half(), 1e-30)
+    assert half.dtype == torch.float16 and not half.isnan().any() and torch.equal(half.argmax(-1), torch.tensor([3, 0]))
+    # ordinary temperatures are computed exactly as before (the chapter's samples do not move)
+    assert torch.equal(ab.next_token_distribution(logits, 0.7), torch.softmax(logits / 0.7, dim=-1))
+    for bad in (-1.0, float("nan"), float("inf"), True, "0.5", None):
+        with pytest.raises(ValueError, match="temperature"):
+            ab.next_token_distribution(logits, bad)
+    with pytest.raises(ValueError, match="NaN"):
+        ab.next_token_distribution(torch.tensor([[0.0, float("nan")]]), 1.0)
+    with pytest.raises(ValueError, match="banned"):
+        ab.next_token_distribution(torch.full((1, 3), float("-inf")), 1e-40)
+
+
+def test_top_k_must_be_a_whole_number():
+    logits = torch.tensor([[2.0, 1.0, -1.0, 3.0]])
+    for bad, what in ((True, "bool"), (2.5, "float"), ("3", "str"), (-1, "at least 0")):
+        with pytest.raises(ValueError, match=f"top_k.*{what}"):
+            ab.next_token_distribution(logits, 1.0, top_k=bad)
+    assert torch.equal(ab.next_token_distribution(logits, 1.0, top_k=np.int64(2)),
+                       ab.next_token_distribution(logits, 1.0, top_k=2))
+
+
+def test_generate_at_a_tiny_temperature_is_greedy():
+    tok = ab.Tokenizer(TEXT)
+    torch.manual_seed(0)
+    gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    assert ab.generate(gpt, tok, "the time", 8, temperature=1e-40, seed=3) == \
+        ab.generate(gpt, tok, "the time", 8, temperature=0.0, seed=5)
+
+
+def test_decode_rejects_ids_outside_the_vocabulary(tok):
+    n = tok.vocab_size
+    for bad in ([-1], [n], torch.tensor([3, -1])):
+        with pytest.raises(ValueError, match=rf"token id -?\d+ is out of range for the vocabulary of size {n}"):
+            tok.decode(bad)
+    with pytest.raises(ValueError, match="token id must be an integer"):
+        tok.decode([2.5])
+    assert tok.decode([n - 1]) == tok.vocab.to_tokens(n - 1)
+
+
+def test_load_corpus_reads_utf8_without_bom_and_names_a_bad_file(monkeypatch, tmp_path):
+    good = tmp_path / "timemachine.txt"
+    good.write_bytes("\ufeff".encode() + TEXT.encode() * 5)
+    monkeypatch.setattr("attention_book.corpus.fetch", lambda *a, **k: good)
+    corpus = ab.load_corpus(min_freq=1, verbose=False)
+    assert not corpus.is_fallback and corpus.text == TEXT * 5
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(TEXT.encode() + "é".encode("latin-1"))
+    monkeypatch.setattr("attention_book.corpus.fetch", lambda *a, **k: bad)
+    with pytest.raises(ValueError, match="latin1.txt is not UTF-8"):
+        ab.load_corpus(min_freq=1, verbose=False)
+
+
+def test_evaluation_helpers_restore_the_models_mode():
+    import matplotlib.pyplot as plt
+
+    tok = ab.Tokenizer(TEXT, extra_tokens=("<reverse>", "<copy>"))
+    stream = torch.tensor(tok.encode(TEXT * 3))
+    g = torch.Generator().manual_seed(0)
+    size = dict(num_hiddens=16, num_heads=2, num_blks=1, max_len=24, pad_id=tok.pad_id)
+    bert, t5, gpt = (ab.EncoderOnlyLM(tok.vocab_size, **size), ab.EncoderDecoderLM(tok.vocab_size, **size),
+                     ab.DecoderOnlyLM(tok.vocab_size, **size))
+    bert.add_classifier(2)
+    mlm = [ab.mlm_batch(stream, tok, 2, 8, g)]
+    spans = [ab.span_batch(stream, tok, 2, 12, g)]
+    tasks = ab.text_to_text_batch(stream, tok, 2, 4, g)
+    calls = [
+        (bert, lambda: ab.evaluate_loss(bert, ab.mlm_loss, mlm)),
+        (bert, lambda: ab.masked_accuracy(bert, mlm)),
+        (bert, lambda: ab.fill_masks(bert, tok, "the <mask> traveller")),
+        (bert, lambda: ab.classification_accuracy(bert, [ab.order_task_batch(stream, tok, 2, 8, g)])),
+        (t5, lambda: ab.span_loss_parts(t5, spans, tok)),
+        (t5, lambda: ab.greedy_decode(t5, spans[0][0], tok.bos_id, tok.eos_id, 4)),
+        (t5, lambda: ab.exact_match(t5, tasks, tok)),
+        (gpt, lambda: ab.next_word_accuracy(gpt, tok, ["the time"], ["traveller"])),
+        (gpt, lambda: ab.generate(gpt, tok, "the time", 3)),
+        (gpt, lambda: plt.close(ab.sampling_figure(gpt, tok, "the time", num_tokens=3))),
+    ]
+    for model, call in calls:
+        for mode in (True, False):
+            model.train(mode)
+            call()
+            assert model.training is mode and all(m.training is mode for m in model.modules())
+
+    def failing(model, batch):
+        raise RuntimeError("boom")
+
+    bert.train()
+    with pytest.raises(RuntimeError, match="boom"):
+        ab.evaluate_loss(bert, failing, mlm)
+    assert bert.training

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from .config import resolve_seed
-from .data import DataUnavailableError, fetch
+from .data import DataUnavailableError, fetch, read_utf8
 from .tokenizer import Tokenizer
 
 __all__ = ["Corpus", "synthetic_corpus", "load_corpus"]
@@ -85,8 +85,9 @@ def load_corpus(level: str = "word", min_freq: int = 3, val_fraction: float = 0.
 
     The text comes through the data registry (``ab.fetch('time-machine')``, a
     SHA-1-verified copy in the data directory or a download). When it cannot be
-    had, a message says so and :func:`synthetic_corpus` is used. ``text`` overrides
-    both. The tokenizer's vocabulary is built from the training part only (the
+    had, a message says so and :func:`synthetic_corpus` is used (a file that is
+    there but not UTF-8 raises ``ValueError`` naming it; a byte-order mark is
+    dropped). ``text`` overrides both. The tokenizer's vocabulary is built from the training part only (the
     first ``1 - val_fraction`` of the text); the validation part is the rest.
     """
     if not 0.0 < val_fraction < 0.5:
@@ -97,7 +98,7 @@ def load_corpus(level: str = "word", min_freq: int = 3, val_fraction: float = 0.
     else:
         try:
             path = fetch("time-machine", progress=verbose)
-            text = _strip_title(path.read_text(encoding="utf-8"))
+            text = _strip_title(read_utf8(path))
             source = f"The Time Machine ({path.name}, sha1 verified)"
         except (DataUnavailableError, OSError) as err:
             text = synthetic_corpus()

@@ -19,6 +19,7 @@ from .config import resolve_seed
 from .objectives import IGNORE, random_windows
 from .sampling import greedy_decode
 from .tokenizer import Tokenizer
+from .train import evaluating
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",
@@ -89,13 +90,13 @@ def replaced_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_
 @torch.no_grad()
 def classification_accuracy(model: nn.Module, batches) -> float:
     """Fraction of examples whose ``<cls>`` prediction equals the label."""
-    model.eval()
-    dev = next(model.parameters()).device
-    right = total = 0
-    for inputs, labels in batches:
-        pred = model.classify(inputs.to(dev)).argmax(dim=-1).cpu()
-        right += int((pred == labels).sum())
-        total += len(labels)
+    with evaluating(model):
+        dev = next(model.parameters()).device
+        right = total = 0
+        for inputs, labels in batches:
+            pred = model.classify(inputs.to(dev)).argmax(dim=-1).cpu()
+            right += int((pred == labels).sum())
+            total += len(labels)
     return right / total
 
 
@@ -171,11 +172,11 @@ def next_word_accuracy(model: nn.Module, tok: Tokenizer, prompts: Sequence[str],
     """Share of prompts after which a decoder-only model's most likely next token is the answer."""
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"need as many answers as prompts (and at least one), got {len(prompts)} and {len(answers)}")
-    model.eval()
-    dev = next(model.parameters()).device
-    right = 0
-    for prompt, answer in zip(prompts, answers):
-        ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)[:, -model.max_len:]
-        right += int(model(ids)[0, -1].argmax()) == tok.id(answer)
+    with evaluating(model):
+        dev = next(model.parameters()).device
+        right = 0
+        for prompt, answer in zip(prompts, answers):
+            ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)[:, -model.max_len:]
+            right += int(model(ids)[0, -1].argmax()) == tok.id(answer)
     return right / len(prompts)
 

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from .config import resolve_seed
 from .tokenizer import Tokenizer
+from .train import evaluating, move_to
 
 __all__ = [
     "IGNORE",
@@ -341,17 +342,13 @@ def classification_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
 @torch.no_grad()
 def evaluate_loss(model: nn.Module, loss_fn: Callable, batches) -> float:
     """Average of ``loss_fn`` over ``batches``, weighted by the number of targets (model in eval mode)."""
-    was_training = model.training
-    model.eval()
     dev = next(model.parameters()).device
-    from .train import move_to
-
     total, count = 0.0, 0
-    for batch in batches:
-        loss, n = loss_fn(model, move_to(batch, dev))
-        total += float(loss) * n
-        count += n
-    model.train(was_training)
+    with evaluating(model):
+        for batch in batches:
+            loss, n = loss_fn(model, move_to(batch, dev))
+            total += float(loss) * n
+            count += n
     if count == 0:
         raise ValueError("the batches hold no targets")
     return total / count
@@ -369,8 +366,8 @@ def masked_accuracy(model: nn.Module | None, batches, constant: int | None = Non
                 raise ValueError("pass a model, or model=None with constant=<token id>")
             pred = torch.full_like(labels, constant)
         else:
-            model.eval()
-            pred = model(inputs.to(next(model.parameters()).device)).argmax(dim=-1).cpu()
+            with evaluating(model):
+                pred = model(inputs.to(next(model.parameters()).device)).argmax(dim=-1).cpu()
         right += int((pred[sel] == labels[sel]).sum())
         total += int(sel.sum())
     return right / max(total, 1)
@@ -383,9 +380,9 @@ def fill_masks(model: nn.Module, tok: Tokenizer, text: str, top: int = 3) -> lis
     where = [i for i, t in enumerate(ids) if t == tok.mask_id]
     if not where:
         raise ValueError(f"text must contain at least one <mask>, got {text!r}")
-    model.eval()
     x = torch.tensor([ids], device=next(model.parameters()).device)
-    probs = F.softmax(model(x)[0].float(), dim=-1).cpu()
+    with evaluating(model):
+        probs = F.softmax(model(x)[0].float(), dim=-1).cpu()
     out = []
     for i in where:
         p = probs[i].clone()
@@ -398,18 +395,18 @@ def fill_masks(model: nn.Module, tok: Tokenizer, text: str, top: int = 3) -> lis
 @torch.no_grad()
 def span_loss_parts(model: nn.Module, batches, tok: Tokenizer) -> dict[str, float]:
     """Span-corruption loss split into the structure (sentinels and ``<eos>``) and the hidden words."""
-    model.eval()
-    dev = next(model.parameters()).device
-    structure = torch.tensor(tok.sentinel_ids + (tok.eos_id,))
-    sums = {"structure": [0.0, 0], "words": [0.0, 0]}
-    for enc, dec, labels in batches:
-        logits = model(enc.to(dev), dec.to(dev)).float().cpu()
-        nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
-        is_structure = torch.isin(labels, structure)
-        valid = labels != IGNORE
-        for key, sel in (("structure", is_structure & valid), ("words", ~is_structure & valid)):
-            sums[key][0] += float(nll[sel].sum())
-            sums[key][1] += int(sel.sum())
+    with evaluating(model):
+        dev = next(model.parameters()).device
+        structure = torch.tensor(tok.sentinel_ids + (tok.eos_id,))
+        sums = {"structure": [0.0, 0], "words": [0.0, 0]}
+        for enc, dec, labels in batches:
+            logits = model(enc.to(dev), dec.to(dev)).float().cpu()
+            nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
+            is_structure = torch.isin(labels, structure)
+            valid = labels != IGNORE
+            for key, sel in (("structure", is_structure & valid), ("words", ~is_structure & valid)):
+                sums[key][0] += float(nll[sel].sum())
+                sums[key][1] += int(sel.sum())
     return {k: total / max(n, 1) for k, (total, n) in sums.items()}
 
 

@@ -10,14 +10,17 @@ behind chapter 9's "try it".
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .checks import check_int
 from .config import resolve_seed
 from .tokenizer import Tokenizer
+from .train import evaluating
 
 __all__ = ["next_token_distribution", "generate", "greedy_decode", "sampling_figure"]
 
@@ -31,19 +34,36 @@ def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0, top_
     """Probabilities to sample the next token from, given the last position's ``logits`` (..., vocab).
 
     ``temperature`` divides the logits (below 1 sharpens, above 1 flattens; 0
-    means greedy: all mass on the arg-max). ``top_k`` keeps only the ``k`` most
-    likely tokens and renormalises (``None`` or 0 keeps all).
+    means greedy: all mass on the arg-max). A temperature so small that the
+    divided logits overflow gives the limit instead of NaN: all mass on the
+    maximum (shared equally by tied maxima). ``top_k`` keeps only the ``k`` most
+    likely tokens and renormalises (``None`` or 0 keeps all). ``logits`` may hold
+    ``-inf`` (a banned token) but not NaN or ``+inf``, and each row needs a finite entry.
     """
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         raise ValueError("logits must be a floating-point tensor of shape (..., vocab)")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if temperature < 0 or not math.isfinite(temperature):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None:
+        top_k = check_int("top_k", top_k, minimum=0)
+    if bool(torch.isnan(logits).any() | torch.isposinf(logits).any()):
+        raise ValueError("logits hold NaN or +inf: no distribution can be made from them")
+    if logits.numel() and not bool(torch.isfinite(logits).any(dim=-1).all()):
+        raise ValueError("a row of logits is -inf everywhere: every token is banned, nothing can be sampled")
     vocab = logits.shape[-1]
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 0):
-        raise ValueError(f"top_k must be None or an int >= 0, got {top_k!r}")
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), vocab).to(logits.dtype)
     scaled = logits / temperature
+    if vocab:
+        # A tiny temperature can push the quotients to +inf, NaN or -inf everywhere, where softmax
+        # gives NaN. Those rows take the limit instead: all mass on the maximum (ties share it).
+        # Exactly the rows that would have been NaN change; every other row is computed as always.
+        broken = ((torch.isnan(scaled) | torch.isposinf(scaled)).any(dim=-1, keepdim=True)
+                  | torch.isneginf(scaled).all(dim=-1, keepdim=True))
+        limit = torch.full_like(logits, float("-inf")).masked_fill(logits == logits.amax(dim=-1, keepdim=True), 0.0)
+        scaled = torch.where(broken, limit, scaled)
     if top_k and top_k < vocab:
         kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -71,20 +91,20 @@ def generate(model: nn.Module, tok: Tokenizer, prompt: str = "", num_tokens: int
     """
     if num_tokens < 0:
         raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
-    model.eval()
-    dev = next(model.parameters()).device
-    gen = torch.Generator(device=dev)
-    gen.manual_seed(resolve_seed(seed))
-    ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
-    out: list[int] = []
-    for _ in range(num_tokens):
-        logits = _ban_specials(model(ids[:, -model.max_len:])[:, -1], tok)
-        probs = next_token_distribution(logits.float(), temperature, top_k)
-        nxt = torch.multinomial(probs, 1, generator=gen)
-        if stop_at_eos and int(nxt) == tok.eos_id:
-            break
-        out.append(int(nxt))
-        ids = torch.cat([ids, nxt], dim=1)
+    with evaluating(model):
+        dev = next(model.parameters()).device
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(resolve_seed(seed))
+        ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
+        out: list[int] = []
+        for _ in range(num_tokens):
+            logits = _ban_specials(model(ids[:, -model.max_len:])[:, -1], tok)
+            probs = next_token_distribution(logits.float(), temperature, top_k)
+            nxt = torch.multinomial(probs, 1, generator=gen)
+            if stop_at_eos and int(nxt) == tok.eos_id:
+                break
+            out.append(int(nxt))
+            ids = torch.cat([ids, nxt], dim=1)
     return tok.decode(out)
 
 
@@ -96,21 +116,21 @@ def greedy_decode(model: nn.Module, enc_inputs: torch.Tensor, bos_id: int, eos_i
     the earlier ones in its key/value cache. Returns one list of ids per example
     (``<bos>`` and ``<eos>`` removed).
     """
-    model.eval()
-    dev = next(model.parameters()).device
-    enc_inputs = enc_inputs.to(dev)
-    state = model.decoder_state(enc_inputs)
-    nxt = torch.full((len(enc_inputs), 1), bos_id, device=dev)
-    done = torch.zeros(len(enc_inputs), dtype=torch.bool, device=dev)
-    steps = []
-    for _ in range(min(max_len, model.max_len)):
-        logits, state = model.decoder(nxt, state)
-        nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
-        nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)
-        steps.append(nxt)
-        done |= nxt[:, 0] == eos_id
-        if bool(done.all()):
-            break
+    with evaluating(model):
+        dev = next(model.parameters()).device
+        enc_inputs = enc_inputs.to(dev)
+        state = model.decoder_state(enc_inputs)
+        nxt = torch.full((len(enc_inputs), 1), bos_id, device=dev)
+        done = torch.zeros(len(enc_inputs), dtype=torch.bool, device=dev)
+        steps = []
+        for _ in range(min(max_len, model.max_len)):
+            logits, state = model.decoder(nxt, state)
+            nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
+            nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)
+            steps.append(nxt)
+            done |= nxt[:, 0] == eos_id
+            if bool(done.all()):
+                break
     out = []
     for row in torch.cat(steps, dim=1).tolist():
         out.append(row[:row.index(eos_id)] if eos_id in row else row)
@@ -134,9 +154,8 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
 
     _ensure_style()
     seed = resolve_seed(seed)
-    model.eval()
     dev = next(model.parameters()).device
-    with torch.no_grad():
+    with evaluating(model), torch.no_grad():
         ids = torch.tensor([[tok.bos_id] + tok.encode(prompt)], device=dev)
         logits = _ban_specials(model(ids[:, -model.max_len:])[0, -1].float(), tok).cpu()
     raw = next_token_distribution(logits, 1.0)

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from .checks import check_index
 from .text import BOS, EOS, PAD, UNK, Vocab
 
 __all__ = ["MASK", "CLS", "sentinel_token", "Tokenizer"]
@@ -80,13 +81,19 @@ class Tokenizer:
         return self.vocab[self.split(text)]
 
     def decode(self, ids, skip_special: bool = False) -> str:
-        """Text of token ids (a list or a 1-D tensor); ``skip_special`` drops ``<pad>``, ``<bos>``, …"""
+        """Text of token ids (a list or a 1-D tensor); ``skip_special`` drops ``<pad>``, ``<bos>``, …
+
+        Every id must lie in ``[0, vocab_size)``; another one (a negative id included) raises
+        ``ValueError`` naming it and the vocabulary size.
+        """
         if isinstance(ids, torch.Tensor):
             if ids.dim() > 1:
                 raise ValueError(f"decode takes one sequence (1-D), got shape {tuple(ids.shape)}")
             ids = ids.tolist()
+        size = len(self.vocab)
+        ids = [check_index("token id", i, size, within="the vocabulary") for i in ids]
         special = set(self.special_ids) - {self.unk_id}
-        tokens = [self.vocab.to_tokens(int(i)) for i in ids if not (skip_special and int(i) in special)]
+        tokens = [self.vocab.to_tokens(i) for i in ids if not (skip_special and i in special)]
         if self.level == "char":
             return "".join(t if len(t) == 1 else f"{t}" for t in tokens)
         text = " ".join(tokens)
