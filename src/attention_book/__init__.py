@@ -28,8 +28,8 @@ from .lookup import *  # noqa: F401,F403
 from .kernels import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
-from .heads import *  # noqa: F401,F403
-from .selfattention import *  # noqa: F401,F403
+from .offset_task import *  # noqa: F401,F403
+from .layer_comparison import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
 from .vit import *  # noqa: F401,F403
 # Chapter 9: tokenizer, corpus, objectives, sampling, models, downstream tasks, scaling.
@@ -45,7 +45,7 @@ from . import assignments  # noqa: F401
 
 MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "lookup", "kernels",
            "scoring",
-           "seq2seq", "heads", "selfattention", "transformer", "vit",
+           "seq2seq", "offset_task", "layer_comparison", "transformer", "vit",
            "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling")
 
 __version__ = "0.1.0"

@@ -45,6 +45,7 @@ __all__ = [
     "attend",
     "keep_attention_weights",
     "record_attention",
+    "collect_attention",
     "AttentionRecord",
     "AttentionMap",
     "DotProductAttention",
@@ -630,3 +631,20 @@ def record_attention(model: nn.Module) -> Iterator[AttentionRecord]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def collect_attention(model: nn.Module, *inputs, **kwargs) -> list[torch.Tensor]:
+    """Run ``model(*inputs, **kwargs)`` in eval mode and return its attention maps.
+
+    One tensor of shape (batch, heads, queries, keys) per attention module, in
+    the order they were first called (:func:`attention_book.record_attention`)
+    — the per-layer list that attention viewers such as bertviz accept. Layers
+    without heads get a head axis of size 1. The model's mode is restored.
+    """
+    from .train import evaluating
+
+    with evaluating(model), torch.no_grad(), record_attention(model) as maps:
+        model(*inputs, **kwargs)
+    if not len(maps):
+        raise ValueError(f"{type(model).__name__} made no attention call")
+    return maps.tensors()

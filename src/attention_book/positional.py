@@ -17,12 +17,17 @@ sinusoidal table ``delta`` positions on: ``P[i + delta] = offset_rotation(delta,
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
-from .checks import check_positive_int
+from .checks import check_int, check_positive_int
 
 __all__ = [
+    "plot_encoding_columns",
+    "plot_encoding_heatmap",
+    "positional_encoding_figure",
     "sinusoidal_table",
     "offset_rotation",
     "PositionalEncoding",
@@ -168,3 +173,68 @@ class RotaryEmbedding(nn.Module):
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)
+
+
+# --- pictures of the sinusoidal table (chapter 6) ---------------------------------------------
+
+def _check_encoding_args(encoding_dim: int, num_steps: int) -> None:
+    check_int("encoding_dim", encoding_dim, minimum=2)
+    check_int("num_steps", num_steps, minimum=2)
+
+
+def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
+    """Columns of the sinusoidal table against position: higher columns oscillate more slowly."""
+    _check_encoding_args(encoding_dim, num_steps)
+    bad = [c for c in columns if not 0 <= c < encoding_dim]
+    if bad:
+        raise ValueError(f"columns must lie in [0, {encoding_dim - 1}] for encoding_dim={encoding_dim}, got {bad}")
+    from .plot import _ensure_style
+
+    _ensure_style()
+    P = PositionalEncoding(encoding_dim, 0.0, max_len=num_steps).P[0]
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 2.6), layout="constrained")
+    else:
+        fig = ax.figure
+    for c in columns:
+        ax.plot(range(num_steps), P[:, c].numpy(), label=f"col {c} ({'sin' if c % 2 == 0 else 'cos'})")
+    ax.set_xlabel("row (position)")
+    ax.set_ylabel("value")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    return fig
+
+
+def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
+    """The whole table P (positions down, encoding dimensions across)."""
+    _check_encoding_args(encoding_dim, num_steps)
+    from .plot import show_heatmaps
+
+    P = sinusoidal_table(num_steps, encoding_dim)
+    fig = show_heatmaps(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
+                        figsize=(4.0, 4.2), cmap="Blues", vmin=-1.0, vmax=1.0)
+    return fig
+
+
+def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
+    """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
+    _check_encoding_args(encoding_dim, num_steps)
+    from .plot import _ensure_style
+
+    _ensure_style()
+    import matplotlib.pyplot as plt
+
+    P = sinusoidal_table(num_steps, encoding_dim)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained",
+                                      gridspec_kw={"width_ratios": [1.4, 1]})
+    columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
+    plot_encoding_columns(encoding_dim, num_steps, columns, ax=left)
+    left.set_title(f"columns {columns[0]}–{columns[-1]} of P")
+    image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
+    right.grid(False)
+    right.set_xlabel("column (encoding dimension)")
+    right.set_ylabel("row (position)")
+    right.set_title(f"P: {num_steps} positions × {encoding_dim} dimensions")
+    fig.colorbar(image, ax=right, shrink=0.8)
+    return fig

@@ -1,4 +1,4 @@
-"""Chapter 5 helpers: the offset task, head ablation, collect_attention, the split_heads checker."""
+"""Chapter 5 helpers: the offset task, head ablation, collect_attention, the split_heads checker (offset_task.py)."""
 
 from collections import Counter
 

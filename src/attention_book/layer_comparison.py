@@ -1,5 +1,7 @@
-"""Chapter 6 — self-attention next to CNNs and RNNs, permutation equivariance, and
-pictures of the sinusoidal positional encoding.
+"""Chapter 6's comparison of layers: self-attention next to CNNs and RNNs (cost, sequential
+operations, path length, measured time) and permutation equivariance.
+
+(The pictures of the sinusoidal positional encoding live with it, in ``positional.py``.)
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .checks import check_int, check_positive_int
+from .checks import check_positive_int
 from .config import single_thread
-from .plot import _ensure_style, show_heatmaps
-from .positional import PositionalEncoding, sinusoidal_table
+from .plot import _ensure_style
 
 __all__ = [
     "LAYER_COSTS",
@@ -24,9 +25,6 @@ __all__ = [
     "time_sequence_layers",
     "plot_layer_times",
     "permutation_error",
-    "plot_encoding_columns",
-    "plot_encoding_heatmap",
-    "positional_encoding_figure",
 ]
 
 # (layer, computational cost, sequential operations, maximum path length) for n tokens of
@@ -135,56 +133,3 @@ def permutation_error(layer: nn.Module, X: torch.Tensor, perm: torch.Tensor) -> 
     if sorted(perm.tolist()) != list(range(X.shape[1])):
         raise ValueError(f"perm must be a permutation of 0..{X.shape[1] - 1}, got {perm.tolist()}")
     return (layer(X[:, perm]) - layer(X)[:, perm]).abs().max().item()
-
-
-def _check_encoding_args(encoding_dim: int, num_steps: int) -> None:
-    check_int("encoding_dim", encoding_dim, minimum=2)
-    check_int("num_steps", num_steps, minimum=2)
-
-
-def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
-    """Columns of the sinusoidal table against position: higher columns oscillate more slowly."""
-    _check_encoding_args(encoding_dim, num_steps)
-    bad = [c for c in columns if not 0 <= c < encoding_dim]
-    if bad:
-        raise ValueError(f"columns must lie in [0, {encoding_dim - 1}] for encoding_dim={encoding_dim}, got {bad}")
-    _ensure_style()
-    P = PositionalEncoding(encoding_dim, 0.0, max_len=num_steps).P[0]
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 2.6), layout="constrained")
-    else:
-        fig = ax.figure
-    for c in columns:
-        ax.plot(range(num_steps), P[:, c].numpy(), label=f"col {c} ({'sin' if c % 2 == 0 else 'cos'})")
-    ax.set_xlabel("row (position)")
-    ax.set_ylabel("value")
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    return fig
-
-
-def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
-    """The whole table P (positions down, encoding dimensions across)."""
-    _check_encoding_args(encoding_dim, num_steps)
-    P = sinusoidal_table(num_steps, encoding_dim)
-    fig = show_heatmaps(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
-                        figsize=(4.0, 4.2), cmap="Blues", vmin=-1.0, vmax=1.0)
-    return fig
-
-
-def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
-    """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
-    _check_encoding_args(encoding_dim, num_steps)
-    _ensure_style()
-    P = sinusoidal_table(num_steps, encoding_dim)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained",
-                                      gridspec_kw={"width_ratios": [1.4, 1]})
-    columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
-    plot_encoding_columns(encoding_dim, num_steps, columns, ax=left)
-    left.set_title(f"columns {columns[0]}–{columns[-1]} of P")
-    image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
-    right.grid(False)
-    right.set_xlabel("column (encoding dimension)")
-    right.set_ylabel("row (position)")
-    right.set_title(f"P: {num_steps} positions × {encoding_dim} dimensions")
-    fig.colorbar(image, ax=right, shrink=0.8)
-    return fig

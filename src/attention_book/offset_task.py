@@ -1,5 +1,5 @@
-"""Chapter 5 — multi-head attention at work: a task where heads specialise, head ablation,
-and every layer's attention maps in one format.
+"""Chapter 5's experiment — the offset task: a task where heads specialise, head ablation and
+pruning, and the per-head maps.
 
 The *offset task*: a sequence of ``seq_len`` random tokens from ``vocab_size``
 symbols; the label at position ``i`` is ``(x[i + a] - x[i + b]) mod vocab_size``
@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .config import device as pick_device, resolve_seed, single_thread
-from .attention import MultiHeadAttention, record_attention
+from .attention import MultiHeadAttention, collect_attention
 from .checks import check_heads, check_int, check_positive_int, check_same_device
 from .positional import LearnedPositionalEmbedding
 from .train import History, evaluating, fit
@@ -42,7 +42,6 @@ __all__ = [
     "ablate_heads",
     "head_importance",
     "pruning_curve",
-    "collect_attention",
     "offset_attention",
     "plot_head_maps",
     "head_count_figure",
@@ -227,21 +226,6 @@ def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tens
 
 
 @torch.no_grad()
-def collect_attention(model: nn.Module, *inputs, **kwargs) -> list[torch.Tensor]:
-    """Run ``model(*inputs, **kwargs)`` in eval mode and return its attention maps.
-
-    One tensor of shape (batch, heads, queries, keys) per attention module, in
-    the order they were first called (:func:`attention_book.record_attention`)
-    — the per-layer list that attention viewers such as bertviz accept. Layers
-    without heads get a head axis of size 1. The model's mode is restored.
-    """
-    with evaluating(model), torch.no_grad(), record_attention(model) as maps:
-        model(*inputs, **kwargs)
-    if not len(maps):
-        raise ValueError(f"{type(model).__name__} made no attention call")
-    return maps.tensors()
-
-
 @torch.no_grad()
 def offset_attention(run: HeadRun, num_examples: int = 200) -> torch.Tensor:
     """How much attention each head puts on each of the task's offsets.
