@@ -454,6 +454,28 @@ def test_worked_answers_are_folded_under_show_answer(crawler, docname):
         assert page.evaluate(JS_ANSWERS)[0]["open"], f"{visit.url}: clicking 'Show answer' does not open it"
 
 
+def shown_sources(docname: str) -> list[str]:
+    """The names a notebook passes to ``ab.show_source`` (``ab.X`` arguments)."""
+    code = notebook_code(docname)
+    names = []
+    for call in re.finditer(r"ab\.show_source\(([^)]*)\)", code):
+        names += re.findall(r"ab\.(\w+)", call.group(1))
+    return names
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if re.match(r"^notebooks/ch0[3-9]_(?!exercises)", p)])
+def test_chapter_shows_the_code_it_teaches(docname):
+    """Chapters 3-9 show the source of the classes and functions they build, from the package."""
+    names = shown_sources(docname)
+    assert names, f"{docname}: no ab.show_source cell"
+    page = (HTML / f"{docname}.html").read_text(encoding="utf-8")
+    blocks = re.findall(r'<div class="ab-source">(.*?)</pre></div></div>', page, re.S)
+    text = re.sub(r"<[^>]+>", "", "".join(blocks))
+    for name in names:
+        assert re.search(rf"\b(class|def) {name}\b", text), f"{docname}: the page does not show the code of {name}"
+    assert "github.com" in "".join(blocks), f"{docname}: the code does not link to the repository"
+
+
 @pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
 def test_page_weight_with_its_frames_stays_under_3_mb(docname):
     page = HTML / f"{docname}.html"
