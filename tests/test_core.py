@@ -322,3 +322,19 @@ def test_fit_reads_the_loss_on_the_host_a_fixed_number_of_times_per_epoch(monkey
         return len(reads)
 
     assert run(3) == run(30)
+
+
+@pytest.mark.parametrize("low, high", [(0.3, 0.6), (0.6, 4.0), (2.0, 3.0), (0.01, 100.0)])
+def test_log_axes_get_at_least_three_labelled_ticks(low, high):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = ab.plot_curves({"width": [low, (low * high) ** 0.5, high]}, logy=True)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    lo, hi = sorted(ax.get_ylim())
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and lo <= t.get_position()[1] <= hi]
+    assert len(labels) >= 3, labels
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "BOOK_CMAP"]
+__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "readable_log_axis", "BOOK_CMAP"]
 
 BOOK_CMAP = "Reds"
 _STYLED = False
@@ -141,6 +141,30 @@ def show_heatmaps(
     return fig
 
 
+def readable_log_axis(ax, axis: str = "y") -> None:
+    """At least three labelled ticks on a log axis that spans less than a few decades.
+
+    Matplotlib labels only powers of ten, so a log axis from 0.6 to 4 shows one
+    label. Here the ticks step through 1, 2, 5 × 10ᵏ (or every 1…9 × 10ᵏ on a
+    very short range) with plain numbers. Call it after the data are drawn.
+    """
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    low, high = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    if low <= 0:
+        return
+    for subs in ((1.0,), (1.0, 2.0, 5.0), tuple(float(k) for k in range(1, 10))):
+        ticks = [t for t in LogLocator(base=10, subs=subs).tick_values(low, high) if low <= t <= high]
+        if len(ticks) >= 3:
+            break
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
 def plot_curves(
     curves: dict[str, Sequence[float]],
     xlabel: str = "epoch",
@@ -171,6 +195,7 @@ def plot_curves(
     ax.set_ylabel(ylabel)
     if logy:
         ax.set_yscale("log")
+        readable_log_axis(ax, "y")
     if title:
         ax.set_title(title)
     ax.legend()

@@ -141,9 +141,8 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
     """Loss against parameters (final checkpoint) and against compute (every checkpoint), log–log,
     each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, readable_log_axis
 
     if len(runs) < 2:
         raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")
@@ -170,10 +169,11 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
             ax.axhline(baseline, color="0.5", ls=":", label="unigram baseline")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
-        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
         ax.set_ylabel("validation loss (nats / token)")
         ax.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        readable_log_axis(ax, "y")
+        readable_log_axis(ax, "x")
     ax1.set_xlabel("non-embedding parameters N")
     ax1.set_title("same steps, different sizes")
     ax2.set_xlabel("training compute C ≈ 6·N·D (FLOPs)")

@@ -89,7 +89,9 @@ class History:
         from .plot import plot_curves
 
         curves = {"train loss": self.train_loss, **self.metrics}
-        return plot_curves(curves, xlabel="epoch", logy=logy, title=title)
+        losses_only = all("loss" in name or "perplexity" in name for name in curves)
+        return plot_curves(curves, xlabel="epoch", ylabel="loss" if losses_only else "loss / metric", logy=logy,
+                           title=title)
 
     def summary(self) -> str:
         parts = [f"{len(self.train_loss)} epochs, {self.steps} steps in {self.seconds:.1f}s"]
