@@ -171,3 +171,19 @@ def test_notebooks_use_the_book_seed_not_literal_seeds():
         for src in cells(path, "code"):
             hit = literal.search(src)
             assert not hit, f"{path.name}: {hit.group(0)!r} pins a seed; use ab.seed_everything() or ab.book_seed() + k"
+
+
+def test_a_partial_rerun_keeps_the_claims_of_notebooks_it_did_not_run(tmp_path):
+    """Chapter 4's chapter and exercises page share the "ch04." prefix: rerunning one keeps the other's."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    claims_script = importlib.import_module("claims")
+    chapter = tmp_path / "ch04_bahdanau.ipynb"
+    chapter.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ['ab.claim("ch04.in_chapter", 1, "s")']}]}))
+    report = {"claims": {"ch04.in_chapter": {}, "ch04.ex_in_exercises": {}},
+              "failures": [{"notebook": "ch04_bahdanau.ipynb", "seed": 0}, {"notebook": "ch04_exercises.ipynb", "seed": 1}]}
+    kept = claims_script.merge_base(report, [chapter])
+    assert list(kept["claims"]) == ["ch04.ex_in_exercises"]
+    assert kept["failures"] == [{"notebook": "ch04_exercises.ipynb", "seed": 1}]
