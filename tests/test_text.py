@@ -207,3 +207,16 @@ def test_vocab_from_all_counts_validation_tokens_like_d2l():
     assert data.tgt_vocab["bouge"] != 0
     with pytest.raises(ValueError, match="vocab_from must be 'train' or 'all', got 'val'"):
         ab.load_translation(pairs=PAIRS, vocab_from="val")
+
+
+def test_bleu_parts_worked_example():
+    """je suis chez chez moi . against je suis chez moi .: the second "chez" finds no unused match."""
+    parts = ab.bleu_parts("je suis chez chez moi .", "je suis chez moi .")
+    one, two = parts["orders"]
+    assert one["matched"] == [True, True, True, False, True, True] and one["precision"] == 5 / 6
+    assert two["grams"][2] == "chez chez" and two["precision"] == 4 / 5
+    assert parts["penalty"] == 1.0
+    assert ab.bleu("je suis chez chez moi .", "je suis chez moi .") == pytest.approx((5 / 6) ** 0.5 * (4 / 5) ** 0.25)
+    short = ab.bleu_parts("je suis .", "je suis chez moi .")
+    assert short["penalty"] == pytest.approx(math.exp(1 - 5 / 3))
+    assert ab.bleu_parts("", "je") == {"penalty": 0.0, "orders": []}

@@ -32,6 +32,7 @@ __all__ = [
     "TranslationData",
     "load_translation",
     "bleu",
+    "bleu_parts",
 ]
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -332,6 +333,35 @@ def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int =
     return TranslationData(src_vocab, tgt_vocab, arrays, num_train, num_val, num_steps, batch_size, note, pairs)
 
 
+def bleu_parts(pred_seq: str, label_seq: str, k: int = 2) -> dict:
+    """Every piece of :func:`bleu`, for a worked example.
+
+    Returns ``{"penalty": exp(min(0, 1 - len_label / len_pred)), "orders": [...]}`` with one
+    entry per n = 1..min(k, len_pred): ``{"n", "grams", "matched", "precision", "weight"}``,
+    where ``grams`` lists the prediction's n-grams in order, ``matched`` says for each whether
+    it used up one occurrence in the label, and ``weight`` is 1 / 2ⁿ.
+    """
+    k = check_positive_int("k", k)
+    pred, label = pred_seq.split(), label_seq.split()
+    if not label:
+        raise ValueError("bleu needs a non-empty label sequence")
+    if not pred:
+        return {"penalty": 0.0, "orders": []}
+    parts = {"penalty": math.exp(min(0.0, 1.0 - len(label) / len(pred))), "orders": []}
+    for n in range(1, min(k, len(pred)) + 1):
+        available = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
+        grams, matched = [], []
+        for i in range(len(pred) - n + 1):
+            gram = tuple(pred[i:i + n])
+            grams.append(" ".join(gram))
+            matched.append(available[gram] > 0)
+            if matched[-1]:
+                available[gram] -= 1
+        parts["orders"].append({"n": n, "grams": grams, "matched": matched,
+                                "precision": sum(matched) / len(grams), "weight": 0.5 ** n})
+    return parts
+
+
 def bleu(pred_seq: str, label_seq: str, k: int = 2) -> float:
     """BLEU as defined in the chapter: a brevity penalty times n-gram precisions.
 
@@ -340,22 +370,10 @@ def bleu(pred_seq: str, label_seq: str, k: int = 2) -> float:
     where ``p_n`` is the fraction of the prediction's n-grams that also occur in
     the label (each label n-gram matched at most as often as it occurs). Tokens
     are separated by spaces. n runs up to ``min(k, len_pred)``; an empty
-    prediction scores 0.
+    prediction scores 0. :func:`bleu_parts` returns the pieces.
     """
-    k = check_positive_int("k", k)
-    pred, label = pred_seq.split(), label_seq.split()
-    if not pred:
-        return 0.0
-    if not label:
-        raise ValueError("bleu needs a non-empty label sequence")
-    score = math.exp(min(0.0, 1.0 - len(label) / len(pred)))
-    for n in range(1, min(k, len(pred)) + 1):
-        available = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
-        matches = 0
-        for i in range(len(pred) - n + 1):
-            gram = tuple(pred[i:i + n])
-            if available[gram] > 0:
-                matches += 1
-                available[gram] -= 1
-        score *= (matches / (len(pred) - n + 1)) ** (0.5 ** n)
+    parts = bleu_parts(pred_seq, label_seq, k)
+    score = parts["penalty"]
+    for order in parts["orders"]:
+        score *= order["precision"] ** order["weight"]
     return score
