@@ -381,3 +381,23 @@ def test_train_translator_follows_the_book_seed(monkeypatch):
     for p, q in zip(by_default.parameters(), pinned.parameters()):
         torch.testing.assert_close(p, q)
     assert any(not torch.equal(p, q) for p, q in zip(pinned.parameters(), other.parameters()))
+
+
+def test_bleu_checker_accepts_the_reference_and_rejects_no_clipping():
+    import collections
+
+    from attention_book.assignments import ch04
+
+    assert ch04.check_bleu(ab.bleu, verbose=False)
+
+    def without_clipping(pred_seq, label_seq, k=2):
+        pred, label = pred_seq.split(), label_seq.split()
+        score = math.exp(min(0.0, 1 - len(label) / len(pred)))
+        for n in range(1, min(k, len(pred)) + 1):
+            grams = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
+            hits = sum(tuple(pred[i:i + n]) in grams for i in range(len(pred) - n + 1))
+            score *= (hits / (len(pred) - n + 1)) ** (0.5 ** n)
+        return score
+
+    report = ch04.check_bleu(without_clipping, verbose=False)
+    assert not report and "clipping" in " ".join(name for name, ok, _ in report.results if not ok)

@@ -1,13 +1,16 @@
-"""Chapter 4 checkers: the masked cross-entropy of sequence-to-sequence training."""
+"""Chapter 4 checkers: the masked cross-entropy of sequence-to-sequence training, and BLEU."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from ..seq2seq import masked_cross_entropy as reference_masked_cross_entropy
-from . import Case, case_seed, run_checks
+from ..text import bleu as reference_bleu
+from . import Case, case_seed, compare, run_checks
 
-__all__ = ["check_masked_cross_entropy", "reference_masked_cross_entropy"]
+__all__ = ["check_masked_cross_entropy", "reference_masked_cross_entropy", "check_bleu"]
 
 
 def _expect(logits, labels, pad_id):
@@ -62,3 +65,49 @@ def check_masked_cross_entropy(fn, verbose: bool = True):
               "padded positions must not contribute, however large their logits"),
     ]
     return run_checks("masked_cross_entropy", fn, cases, verbose=verbose)
+
+
+def _random_pair(g: torch.Generator, words: list[str]) -> tuple[str, str]:
+    """A reference and a prediction sharing some words, both 2-9 tokens long."""
+    def sentence():
+        n = int(torch.randint(2, 10, (1,), generator=g))
+        return " ".join(words[int(i)] for i in torch.randint(0, len(words), (n,), generator=g))
+    return sentence(), sentence()
+
+
+def check_bleu(fn, verbose: bool = True):
+    """Check ``fn(pred_seq, label_seq, k) -> float``, BLEU as chapter 4 defines it."""
+    g = torch.Generator().manual_seed(case_seed(8))
+    words = ["je", "suis", "chez", "moi", "il", "est", "calme", ".", "!"]
+    rows = [
+        ("a perfect translation scores 1", ("je suis chez moi .", "je suis chez moi .", 2),
+         "every n-gram matches and the lengths agree"),
+        ("a repeated word counts once (clipping)", ("je suis chez chez moi .", "je suis chez moi .", 2),
+         "a reference n-gram can be matched only as often as it occurs there: count what is left"),
+        ("a short prediction pays the brevity penalty", ("je suis .", "je suis chez moi .", 2),
+         "multiply by exp(min(0, 1 - len_label / len_pred))"),
+        ("a long prediction pays no penalty", ("je suis chez moi . !", "je suis .", 2),
+         "the penalty only lowers scores of predictions shorter than the label"),
+        ("no common word scores 0", ("il est calme", "je suis chez moi", 2), "p_1 = 0 makes the product 0"),
+        ("k = 4 uses up to 4-grams, weighted 1/2^n", ("je suis chez moi .", "je suis chez nous .", 4),
+         "the exponent of p_n is 1 / 2**n"),
+        ("a one-word prediction uses only unigrams", ("je", "je suis", 2),
+         "n runs up to min(k, len(pred)): there is no bigram in a one-word prediction"),
+    ]
+    rows += [(f"random pair {i + 1} (k = {k})", (*_random_pair(g, words), k),
+              "compare your n-gram counts with a hand count for this pair") for i, k in enumerate((2, 3, 4))]
+
+    def number(expected: float):
+        inner = compare(expected, atol=1e-9, rtol=1e-6)
+
+        def check(got):
+            if isinstance(got, torch.Tensor) and got.numel() == 1:
+                got = float(got)
+            if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+                return f"expected a finite number, got {got!r}"
+            return inner(float(got))
+
+        return check
+
+    cases = [Case(name, args, number(reference_bleu(*args)), hint=hint) for name, args, hint in rows]
+    return run_checks("bleu", fn, cases, verbose=verbose)

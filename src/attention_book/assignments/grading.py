@@ -34,6 +34,7 @@ BLOCKED: dict[str, list[str]] = {
     "nadaraya_watson": ["attention_book.kernels:nadaraya_watson"],
     "masked_softmax": ["attention_book.attention:masked_softmax"],
     "masked_cross_entropy": ["attention_book.seq2seq:masked_cross_entropy"],
+    "bleu": ["attention_book.text:bleu", "attention_book.text:bleu_parts"],
     "split_heads": ["attention_book.attention:transpose_qkv"],
     "sinusoidal_encoding": ["attention_book.positional:sinusoidal_table"],
     "warmup_cosine": ["attention_book.transformer:warmup_cosine_factor"],
