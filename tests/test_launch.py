@@ -119,3 +119,16 @@ def test_notebook_title_and_kernel(path):
         f"{path.name}: the first cell must be a markdown '# Title'")
     assert nb.get("metadata", {}).get("kernelspec", {}).get("name") == "python3", (
         f"{path.name}: kernelspec name must be python3")
+
+
+def test_every_notebook_cell_has_an_id():
+    """nbformat 4.5 notebooks need cell ids (a cell inserted by a script often lacks one: nbformat
+    then warns, and will refuse such notebooks in a future version)."""
+    import json
+
+    missing = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        if (nb["nbformat"], nb.get("nbformat_minor", 0)) >= (4, 5):
+            missing += [f"{path.name} cell {i}" for i, c in enumerate(nb["cells"]) if not c.get("id")]
+    assert not missing, f"cells without an id: {missing}"
