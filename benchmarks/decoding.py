@@ -7,8 +7,8 @@ feeds only the newest token and reuses the keys and values of the earlier ones (
 row per step). Both must produce the same tokens (checked here on every run).
 
 The model is the book's translation Transformer (``ab.make_transformer``) with random
-weights, in eval mode, under ``torch.no_grad()``; a source of 32 tokens; ``--tokens``
-steps of greedy decoding with no early stop. The two ways take turns for ``--repeats``
+weights; the two ways are the package's ``ab.greedy_search`` (cache) and
+``ab.greedy_without_cache``, on a source of 32 tokens, with no early stop. The two ways take turns for ``--repeats``
 rounds (the first one rotating) and the median per way is printed with the ratio.
 
 Usage::
@@ -39,25 +39,17 @@ def build(num_hiddens: int, num_blks: int, max_len: int):
     return model, src, torch.tensor([SRC_LEN])
 
 
+NO_EOS = 100  # an id outside the vocabulary (0..99): decoding never stops early
+
+
 @torch.no_grad()
 def with_cache(model, src, lens, steps: int, bos: int = 1) -> list[int]:
-    state = model.decoder.init_state(model.encoder(src, lens), lens)
-    Y, out = torch.tensor([[bos]]), []
-    for _ in range(steps):
-        logits, state = model.decoder(Y, state)
-        Y = logits[:, -1].argmax(dim=-1, keepdim=True)
-        out.append(Y)
-    return torch.cat(out, 1)[0].tolist()
+    return ab.greedy_search(model, src, lens, bos, NO_EOS, steps)[0][0]
 
 
 @torch.no_grad()
 def without_cache(model, src, lens, steps: int, bos: int = 1) -> list[int]:
-    enc = model.encoder(src, lens)
-    prefix = torch.tensor([[bos]])
-    for _ in range(steps):
-        logits, _ = model.decoder(prefix, model.decoder.init_state(enc, lens))  # the whole prefix again
-        prefix = torch.cat([prefix, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
-    return prefix[0, 1:].tolist()
+    return ab.greedy_without_cache(model, src, lens, bos, NO_EOS, steps)[0]
 
 
 def compare(steps: int, repeats: int, num_hiddens: int = 256, num_blks: int = 2) -> dict[str, float]:

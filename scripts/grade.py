@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import csv
 import json
 import os
@@ -212,18 +213,10 @@ def run_sandboxed(sandbox: Sandbox, workdir: Path, timeout: int, memory_gb: floa
         except subprocess.TimeoutExpired:
             ended = "timeout"
         finally:
-            with _quiet():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the whole tree (bubblewrap: its namespace dies too)
             proc.wait()
     return ended, time.monotonic() - start
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is ProcessLookupError or exc[0] is PermissionError
 
 
 # --------------------------------------------------------------------------- rows and files

@@ -37,6 +37,7 @@ from torch.nn import functional as F
 
 from .checks import (check_dropout, check_heads, check_optional_positive_int, check_positive_int,
                      check_same_device, check_tensor_values)
+from .train import evaluating
 
 __all__ = [
     "masked_softmax",
@@ -641,8 +642,6 @@ def collect_attention(model: nn.Module, *inputs, **kwargs) -> list[torch.Tensor]
     — the per-layer list that attention viewers such as bertviz accept. Layers
     without heads get a head axis of size 1. The model's mode is restored.
     """
-    from .train import evaluating
-
     with evaluating(model), torch.no_grad(), record_attention(model) as maps:
         model(*inputs, **kwargs)
     if not len(maps):

@@ -70,6 +70,11 @@ class _Control:
         """The (shown label, value) pairs a static page offers."""
         return list(self.pairs)
 
+    @property
+    def points(self) -> tuple:
+        """The values the static page offers."""
+        return tuple(v for _, v in self.pairs)
+
     def widget(self):  # pragma: no cover - every control defines it
         raise NotImplementedError
 
@@ -160,10 +165,6 @@ class Slider(_Control):
         self.min, self.max, self.step = min, max, step
         super().__init__(label, value, _points(_with_default(points, value)))
 
-    @property
-    def points(self) -> tuple:
-        return tuple(v for _, v in self.pairs)
-
     def widget(self):
         import ipywidgets as widgets
 
@@ -189,10 +190,6 @@ class LogSlider(_Control):
         points = [float(f"{value * math.exp(k * ratio):.3g}") for k in range(-below, above + 1)]
         self.min, self.max = min, max
         super().__init__(label, value, _points(_with_default(points, value)))
-
-    @property
-    def points(self) -> tuple:
-        return tuple(v for _, v in self.pairs)
 
     def widget(self):
         import ipywidgets as widgets
