@@ -31,7 +31,7 @@ $(STAMP):
 	$(PY) -m pip install --quiet --upgrade pip
 	@# torch first and on its own, so no other requirement pulls a different build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,lab]"
 	@# Inline figures in every kernel, even when the caller exports MPLBACKEND=Agg (as CI does):
 	@# the site shows what the kernel drew.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" \
@@ -73,8 +73,11 @@ test-site: test-notebooks
 
 test: test-unit test-site
 
+## JupyterLab on the notebooks, with the package and its kernel ("Python 3 (attention_book)").
+## As root (containers) JupyterLab needs --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS=--no-browser.
+LAB_ARGS ?=
 lab: venv
-	$(VENV)/bin/jupyter lab notebooks
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks
 
 clean:
 	rm -rf _build $(STAGE) student _claims
