@@ -31,7 +31,10 @@ $(STAMP):
 	$(PY) -m pip install --quiet --upgrade pip
 	@# torch first and on its own, so no other requirement pulls a different build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev,lab]"
+	$(PY) -m pip install --quiet -e ".[dev,lab,parity]"
+	@# d2l, the reference of tests/test_d2l_parity.py, without its pinned (stale) dependencies
+	@# and torchvision: the parity extra above brings what it imports.
+	$(PY) -m pip install --quiet --no-deps "d2l==1.0.3"
 	@# Inline figures in every kernel, even when the caller exports MPLBACKEND=Agg (as CI does):
 	@# the site shows what the kernel drew.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" \

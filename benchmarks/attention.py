@@ -8,7 +8,11 @@ Compares, at num_hiddens=256 and 8 heads, float32 on the CPU:
   projections, ``Q Kᵀ / √d``, softmax, times ``V`` (the full score matrix is
   materialised);
 * ``torch``    — ``torch.nn.MultiheadAttention`` (``batch_first=True``,
-  ``need_weights=False``, so it may use its own fused path).
+  ``need_weights=False``, so it may use its own fused path);
+* ``d2l``      — d2l's ``MultiHeadAttention`` (the book's reference: bmm, softmax,
+  bmm, every score matrix materialised; causal through per-query valid lengths,
+  as d2l's decoder does it), only when d2l is installed (``make venv`` installs
+  it; imported through ``tests/d2l_shim.py``). ``--no-d2l`` leaves it out.
 
 ``--mode`` picks what is timed: ``train`` (the default: modules in training
 mode, forward + backward), ``eval`` (modules in eval mode, forward + backward:
@@ -34,6 +38,7 @@ Usage::
     python benchmarks/attention.py --mode eval        # eval mode, forward + backward
     python benchmarks/attention.py --mode inference   # eval mode, forward only
     python benchmarks/attention.py --threads 1 --cpu-time   # work done, robust to a busy machine
+    python benchmarks/attention.py --no-d2l   # without d2l's column even when it is installed
 
 Timings on a shared machine are inflated by whatever else runs; run it when the
 machine is quiet; more ``--repeats`` help.
@@ -42,6 +47,7 @@ machine is quiet; more ``--repeats`` help.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -49,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -57,7 +64,22 @@ from torch.nn import functional as F
 NUM_HIDDENS, NUM_HEADS = 256, 8
 FULL_SIZES = [(32, 64), (8, 512), (2, 2048), (1, 4096)]
 QUICK_SIZES = [(32, 64), (8, 256), (2, 512)]
-IMPLS = ("package", "naive", "torch")
+BASE_IMPLS = ("package", "naive", "torch")
+SHIM = Path(__file__).resolve().parents[1] / "tests" / "d2l_shim.py"
+# d2l is an extra implementation when it is installed (found without importing it: ~1 s)
+HAS_D2L = importlib.util.find_spec("d2l") is not None and SHIM.exists()
+IMPLS = BASE_IMPLS + (("d2l",) if HAS_D2L else ())
+
+
+def load_d2l():
+    """``d2l.torch``, imported with the torchvision stand-in of ``tests/d2l_shim.py``."""
+    spec = importlib.util.spec_from_file_location("d2l_shim", SHIM)
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    d2l = shim.load_d2l()
+    if d2l is None:
+        raise RuntimeError(shim.why_missing())
+    return d2l
 
 
 class NaiveMultiHead(nn.Module):
@@ -120,7 +142,18 @@ def _build(impl: str):
             return m(X, X, X, need_weights=False, attn_mask=mask, is_causal=True)[0]
 
         return m, call
-    raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl == "d2l":
+        m = load_d2l().MultiHeadAttention(NUM_HIDDENS, NUM_HEADS, 0.0, bias=False).train()
+        with torch.no_grad():  # d2l's layers are LazyLinear: one call gives them their weights
+            m(*(torch.zeros(1, 1, NUM_HIDDENS),) * 3, None)
+
+        def call(X, causal):
+            # d2l's decoder masks the future with per-query lengths 1..n, built at every call
+            lens = torch.arange(1, X.shape[1] + 1, device=X.device).repeat(X.shape[0], 1) if causal else None
+            return m(X, X, X, lens)
+
+        return m, call
+    raise ValueError(f"impl must be one of {BASE_IMPLS + ('d2l',)}, got {impl!r}")
 
 
 def step(call, X, causal, mode: str = "train"):
@@ -204,12 +237,15 @@ def main(argv=None) -> None:
     parser.add_argument("--cpu-time", action="store_true",
                         help="time with the process CPU clock instead of the wall clock: with --threads 1 this "
                              "measures the work done, nearly independent of other programs on a busy machine")
+    parser.add_argument("--no-d2l", action="store_true", help="leave d2l's implementation out even if installed")
     parser.add_argument("--child", nargs=3, metavar=("IMPL", "BATCH", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal, args.mode)
         return
     sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    impls = BASE_IMPLS if args.no_d2l else IMPLS
+    extra = [impl for impl in impls if impl not in BASE_IMPLS]
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.process_time if args.cpu_time else time.perf_counter
@@ -218,19 +254,25 @@ def main(argv=None) -> None:
           f"mode {args.mode}, median of {args.repeats} "
           f"{'forward' if args.mode == 'inference' else 'forward+backward'} runs; "
           f"load average {os.getloadavg()[0]:.2f}")
-    header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9} | "
-              f"{'naive/pkg':>9} {'torch/pkg':>9}")
+    if not extra:
+        print("d2l: " + ("left out (--no-d2l)" if HAS_D2L else "not installed, so no d2l column (make venv installs it)"))
+    header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9}"
+              + "".join(f" {impl + ' ms':>9}" for impl in extra)
+              + f" | {'naive/pkg':>9} {'torch/pkg':>9}" + "".join(f" {impl + '/pkg':>9}" for impl in extra))
     if not args.no_memory:
-        header += f" | {'pkg MiB':>8} {'naive MiB':>9} {'torch MiB':>9}"
+        header += f" | {'pkg MiB':>8} {'naive MiB':>9} {'torch MiB':>9}" + "".join(f" {impl + ' MiB':>9}" for impl in extra)
     print(header)
     print("-" * len(header))
     for batch, length in sizes:
-        t = time_interleaved(IMPLS, batch, length, args.causal, args.repeats, clock, args.mode)
+        t = time_interleaved(impls, batch, length, args.causal, args.repeats, clock, args.mode)
         row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
-               f"{t['torch'] * 1e3:>9.1f} | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}")
+               f"{t['torch'] * 1e3:>9.1f}" + "".join(f" {t[impl] * 1e3:>9.1f}" for impl in extra)
+               + f" | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}"
+               + "".join(f" {t[impl] / t['package']:>9.2f}" for impl in extra))
         if not args.no_memory:
-            mem = {impl: peak_memory(impl, batch, length, args.causal, args.mode) for impl in IMPLS}
-            row += f" | {mem['package']:>8.1f} {mem['naive']:>9.1f} {mem['torch']:>9.1f}"
+            mem = {impl: peak_memory(impl, batch, length, args.causal, args.mode) for impl in impls}
+            row += (f" | {mem['package']:>8.1f} {mem['naive']:>9.1f} {mem['torch']:>9.1f}"
+                    + "".join(f" {mem[impl]:>9.1f}" for impl in extra))
         print(row, flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 

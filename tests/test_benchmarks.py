@@ -17,6 +17,20 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 ROW = re.compile(r"^\s*\d+\s*x\s*\d+")  # a table row starts with "batch x ..."
 
 
+def attention_bench():
+    sys.path.insert(0, str(BENCH))
+    try:
+        import attention as bench
+    finally:
+        sys.path.remove(str(BENCH))
+    return bench
+
+
+# the attention benchmark adds d2l's implementation (a time and a ratio per row) when d2l is installed
+ATTENTION_IMPLS = attention_bench().IMPLS
+ATTENTION_VALUES = 5 + 2 * (len(ATTENTION_IMPLS) - 3)
+
+
 def run(script: str, *args: str) -> str:
     done = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
                           timeout=300)
@@ -38,22 +52,30 @@ def check_rows(out: str, expected_rows: int, values_per_row: int) -> None:
 
 
 def test_attention_benchmark_quick_table():
-    # 3 sizes; 3 times + 2 ratios each (memory skipped here, tested below)
-    check_rows(run("attention.py", "--quick", "--repeats", "1", "--no-memory"), 3, 5)
+    # 3 sizes; 3 times + 2 ratios each, and d2l's time and ratio when installed (memory tested below)
+    check_rows(run("attention.py", "--quick", "--repeats", "1", "--no-memory"), 3, ATTENTION_VALUES)
 
 
 def test_attention_benchmark_causal_quick_table():
-    check_rows(run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--causal"), 3, 5)
+    out = run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--causal")
+    check_rows(out, 3, ATTENTION_VALUES)
+    assert ("d2l ms" in out and "d2l/pkg" in out) == ("d2l" in ATTENTION_IMPLS)
+
+
+def test_attention_benchmark_without_d2l_keeps_the_three_columns():
+    out = run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--no-d2l")
+    assert "d2l ms" not in out
+    check_rows(out, 3, 5)
 
 
 @pytest.mark.parametrize("mode", ["eval", "inference"])
 def test_attention_benchmark_eval_and_inference_tables(mode):
     out = run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--mode", mode)
     assert f"mode {mode}" in out
-    check_rows(out, 3, 5)
+    check_rows(out, 3, ATTENTION_VALUES)
 
 
-@pytest.mark.parametrize("impl", ["package", "naive", "torch"])
+@pytest.mark.parametrize("impl", ATTENTION_IMPLS)
 def test_attention_benchmark_memory_child(impl):
     out = run("attention.py", "--child", impl, "2", "64")
     peak = json.loads(out.strip().splitlines()[-1])["peak_mib"]
@@ -61,11 +83,7 @@ def test_attention_benchmark_memory_child(impl):
 
 
 def test_attention_benchmark_interleaves_every_implementation():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import attention as bench
-    finally:
-        sys.path.remove(str(BENCH))
+    bench = attention_bench()
     t = bench.time_interleaved(bench.IMPLS, 2, 16, False, repeats=2)
     assert set(t) == set(bench.IMPLS) and all(v > 0 for v in t.values())
 
