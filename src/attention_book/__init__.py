@@ -23,6 +23,7 @@ from .text import *  # noqa: F401,F403
 from .claims import *  # noqa: F401,F403
 from .explorer import *  # noqa: F401,F403
 from .source import *  # noqa: F401,F403
+from .diagrams import *  # noqa: F401,F403
 
 # Chapters 1–8.
 from .lookup import *  # noqa: F401,F403
@@ -44,7 +45,7 @@ from .scaling import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
-MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "source", "lookup", "kernels",
+MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
            "scoring",
            "seq2seq", "offset_task", "layer_comparison", "transformer", "vit",
            "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling")
