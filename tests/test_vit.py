@@ -321,6 +321,41 @@ def test_image_batches_resize_on_the_fly_and_cover_every_example():
         ab.ImageBatches(x[:, 0], y, 10, 8)
 
 
+def _resized_on_the_cpu(images: torch.Tensor, img_size) -> torch.Tensor:
+    """How the batches were made before they moved to the training device: floats, resize, standardise."""
+    X = images.float() / 255.0
+    if tuple(X.shape[-2:]) != tuple(img_size):
+        shrinking = X.shape[-2] > img_size[0] or X.shape[-1] > img_size[1]
+        X = torch.nn.functional.interpolate(X, size=img_size, mode="bilinear", align_corners=False,
+                                            antialias=shrinking)
+    return (X - 0.5) / 0.5
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
+    ["mps"] if torch.backends.mps.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("img_size", [(16, 24), (4, 4), (8, 8)])  # growing, shrinking (anti-aliased), unchanged
+def test_image_batches_on_the_device_match_the_cpu_resize(device, img_size):
+    (x, y), _ = ab.load_digits_images(seed=0)
+    batches = ab.ImageBatches(x[:300], y[:300], batch_size=64, img_size=img_size, shuffle=True, seed=1, device=device)
+    order = torch.randperm(300, generator=torch.Generator().manual_seed(1))
+    for k, (X, Y) in enumerate(batches):
+        assert X.device.type == device and Y.device.type == device
+        idx = order[64 * k: 64 * (k + 1)]
+        tolerance = 0 if device == "cpu" else 1e-5  # another device's arithmetic may round differently
+        torch.testing.assert_close(X.cpu(), _resized_on_the_cpu(x[idx], img_size), rtol=0, atol=tolerance)
+        assert torch.equal(Y.cpu(), y[idx])
+
+
+def test_image_batches_follow_the_training_device_by_default():
+    data = ab.load_image_data("digits", 8, 16, seed=0)
+    assert data.train.device == data.test.device == ab.device(verbose=False)
+    X, y = next(iter(ab.load_image_data("digits", 12, 16, seed=0, device="meta").train))
+    assert X.device.type == "meta" and X.shape == (16, 1, 12, 12) and y.device.type == "meta"
+
+
 # --- the CNN and the figures ---------------------------------------------------------------
 
 def test_small_cnn_shapes_and_bad_input():

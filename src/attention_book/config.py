@@ -26,6 +26,19 @@ Every environment variable the book reads is read here, and only here:
     A directory where a ``static`` explorer writes a manifest of what it drew
     (one JSON file per explorer: settings, frame hashes, time taken), read by the
     build log and the browser test. Unset: nothing is written.
+``ATTENTION_BOOK_MAX_STEPS``
+    A positive integer N: every training run of the package (:func:`attention_book.fit`)
+    stops after N optimisation steps. A smoke switch, to run the ``full`` size on a
+    CPU in minutes and see that every shape and device fits; the results mean nothing.
+    Unset: runs train for the epochs they ask for.
+
+Set by PyTorch's launcher ``torchrun`` (read here, never elsewhere in the package):
+
+``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``
+    How many processes train together, this process's number among all of them, and
+    its number on this machine. When ``WORLD_SIZE`` is above 1, :func:`device` picks
+    the GPU ``cuda:LOCAL_RANK`` and :func:`attention_book.fit` trains with
+    ``DistributedDataParallel`` (see :func:`distributed_run`).
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TypeVar
 
@@ -60,6 +74,12 @@ __all__ = [
     "describe_run",
     "single_thread",
     "small_model_threads",
+    "MAX_STEPS_ENV",
+    "max_steps",
+    "training_precision",
+    "DistributedRun",
+    "distributed_run",
+    "is_main_process",
 ]
 
 DATA_ENV = "ATTENTION_BOOK_DATA"
@@ -68,6 +88,7 @@ SEED_ENV = "ATTENTION_BOOK_SEED"
 CLAIMS_ENV = "ATTENTION_BOOK_CLAIMS"
 EXPLORERS_ENV = "ATTENTION_BOOK_EXPLORERS"
 FRAMES_ENV = "ATTENTION_BOOK_FRAMES"
+MAX_STEPS_ENV = "ATTENTION_BOOK_MAX_STEPS"
 _SIZES = ("ci", "full")
 
 T = TypeVar("T")
@@ -110,23 +131,91 @@ def sized(ci: T, full: T) -> T:
     return full if is_full_size() else ci
 
 
+def training_precision() -> str:
+    """The ``precision`` the package's training functions pass to :func:`attention_book.fit`.
+
+    ``'32'`` at the ``ci`` size, so the seed check's results hold exactly as checked;
+    ``'auto'`` at the ``full`` size, which is mixed precision on a CUDA GPU (bfloat16, or
+    float16 with loss scaling where bfloat16 is missing) and plain float32 elsewhere.
+    """
+    return sized(ci="32", full="auto")
+
+
+def max_steps() -> int | None:
+    """The cap on optimisation steps per training run (``ATTENTION_BOOK_MAX_STEPS``), or None."""
+    configured = os.environ.get(MAX_STEPS_ENV, "").strip()
+    if not configured:
+        return None
+    try:
+        value = int(configured)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_STEPS_ENV}={configured!r} is not a positive integer; set it to e.g. 5 or unset it.")
+    return value
+
+
+@dataclass(frozen=True)
+class DistributedRun:
+    """This process's place in a ``torchrun`` job: ``world_size`` processes in all, this one
+    ``rank`` (0 .. world_size - 1) overall and ``local_rank`` on its own machine."""
+
+    world_size: int
+    rank: int
+    local_rank: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def distributed_run() -> DistributedRun | None:
+    """The ``torchrun`` job this process belongs to, or None when it runs alone.
+
+    Read from the variables ``torchrun`` sets (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``);
+    a job of one process counts as running alone.
+    """
+    configured = {name: os.environ.get(name, "").strip() for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    if configured["WORLD_SIZE"] in ("", "1"):
+        return None
+    values = {}
+    for name, text in configured.items():
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise ValueError(f"{name}={text!r} is not an integer; torchrun sets WORLD_SIZE, RANK and LOCAL_RANK "
+                             "together (start the script with torchrun, or unset WORLD_SIZE)") from None
+    if not 0 <= values["RANK"] < values["WORLD_SIZE"] or values["LOCAL_RANK"] < 0:
+        raise ValueError(f"RANK={values['RANK']} and LOCAL_RANK={values['LOCAL_RANK']} do not fit "
+                         f"WORLD_SIZE={values['WORLD_SIZE']} (need 0 <= LOCAL_RANK and 0 <= RANK < WORLD_SIZE)")
+    return DistributedRun(values["WORLD_SIZE"], values["RANK"], values["LOCAL_RANK"])
+
+
+def is_main_process() -> bool:
+    """True unless this is a ``torchrun`` process other than rank 0 (which alone prints and saves)."""
+    run = distributed_run()
+    return run is None or run.is_main
+
+
 _DEVICE_ANNOUNCED = False
 
 
 def device(verbose: bool = True) -> torch.device:
     """The best available device: CUDA, then Apple's MPS, then the CPU.
 
+    Under ``torchrun`` with GPUs each process gets its own, ``cuda:LOCAL_RANK``.
     The choice is printed the first time it is made (``verbose=False`` keeps quiet).
     """
     global _DEVICE_ANNOUNCED
     if torch.cuda.is_available():
-        chosen = torch.device("cuda")
+        run = distributed_run()
+        chosen = torch.device("cuda", run.local_rank) if run is not None else torch.device("cuda")
     elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         chosen = torch.device("mps")
     else:
         chosen = torch.device("cpu")
     if verbose and not _DEVICE_ANNOUNCED:
-        name = torch.cuda.get_device_name(0) if chosen.type == "cuda" else chosen.type
+        name = torch.cuda.get_device_name(chosen) if chosen.type == "cuda" else chosen.type
         print(f"Using device: {chosen} ({name})")
         _DEVICE_ANNOUNCED = True
     return chosen

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -17,15 +19,18 @@ import torch
 from torch import nn
 
 from .checks import check_positive_int
+from .config import MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers
 from .config import device as pick_device
-from .config import static_explorers
 
-__all__ = ["History", "fit", "move_to", "grad_clipping", "evaluating"]
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating"]
 
 # An epoch whose mean training loss exceeds this many times the loss of the first
 # step (taken before any update) has diverged. The book's runs start at 2–10 and
 # fall; a run at a far too large learning rate climbs to 1e6–1e20 within an epoch.
 DIVERGENCE_FACTOR = 1e4
+
+# What ``fit(precision=...)`` accepts: float32, bfloat16 or float16 autocast, or the best the device has.
+PRECISIONS = ("32", "bf16", "fp16", "auto")
 
 
 @contextlib.contextmanager
@@ -72,7 +77,8 @@ class History:
 
     ``train_loss[e]`` is the loss averaged over all units (tokens, examples…)
     seen in epoch ``e``; ``metrics[name][e]`` holds what ``evaluate`` returned.
-    ``lr`` records the learning rate at every optimisation step.
+    ``lr`` records the learning rate at every optimisation step. ``capped`` is the
+    step cap (``ATTENTION_BOOK_MAX_STEPS``) that ended the run early, or None.
     """
 
     train_loss: list[float] = field(default_factory=list)
@@ -80,6 +86,7 @@ class History:
     lr: list[float] = field(default_factory=list)
     seconds: float = 0.0
     steps: int = 0
+    capped: int | None = None
 
     def record(self, name: str, value: float) -> None:
         self.metrics.setdefault(name, []).append(float(value))
@@ -95,6 +102,8 @@ class History:
 
     def summary(self) -> str:
         parts = [f"{len(self.train_loss)} epochs, {self.steps} steps in {self.seconds:.1f}s"]
+        if self.capped is not None:
+            parts[0] += f" (stopped at the cap of {self.capped} steps)"
         if self.train_loss:
             parts.append(f"final train loss {self.train_loss[-1]:.4f}")
         for name, values in self.metrics.items():
@@ -129,7 +138,7 @@ def fit(
     clip_grad: float | None = None,
     evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None,
     device: torch.device | str | None = None,
-    amp: bool = False,
+    precision: str = "32",
     progress: bool = True,
     desc: str = "training",
 ) -> History:
@@ -153,48 +162,78 @@ def fit(
         epoch; its ``{name: value}`` result is recorded in the history.
     device
         Defaults to :func:`attention_book.device`. The batches are moved there.
-    amp
-        Mixed precision (float16 autocast + gradient scaling) on CUDA; ignored
-        elsewhere.
+    precision
+        ``'32'`` (default): float32 throughout. ``'bf16'``: the forward pass and
+        loss under bfloat16 autocast (CUDA GPUs that support it, and the CPU).
+        ``'fp16'``: float16 autocast with loss scaling (``torch.amp.GradScaler``),
+        on CUDA only. ``'auto'``: ``'bf16'`` on a CUDA GPU that supports it,
+        otherwise ``'fp16'`` there, and ``'32'`` on any other device. The
+        parameters, the optimiser and ``evaluate`` stay in float32.
+
+    Under ``torchrun`` (more than one process, see :func:`attention_book.distributed_run`)
+    the same call trains with ``DistributedDataParallel``: each process takes its share of
+    ``train_data`` (a ``DataLoader`` is rebuilt with a ``DistributedSampler``, any other
+    iterable gives every process each ``WORLD_SIZE``-th batch), so **the batch size is per
+    process** and one step sees ``WORLD_SIZE`` times as many examples. Gradients are
+    averaged over the processes, the history records losses averaged over all of them,
+    only rank 0 shows progress, and ``model`` itself (never a wrapper) ends up trained,
+    with the same weights in every process.
+
+    ``ATTENTION_BOOK_MAX_STEPS`` (:func:`attention_book.max_steps`) stops the run after that
+    many optimisation steps; the history then ends with the epoch that was cut short.
     """
     epochs = check_positive_int("epochs", epochs)
-    dev = torch.device(device) if device is not None else pick_device(verbose=False)
+    run = distributed_run()
+    dev = _training_device(device, run)
+    autocast_dtype, use_scaler = _precision(precision, dev)
+    autocast = (functools.partial(torch.autocast, dev.type, dtype=autocast_dtype) if autocast_dtype is not None
+                else contextlib.nullcontext)
     model.to(dev)
     if optimizer is None:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    use_amp = bool(amp) and dev.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda") if use_amp else None
+    scaler = torch.amp.GradScaler(dev.type) if use_scaler else None
+    cap = max_steps()
     history = History()
     start = time.perf_counter()
 
+    sampler = None
+    compute_loss: Callable[[Any], Any] = functools.partial(loss_fn, model)
+    if run is not None:
+        _join_process_group(dev)
+        train_data, sampler = _shard(train_data, run)
+        # The whole loss_fn runs inside DDP's forward, so it may call any method of the model.
+        # static_graph: parameters a loss never uses (a head trained in another task) are fine.
+        compute_loss = nn.parallel.DistributedDataParallel(
+            _LossOf(model, loss_fn), device_ids=[dev.index] if dev.type == "cuda" else None, static_graph=True)
+    main = run is None or run.is_main
+
     first_loss = None  # the loss of the first step, before any update: the yardstick for divergence
-    bar = None
-    epoch_iter: Iterable[int] = range(epochs)
-    if progress:
-        bar = _progress_bar(epochs, desc)
-    for _epoch in epoch_iter:
+    bar = _progress_bar(epochs, desc) if progress and main else None
+    for _epoch in range(epochs):
         model.train()
+        if sampler is not None:
+            sampler.set_epoch(_epoch)
         # Summed on the device and read once per epoch: reading the loss every step would make
         # a GPU wait for each step to finish before the next can be queued.
         total, count, batches = torch.zeros((), device=dev), torch.zeros((), device=dev), 0
         for batch in train_data:
             batch = move_to(batch, dev)
-            with torch.autocast(device_type="cuda", dtype=torch.float16, enabled=use_amp):
-                out = loss_fn(model, batch)
+            with autocast():
+                out = compute_loss(batch)
             loss, n = (out if isinstance(out, tuple) else (out, 1))
             if loss.dim() != 0:
                 raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
             if first_loss is None:  # the one read in the loop: the yardstick for divergence, before any update
-                first_loss = float(loss.detach())
+                first_loss = _mean_over_processes(loss.detach().float(), run)
                 if not math.isfinite(first_loss):
                     raise FloatingPointError(f"the loss of the first step is {first_loss}" + _advice(optimizer))
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(loss).backward()
                 if clip_grad is not None:
-                    scaler.unscale_(optimizer)
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
                     grad_clipping(model, clip_grad)
-                scaler.step(optimizer)
+                scaler.step(optimizer)  # skipped when the gradients overflowed; the scale then shrinks
                 scaler.update()
             else:
                 loss.backward()
@@ -202,14 +241,25 @@ def fit(
                     grad_clipping(model, clip_grad)
                 optimizer.step()
             history.lr.append(float(optimizer.param_groups[0]["lr"]))
-            if scheduler is not None:
+            if scheduler is not None and scaler is None:
                 scheduler.step()
+            elif scheduler is not None:
+                with warnings.catch_warnings():
+                    # A step the scaler skipped makes PyTorch warn that the schedule runs ahead; it does
+                    # not: the schedule counts optimisation steps taken or tried alike.
+                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step")
+                    scheduler.step()
             history.steps += 1
-            total += loss.detach().float() * n
+            total += loss.detach().float() * n  # the unscaled loss: the scaler only scales what backward sees
             count += n
             batches += 1
+            if cap is not None and history.steps >= cap:
+                break
         if batches == 0:
             raise ValueError("train_data yielded no batches")
+        if run is not None:
+            total, count = _sum_over_processes(total, count)
+            _share_buffers(model)
         epoch_loss = float(total / count)
         _check_divergence(epoch_loss, first_loss, _epoch, optimizer)
         history.train_loss.append(epoch_loss)
@@ -222,15 +272,141 @@ def fit(
             post.update({k: f"{v[-1]:.3f}" for k, v in history.metrics.items()})
             bar.set_postfix(post)
             bar.update(1)
+        if cap is not None and history.steps >= cap:
+            history.capped = cap
+            break
     if bar is not None:
         bar.close()
         if static_explorers():
             print(bar)  # the page shows the finished bar as one line of text
+    if history.capped is not None and main:
+        print(f"{desc}: stopped after {cap} steps ({MAX_STEPS_ENV}={cap})")
     model.eval()
     history.seconds = time.perf_counter() - start
     if not all(math.isfinite(v) for v in history.train_loss):
         raise FloatingPointError("training produced a non-finite epoch loss" + _advice(optimizer))
     return history
+
+
+def _precision(precision: str, dev: torch.device) -> tuple[torch.dtype | None, bool]:
+    """``fit``'s ``precision`` on ``dev`` as (autocast dtype or None for float32, whether to scale the loss)."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(repr(p) for p in PRECISIONS)}, got {precision!r}")
+    cuda = dev.type == "cuda"
+    if precision == "auto":
+        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "32"
+    if precision == "32":
+        return None, False
+    if precision == "fp16":
+        if not cuda:
+            raise ValueError(f"precision='fp16' needs a CUDA GPU (its loss scaling runs there), but the device is "
+                             f"{dev}; use precision='bf16' (mixed precision without scaling) or '32' here")
+        return torch.float16, True
+    if cuda and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"precision='bf16' is not supported by this GPU ({torch.cuda.get_device_name(dev)}); "
+                         "use precision='fp16' or 'auto' (float16 with loss scaling)")
+    return torch.bfloat16, False
+
+
+def _training_device(device: torch.device | str | None, run: DistributedRun | None) -> torch.device:
+    """The device to train on; under ``torchrun`` a bare ``'cuda'`` means this process's GPU."""
+    dev = torch.device(device) if device is not None else pick_device(verbose=False)
+    if run is not None and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", run.local_rank)
+    return dev
+
+
+class _LossOf(nn.Module):
+    """``loss_fn(model, batch)`` as a module, so ``DistributedDataParallel`` can wrap the whole of it."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable[[nn.Module, Any], Any]):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, batch: Any) -> Any:
+        return self.loss_fn(self.model, batch)
+
+
+def _join_process_group(dev: torch.device) -> None:
+    """Start the ``torchrun`` job's process group once (NCCL between GPUs, Gloo between CPU processes)."""
+    import atexit
+
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+
+
+class _EveryNth:
+    """Batches ``rank``, ``rank + world_size``, … of ``data``: one process's share of any iterable.
+
+    Every process goes through all batches (they must come out the same everywhere: a seeded
+    iterable does) and keeps its own; a last incomplete round is dropped, so that all
+    processes take the same number of steps.
+    """
+
+    def __init__(self, data: Iterable, world_size: int, rank: int):
+        self.data, self.world_size, self.rank = data, world_size, rank
+
+    def __iter__(self) -> Iterator:
+        mine = None
+        for i, batch in enumerate(self.data):
+            if i % self.world_size == self.rank:
+                mine = batch
+            if i % self.world_size == self.world_size - 1:
+                yield mine
+
+
+def _shard(data: Iterable, run: DistributedRun) -> tuple[Iterable, Any]:
+    """This process's share of ``data``, and the ``DistributedSampler`` to ``set_epoch`` (or None)."""
+    from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    if (not isinstance(data, DataLoader) or isinstance(data.dataset, IterableDataset) or data.batch_size is None
+            or type(data.sampler) not in (RandomSampler, SequentialSampler)):
+        return _EveryNth(data, run.world_size, run.rank), None  # a sampler of its own is kept as it is
+    shuffle = isinstance(data.sampler, RandomSampler)
+    generator = getattr(data.sampler, "generator", None) or data.generator
+    seed = generator.initial_seed() if generator is not None else resolve_seed(None)
+    sampler = DistributedSampler(data.dataset, num_replicas=run.world_size, rank=run.rank, shuffle=shuffle,
+                                 seed=seed, drop_last=data.drop_last)
+    loader = DataLoader(data.dataset, batch_size=data.batch_size, sampler=sampler, num_workers=data.num_workers,
+                        collate_fn=data.collate_fn, pin_memory=data.pin_memory, drop_last=data.drop_last,
+                        timeout=data.timeout, worker_init_fn=data.worker_init_fn,
+                        persistent_workers=data.persistent_workers)
+    return loader, sampler
+
+
+def _mean_over_processes(value: torch.Tensor, run: DistributedRun | None) -> float:
+    """The mean of a 0-dim tensor over the ``torchrun`` processes (the value itself when alone), read once."""
+    if run is not None:
+        import torch.distributed as dist
+
+        value = value.clone()
+        dist.all_reduce(value)
+        value = value / run.world_size
+    return float(value)
+
+
+def _sum_over_processes(total: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An epoch's summed loss and count over all processes: the whole job's epoch mean, the same everywhere."""
+    import torch.distributed as dist
+
+    both = torch.stack((total, count.to(total.dtype)))
+    dist.all_reduce(both)
+    return both[0], both[1]
+
+
+def _share_buffers(model: nn.Module) -> None:
+    """Rank 0's buffers (e.g. batch-norm statistics) in every process, so evaluation agrees everywhere."""
+    import torch.distributed as dist
+
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
 
 
 def _advice(optimizer: torch.optim.Optimizer) -> str:

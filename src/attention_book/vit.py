@@ -14,7 +14,8 @@ Pieces, in the order the chapter builds them:
   all layers back to the input patches.
 * Data: Fashion-MNIST through the data registry (four IDX files, read by our
   own :func:`read_idx`) and scikit-learn's 8x8 digits for offline CPU runs,
-  both served by :class:`ImageBatches`, which resizes every batch on the fly.
+  both served by :class:`ImageBatches`, which resizes every batch on the fly, on the
+  training device.
 * :class:`SmallCNN`, the convolutional baseline trained on the same data.
 * Figures: :func:`patch_grid_figure` (the patch-size slider) and
   :func:`cls_attention_figure` (where ``<cls>`` looks).
@@ -36,7 +37,7 @@ from torch.nn import functional as F
 from .attention import MultiHeadAttention, record_attention
 from .checks import check_dropout, check_heads, check_positive_int, check_same_device
 from .train import evaluating
-from .config import resolve_seed
+from .config import device as pick_device, resolve_seed
 from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
 
 __all__ = [
@@ -428,11 +429,16 @@ class ImageBatches:
     shrinking) and standardised with ``mean``/``std``. Yields ``(X, y)`` with X
     (batch, channels, *img_size). With ``shuffle=True`` the order changes every
     epoch, reproducibly from ``seed`` (``None``: the book's seed).
+
+    All of this happens on ``device`` (default: :func:`attention_book.device`, the one
+    ``fit`` trains on): the uint8 images are copied there once, and each batch is cut,
+    resized and standardised there, so a GPU is never kept waiting for the CPU to
+    resize the next batch.
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, img_size,
                  shuffle: bool = False, seed: int | None = None, mean: float = 0.5,
-                 std: float = 0.5):
+                 std: float = 0.5, device: torch.device | str | None = None):
         if images.dim() != 4 or labels.dim() != 1 or images.shape[0] != labels.shape[0]:
             raise ValueError(
                 f"images must be (N, channels, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}"
@@ -441,13 +447,15 @@ class ImageBatches:
         self.images, self.labels = images, labels
         self.batch_size, self.img_size = batch_size, _pair(img_size, "img_size")
         self.shuffle, self.mean, self.std = shuffle, mean, std
+        self.device = torch.device(device) if device is not None else pick_device(verbose=False)
         self._generator = torch.Generator().manual_seed(resolve_seed(seed))
+        self._on_device: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return math.ceil(len(self.labels) / self.batch_size)
 
     def transform(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, C, H, W) -> standardised float (B, C, *img_size)."""
+        """uint8 (B, C, H, W) -> standardised float (B, C, *img_size), on the device ``images`` are on."""
         X = images.float() / 255.0
         if tuple(X.shape[-2:]) != self.img_size:
             shrinking = X.shape[-2] > self.img_size[0] or X.shape[-1] > self.img_size[1]
@@ -455,11 +463,15 @@ class ImageBatches:
         return (X - self.mean) / self.std
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._on_device is None:  # one copy of the whole (uint8) data set, the first time it is needed
+            self._on_device = (self.images.to(self.device), self.labels.to(self.device))
+        images, labels = self._on_device
         n = len(self.labels)
         order = torch.randperm(n, generator=self._generator) if self.shuffle else torch.arange(n)
+        order = order.to(self.device)
         for start in range(0, n, self.batch_size):
             idx = order[start: start + self.batch_size]
-            yield self.transform(self.images[idx]), self.labels[idx]
+            yield self.transform(images[idx]), labels[idx]
 
 
 @dataclass
@@ -480,11 +492,12 @@ class ImageData:
 
 
 def load_image_data(name: str, img_size, batch_size: int, seed: int | None = None,
-                    fallback: bool = True) -> ImageData:
+                    fallback: bool = True, device: torch.device | str | None = None) -> ImageData:
     """Training and test batches of ``'digits'`` (offline) or ``'fashion-mnist'`` (downloaded once).
 
     ``seed`` fixes the digits' train/test split and the order of the training
-    batches (``None``: the book's seed, ``ATTENTION_BOOK_SEED``).
+    batches (``None``: the book's seed, ``ATTENTION_BOOK_SEED``). The batches are made
+    on ``device`` (default: :func:`attention_book.device`), see :class:`ImageBatches`.
 
     When Fashion-MNIST cannot be had and ``fallback`` is true, the digits are used
     instead and :attr:`ImageData.note` says so (the chapter prints it).
@@ -509,8 +522,8 @@ def load_image_data(name: str, img_size, batch_size: int, seed: int | None = Non
         classes = tuple(str(d) for d in range(10))
     return ImageData(
         name=name,
-        train=ImageBatches(*train, batch_size=batch_size, img_size=img_size, shuffle=True, seed=seed),
-        test=ImageBatches(*test, batch_size=max(batch_size, 256), img_size=img_size),
+        train=ImageBatches(*train, batch_size=batch_size, img_size=img_size, shuffle=True, seed=seed, device=device),
+        test=ImageBatches(*test, batch_size=max(batch_size, 256), img_size=img_size, device=device),
         classes=classes,
         img_size=_pair(img_size, "img_size"),
         note=note,

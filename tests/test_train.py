@@ -1,0 +1,145 @@
+"""ab.fit's precision, its step cap and the torchrun settings it reads (on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import attention_book as ab
+from attention_book import train as train_module
+
+
+def _problem(num_batches: int = 4):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(16 * num_batches, 8, generator=g)
+    y = (X @ torch.randn(8, generator=g) > 0).long()
+    return [(X[i:i + 16], y[i:i + 16]) for i in range(0, len(X), 16)]
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+
+
+def _recording_loss(seen: list):
+    def loss_fn(model, batch):
+        X, y = batch
+        logits = model(X)
+        seen.append(logits.dtype)
+        return nn.functional.cross_entropy(logits, y), len(y)
+
+    return loss_fn
+
+
+def test_bf16_autocast_trains_on_the_cpu(one_thread):
+    seen = []
+    history = ab.fit(_model(), _problem(), _recording_loss(seen), epochs=15, lr=0.01, precision="bf16",
+                     progress=False, device="cpu")
+    assert set(seen) == {torch.bfloat16}, "the forward pass should run under bfloat16 autocast"
+    assert history.train_loss[-1] < 0.5 * history.train_loss[0]
+
+
+def test_32_and_auto_on_the_cpu_stay_in_float32(one_thread):
+    for precision in ("32", "auto"):
+        seen = []
+        model = _model()
+        ab.fit(model, _problem(1), _recording_loss(seen), epochs=1, precision=precision, progress=False,
+               device="cpu")
+        assert set(seen) == {torch.float32}
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_fp16_without_a_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"precision='fp16' needs a CUDA GPU.*'bf16'"):
+        ab.fit(_model(), _problem(1), _recording_loss([]), epochs=1, precision="fp16", progress=False, device="cpu")
+
+
+@pytest.mark.parametrize("bad", ["16", "fp32", "float16", 32, None, "BF16"])
+def test_unknown_precisions_are_rejected(bad):
+    with pytest.raises(ValueError, match=r"precision must be one of '32', 'bf16', 'fp16', 'auto', got"):
+        ab.fit(_model(), _problem(1), _recording_loss([]), epochs=1, precision=bad, progress=False, device="cpu")
+
+
+def test_auto_picks_by_device():
+    assert train_module._precision("auto", torch.device("cpu")) == (None, False)
+    assert train_module._precision("bf16", torch.device("cpu")) == (torch.bfloat16, False)
+    if torch.cuda.is_available():
+        dtype, scaled = train_module._precision("auto", torch.device("cuda"))
+        assert (dtype, scaled) in ((torch.bfloat16, False), (torch.float16, True))
+
+
+def test_the_loss_scaler_changes_neither_losses_nor_clipping(monkeypatch, one_thread):
+    """The GradScaler path (what 'fp16' takes on a GPU), run on the CPU with bfloat16 autocast:
+    the recorded losses are the unscaled ones, clipping sees the unscaled gradients, and the
+    weights follow the run without a scaler."""
+    norms = []
+    clip = train_module.grad_clipping
+
+    def recording_clip(model, max_norm):
+        norm = clip(model, max_norm)
+        norms.append(float(norm))
+        return norm
+
+    monkeypatch.setattr(train_module, "grad_clipping", recording_clip)
+    runs = {}
+    for scaled in (False, True):
+        monkeypatch.setattr(train_module, "_precision", lambda p, dev, scaled=scaled: (torch.bfloat16, scaled))
+        norms.clear()
+        model = _model()
+        history = ab.fit(model, _problem(), _recording_loss([]), epochs=3, lr=0.01, clip_grad=0.5,
+                         optimizer=torch.optim.SGD(model.parameters(), lr=0.1), progress=False, device="cpu")
+        runs[scaled] = (history.train_loss, list(norms), model.state_dict())
+    (plain_loss, plain_norms, plain_state), (scaled_loss, scaled_norms, scaled_state) = runs[False], runs[True]
+    assert scaled_loss == pytest.approx(plain_loss, rel=1e-5)
+    assert scaled_norms == pytest.approx(plain_norms, rel=1e-4), "clipping must see unscaled gradients"
+    for name, value in plain_state.items():
+        torch.testing.assert_close(scaled_state[name], value)
+
+
+def test_max_steps_caps_every_run(monkeypatch, one_thread):
+    monkeypatch.setenv(ab.MAX_STEPS_ENV, "6")
+    assert ab.max_steps() == 6
+    evaluations = []
+    history = ab.fit(_model(), _problem(4), _recording_loss([]), epochs=50, progress=False, device="cpu",
+                     evaluate=lambda m: evaluations.append(1) or {"calls": len(evaluations)})
+    assert history.steps == 6 and history.capped == 6 and len(history.lr) == 6
+    assert len(history.train_loss) == 2 and history.metrics["calls"] == [1, 2]  # 4 steps, then 2 of the next epoch
+    assert "stopped at the cap of 6 steps" in history.summary()
+    monkeypatch.setenv(ab.MAX_STEPS_ENV, "100")
+    assert ab.fit(_model(), _problem(4), _recording_loss([]), epochs=2, progress=False).capped is None
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "two", "1.5"])
+def test_max_steps_rejects_what_is_not_a_positive_integer(monkeypatch, bad):
+    monkeypatch.setenv(ab.MAX_STEPS_ENV, bad)
+    with pytest.raises(ValueError, match=ab.MAX_STEPS_ENV):
+        ab.max_steps()
+    monkeypatch.delenv(ab.MAX_STEPS_ENV)
+    assert ab.max_steps() is None
+
+
+def test_torchrun_settings_are_read_in_config(monkeypatch):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert ab.distributed_run() is None and ab.is_main_process()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert ab.distributed_run() is None  # a job of one process runs alone
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert ab.distributed_run() == ab.DistributedRun(world_size=4, rank=3, local_rank=1)
+    assert not ab.is_main_process()
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(ValueError, match="RANK=4"):
+        ab.distributed_run()
+    monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="RANK=''"):
+        ab.distributed_run()
+
+
+def test_training_precision_follows_the_size(monkeypatch):
+    monkeypatch.setenv(ab.SIZE_ENV, "ci")
+    assert ab.training_precision() == "32"
+    monkeypatch.setenv(ab.SIZE_ENV, "full")
+    assert ab.training_precision() == "auto"
