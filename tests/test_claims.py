@@ -187,3 +187,17 @@ def test_a_partial_rerun_keeps_the_claims_of_notebooks_it_did_not_run(tmp_path):
     kept = claims_script.merge_base(report, [chapter])
     assert list(kept["claims"]) == ["ch04.ex_in_exercises"]
     assert kept["failures"] == [{"notebook": "ch04_exercises.ipynb", "seed": 1}]
+
+
+def test_assert_trained_raises_unless_training_was_capped(monkeypatch, capsys):
+    ab.assert_trained(True, "loss fell")
+    ab.assert_trained(torch.tensor(True), "loss fell")
+    with pytest.raises(AssertionError, match="loss fell by half"):
+        ab.assert_trained(False, "loss fell by half")
+    with pytest.raises(ValueError, match="statement"):
+        ab.assert_trained(True, " ")
+    with pytest.raises(ValueError, match="one truth value"):
+        ab.assert_trained(torch.tensor([True, False]), "two")
+    monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
+    ab.assert_trained(False, "loss fell by half")
+    assert "capped at 2 steps" in capsys.readouterr().out
