@@ -153,7 +153,7 @@ class PatchEmbedding(nn.Module):
                 f"height, width), got {got}; resize the images to img_size={self.img_size}"
             )
         check_same_device("X", X, self)
-        # (batch, num_hiddens, rows, cols) -> (batch, rows * cols, num_hiddens)
+        # x_i E + b for every patch i at once: (batch, d, H/p, W/p) -> (batch, m, d)
         return self.conv(X).flatten(2).transpose(1, 2)
 
 
@@ -204,8 +204,8 @@ class ViTBlock(nn.Module):
 
     def forward(self, X: torch.Tensor, valid_lens=None) -> torch.Tensor:
         Y = self.ln1(X)
-        X = X + self.attention(Y, Y, Y, valid_lens)
-        return X + self.mlp(self.ln2(X))
+        X = X + self.attention(Y, Y, Y, valid_lens)  # Z' = Z + MultiHead(LN(Z))
+        return X + self.mlp(self.ln2(X))  # Z'' = Z' + MLP(LN(Z'))
 
 
 class ViT(nn.Module):
@@ -252,17 +252,17 @@ class ViT(nn.Module):
     def encode(self, X: torch.Tensor) -> torch.Tensor:
         """Token representations after the last block: (batch, num_extra + num_patches, num_hiddens)."""
         check_same_device("X", X, self)
-        X = self.patch_embedding(X)
-        if self.cls_token is not None:
+        X = self.patch_embedding(X)  # x_1 E, ..., x_m E
+        if self.cls_token is not None:  # [x_cls; x_1 E; ...; x_m E]
             X = torch.cat((self.cls_token.expand(X.shape[0], -1, -1).to(X.dtype), X), dim=1)
-        X = self.dropout(X + self.pos_embedding.to(X.dtype))
-        for blk in self.blks:
+        X = self.dropout(X + self.pos_embedding.to(X.dtype))  # Z_0 = [...] + E_pos
+        for blk in self.blks:  # N blocks, each keeping the shape (m + 1, d)
             X = blk(X)
         return X
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         H = self.encode(X)
-        summary = H[:, 0] if self.pool == "cls" else H.mean(dim=1)
+        summary = H[:, 0] if self.pool == "cls" else H.mean(dim=1)  # the final <cls> vector (or the patches' mean)
         return self.head(summary)
 
     @torch.no_grad()
