@@ -58,8 +58,10 @@ def test_attention_decoder_shapes_state_and_weights(cell, attention):
         assert torch.all(w[1, :, 4:] == 0) and torch.all(w[2, :, 1:] == 0)  # padding gets no attention
 
 
-def test_decoding_one_step_at_a_time_equals_teacher_forcing():
-    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS).eval()
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("attention", ["additive", None])
+def test_decoding_one_step_at_a_time_equals_teacher_forcing(cell, attention):
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, cell=cell, attention=attention).eval()
     src, valid, tgt = _tokens(2, 5), torch.tensor([5, 2]), _tokens(2, 4, V_TGT, seed=1)
     full = model(src, tgt, valid)
     state = model.decoder.init_state(model.encoder(src, valid), valid)
@@ -78,6 +80,20 @@ def test_plain_decoder_uses_one_fixed_context():
     torch.testing.assert_close(context, hidden[:, -1])
     logits, (context2, h2) = model.decoder(_tokens(2, 3, V_TGT), (context, h))
     assert logits.shape == (2, 3, V_TGT) and torch.equal(context, context2) and h2.shape == h.shape
+    # the same context at every step: the GRU input is [e(y); c] with c repeated
+    emb = model.decoder.embedding(_tokens(2, 3, V_TGT))
+    rnn_in = torch.cat((emb, context.unsqueeze(1).expand(-1, 3, -1)), dim=-1)
+    out, _ = model.decoder.rnn(rnn_in, h.transpose(0, 1).contiguous())
+    torch.testing.assert_close(model.decoder.dense(out), logits)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_plain_decoder_starts_from_the_encoders_final_states(cell):
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, cell=cell, attention=None).eval()
+    outputs, hidden = model.encoder(_tokens(3, 6))
+    context, start = model.decoder.init_state((outputs, hidden), torch.tensor([6, 4, 1]))
+    assert start is hidden  # s_0: every layer's h_T (and memory cell, for an LSTM)
+    torch.testing.assert_close(context, outputs[:, -1])  # c: the last layer's h_T
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
@@ -104,6 +120,23 @@ def test_bad_arguments():
         enc(torch.zeros(5, dtype=torch.long))
     with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
         enc(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="attention must be 'additive' or 'dot', got 'cosine'"):
+        ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, attention="cosine")
+
+
+def test_plain_decoder_rejects_bad_input():
+    with pytest.raises(ValueError, match="cell must be one of \\['gru', 'lstm'\\], got 'rnn'"):
+        ab.Seq2SeqDecoder(V_TGT, EMBED, HIDDEN, LAYERS, cell="rnn")
+    with pytest.raises(ValueError, match="num_hiddens must be at least 1, got 0"):
+        ab.Seq2SeqDecoder(V_TGT, EMBED, 0, LAYERS)
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, attention=None)
+    state = model.decoder.init_state(model.encoder(_tokens(2, 5)))
+    with pytest.raises(ValueError, match="X must be a \\(batch, num_steps\\) tensor of token ids, got \\(3,\\)"):
+        model.decoder(torch.zeros(3, dtype=torch.long), state)
+    with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
+        model.decoder(torch.zeros(2, 3), state)
+    with pytest.raises(ValueError, match="attention must be 'additive' or 'dot', got 'none'"):
+        ab.train_translator(_synthetic_data(), attention="none", epochs=1, progress=False)
 
 
 # --- loss ---------------------------------------------------------------------------------------
@@ -244,6 +277,27 @@ def test_beam_size_one_equals_greedy_on_a_real_model():
     assert ab.beam_search(model, src, valid, BOS, EOS, 7, beam_size=1, alpha=0.0) == greedy
 
 
+def _logp(model, src, valid, seq, max_steps):
+    """Log-probability of the output ``seq`` (one example), ``<eos>`` included when it fits, by teacher forcing."""
+    full = [BOS] + seq + ([EOS] if len(seq) < max_steps else [])
+    logits = model(src, torch.tensor([full[:-1]]), valid)
+    return F.log_softmax(logits, -1)[0, torch.arange(len(full) - 1), torch.tensor(full[1:])].sum().item()
+
+
+def test_plain_model_decodes_greedily_and_with_beams():
+    torch.manual_seed(2)
+    model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, attention=None).eval()
+    src, valid = _tokens(3, 5, seed=5), torch.tensor([5, 3, 1])
+    greedy, attention = ab.greedy_search(model, src, valid, BOS, EOS, 6, save_attention=True)
+    assert len(greedy) == 3 and all(len(t) <= 6 and EOS not in t for t in greedy)
+    assert attention and all(step is None for step in attention)  # a plain decoder has no weights to keep
+    assert ab.beam_search(model, src, valid, BOS, EOS, 6, beam_size=1, alpha=0.0) == greedy
+    # beam search picks rows of the (context, hidden) state: its best hypothesis is at least as
+    # probable as the greedy one under a fresh teacher-forced run
+    (best,) = ab.beam_search(model, src[:1], valid[:1], BOS, EOS, 6, beam_size=3, alpha=0.0)
+    assert _logp(model, src[:1], valid[:1], best, 6) >= _logp(model, src[:1], valid[:1], greedy[0], 6) - 1e-5
+
+
 def test_reorder_state_picks_rows_of_nested_states():
     state = (torch.arange(6).reshape(3, 2), [torch.arange(3), None], {"k": torch.arange(3) * 10}, 7)
     picked = ab.reorder_state(nn.Module(), state, torch.tensor([2, 2, 0]))
@@ -264,16 +318,8 @@ def test_beam_search_reorders_rnn_states_correctly():
     model = ab.make_seq2seq(V_SRC, V_TGT, EMBED, HIDDEN, LAYERS, cell="lstm").eval()
     src, valid = _tokens(1, 5, seed=4), torch.tensor([5])
     (best,) = ab.beam_search(model, src, valid, BOS, EOS, 6, beam_size=3, alpha=0.0)
-    candidates = [best]
     greedy, _ = ab.greedy_search(model, src, valid, BOS, EOS, 6)
-    candidates.append(greedy[0])
-
-    def logp(seq):
-        full = [BOS] + seq + ([EOS] if len(seq) < 6 else [])
-        logits = model(src, torch.tensor([full[:-1]]), valid)
-        return F.log_softmax(logits, -1)[0, torch.arange(len(full) - 1), torch.tensor(full[1:])].sum().item()
-
-    assert logp(best) >= logp(greedy[0]) - 1e-5
+    assert _logp(model, src, valid, best, 6) >= _logp(model, src, valid, greedy[0], 6) - 1e-5
 
 
 # --- translating real sentences ------------------------------------------------------------------
@@ -326,6 +372,37 @@ def test_attention_map_labels_tokens():
     assert fig.axes[0].get_xticklabels()[0].get_text() == "zorglub (unk)"
 
 
+def test_plain_model_translates_without_attention_maps():
+    data = _synthetic_data()
+    model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1, attention=None)
+    (result,) = ab.translate(model, data, ["i'm home ."], ["je suis chez moi ."], save_attention=True)
+    assert result.attention is None and 0.0 <= result.bleu <= 1.0
+    (beamed,) = ab.translate(model, data, ["go ."], beam_size=2)
+    assert len(beamed.tokens) <= data.num_steps and beamed.attention is None
+    with pytest.raises(ValueError, match="exposed no attention weights"):
+        ab.attention_map(model, data, "i'm home .")
+
+
+def test_evaluate_by_length_splits_the_mean_by_source_length():
+    data = _synthetic_data()
+    model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
+    groups = ab.evaluate_by_length(model, data, "val")
+    assert list(groups) == sorted(groups) and sum(g["pairs"] for g in groups.values()) == data.num_val
+    val_pairs = data.raw_pairs[data.num_train:data.num_train + data.num_val]
+    lengths = sorted({len(ab.tokenize_nmt(ab.preprocess_nmt(en))) - 1 for en, _ in val_pairs})
+    assert list(groups) == lengths  # tokens before <eos>, punctuation included
+    overall = ab.evaluate_translation(model, data, "val")
+    for key in ("bleu", "exact"):
+        weighted = sum(g["pairs"] * g[key] for g in groups.values()) / data.num_val
+        assert weighted == pytest.approx(overall[key])
+        assert all(0.0 <= g[key] <= 1.0 for g in groups.values())
+    with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
+        ab.evaluate_by_length(model, data, "test")
+    no_val = ab.load_translation(batch_size=64, num_val=0, pairs=ab.synthetic_pairs(640), verbose=False)
+    with pytest.raises(ValueError, match="split 'val' of the data has no pairs"):
+        ab.evaluate_by_length(model, no_val, "val")
+
+
 # --- the chapter's assignment checker ---------------------------------------------------------------
 
 def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
@@ -363,9 +440,13 @@ def test_train_and_compare_translators_record_validation_loss(one_thread):
         assert len(row["history"].metrics["val loss"]) == 2
         assert row["val loss"] == pytest.approx(ab.validation_loss(row["model"], data))
         assert 0.0 <= row["val BLEU"] <= 1.0 and math.isfinite(row["train loss"])
-    # the same seed gives the same model
+    assert isinstance(rows[1]["model"].decoder, ab.Seq2SeqDecoder)  # attention=None: the plain model
+    # the same seed gives the same model, with or without attention
     again, _ = ab.train_translator(data, attention="additive", **tiny)
     for p, q in zip(again.parameters(), rows[0]["model"].parameters()):
+        torch.testing.assert_close(p, q)
+    plain, _ = ab.train_translator(data, attention=None, **tiny)
+    for p, q in zip(plain.parameters(), rows[1]["model"].parameters()):
         torch.testing.assert_close(p, q)
     with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
         ab.evaluate_translation(again, data, "test")

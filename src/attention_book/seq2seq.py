@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from .attention import AdditiveAttention, DotProductAttention, keep_attention_weights
 from .checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
                      check_token_ids)
-from .text import BOS, EOS, PAD, bleu
+from .text import BOS, EOS, PAD, bleu, preprocess_nmt, tokenize_nmt
 from .train import evaluating
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "Translation",
     "translate",
     "evaluate_translation",
+    "evaluate_by_length",
     "translation_table",
     "attention_map",
     "validation_loss",
@@ -70,6 +71,7 @@ __all__ = [
 class Encoder(nn.Module):
     """Base encoder: ``forward(X, valid_len) -> enc_all_outputs``."""
 
+    # source tokens X (batch, num_steps) -> whatever the decoder will need from them
     def forward(self, X, valid_len=None):  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -77,9 +79,11 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """Base decoder: ``init_state(enc_all_outputs, valid_len)`` then ``forward(X, state) -> (logits, state)``."""
 
+    # once per source: the encoder's outputs -> the decoder's first state
     def init_state(self, enc_all_outputs, valid_len=None):  # pragma: no cover - interface
         raise NotImplementedError
 
+    # target tokens X (batch, steps) and the state before them -> (logits, the state after them)
     def forward(self, X, state):  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -100,9 +104,9 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder = encoder, decoder
 
     def forward(self, src, tgt_input, src_valid_len=None):
-        enc_all_outputs = self.encoder(src, src_valid_len)
-        state = self.decoder.init_state(enc_all_outputs, src_valid_len)
-        return self.decoder(tgt_input, state)[0]
+        enc_all_outputs = self.encoder(src, src_valid_len)  # everything the encoder read from the source
+        state = self.decoder.init_state(enc_all_outputs, src_valid_len)  # what the decoder starts from
+        return self.decoder(tgt_input, state)[0]  # teacher forcing: every target step in one call
 
 
 def init_seq2seq(module: nn.Module) -> None:
@@ -187,6 +191,8 @@ class Seq2SeqEncoder(Encoder):
 
     def forward(self, X, valid_len=None):
         _check_input("X", X, self)
+        # h_t = f(x_t, h_{t-1}) for t = 1..T: outputs holds the last layer's h_t at every t,
+        # hidden the final h_T of every layer
         outputs, hidden = self.rnn(self.embedding(X))
         return outputs, _batch_first(hidden)
 
@@ -209,15 +215,18 @@ class Seq2SeqDecoder(Decoder):
 
     def init_state(self, enc_all_outputs, valid_len=None):
         _, hidden = enc_all_outputs
+        # c = h_T (the last layer's final state), and s_0 = the encoder's final states
         return (_top_hidden(hidden), hidden)
 
     def forward(self, X, state):
         _check_input("X", X, self)
         context, hidden = state
-        emb = self.embedding(X)  # (batch, steps, embed)
-        ctx = context.unsqueeze(1).expand(-1, emb.shape[1], -1)
+        emb = self.embedding(X)  # e(y_{t'-1}): (batch, steps, embed)
+        ctx = context.unsqueeze(1).expand(-1, emb.shape[1], -1)  # the same c at every step t'
+        # s_{t'} = g([e(y_{t'-1}); c], s_{t'-1}) for every step t' at once
         outputs, new_hidden = self.rnn(torch.cat((emb, ctx), dim=-1), _layer_first(hidden))
-        return self.dense(outputs), (context, _batch_first(new_hidden))
+        logits = self.dense(outputs)  # scores from every s_{t'}: (batch, steps, vocab)
+        return logits, (context, _batch_first(new_hidden))
 
 
 class Seq2SeqAttentionDecoder(AttentionDecoder):
@@ -240,7 +249,7 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
                  dropout: float = 0.0, cell: str = "gru", attention: str = "additive"):
         super().__init__()
         self.cell, self.attention_kind = str(cell).lower(), str(attention).lower()
-        if self.attention_kind == "additive":
+        if self.attention_kind == "additive":  # a(s, h) = w_v^T tanh(W_q s + W_k h)
             self.attention = AdditiveAttention(num_hiddens, dropout, query_size=num_hiddens, key_size=num_hiddens)
         elif self.attention_kind == "dot":
             self.attention = DotProductAttention(dropout)
@@ -256,23 +265,25 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
 
     def init_state(self, enc_all_outputs, valid_len=None):
         enc_outputs, hidden = enc_all_outputs
+        # keys and values h_1..h_T, s_0 = the encoder's final states, and the source lengths
         return (enc_outputs, hidden, valid_len)
 
     def forward(self, X, state):
         _check_input("X", X, self)
         enc_outputs, hidden, enc_valid_len = state
-        emb = self.embedding(X)  # (batch, steps, embed)
+        emb = self.embedding(X)  # e(y_{t'-1}): (batch, steps, embed)
         hidden = _layer_first(hidden)
         outputs, self._attention_weights = [], []
-        for t in range(emb.shape[1]):
+        for step in range(emb.shape[1]):  # one output step t' at a time
             top = hidden[0][-1] if isinstance(hidden, tuple) else hidden[-1]
-            query = top.unsqueeze(1)  # (batch, 1, num_hiddens)
-            context = self.attention(query, enc_outputs, enc_outputs, enc_valid_len)  # (batch, 1, num_hiddens)
-            step_in = torch.cat((context, emb[:, t:t + 1]), dim=-1)
-            out, hidden = self.rnn(step_in, hidden)
+            query = top.unsqueeze(1)  # the query s_{t'-1}, last layer: (batch, 1, num_hiddens)
+            # c_{t'} = sum_t alpha(s_{t'-1}, h_t) h_t, padding masked: (batch, 1, num_hiddens)
+            context = self.attention(query, enc_outputs, enc_outputs, enc_valid_len)
+            step_in = torch.cat((context, emb[:, step:step + 1]), dim=-1)  # [c_{t'}; e(y_{t'-1})]
+            out, hidden = self.rnn(step_in, hidden)  # s_{t'} = g([c_{t'}; e(y_{t'-1})], s_{t'-1})
             outputs.append(out)
             self._attention_weights.append(self.attention.attention_weights)
-        logits = self.dense(torch.cat(outputs, dim=1))  # (batch, steps, vocab)
+        logits = self.dense(torch.cat(outputs, dim=1))  # scores from every s_{t'}: (batch, steps, vocab)
         return logits, (enc_outputs, _batch_first(hidden), enc_valid_len)
 
     @property
@@ -530,23 +541,47 @@ def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequ
     return out
 
 
-def evaluate_translation(model: nn.Module, data, split: str = "val", beam_size: int | None = None,
-                         k: int = 2) -> dict[str, float]:
-    """Mean BLEU and exact-match rate of ``model`` on a split of ``data`` (``'train'`` or ``'val'``)."""
+def _translate_split(model: nn.Module, data, split: str, beam_size: int | None, k: int) -> list[Translation]:
+    """Every pair of a split of ``data`` (``'train'`` or ``'val'``) translated and scored."""
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     start, stop = (0, data.num_train) if split == "train" else (data.num_train, data.num_train + data.num_val)
     pairs = data.raw_pairs[start:stop]
-    results = translate(model, data, [en for en, _ in pairs], [_normalise(fr) for _, fr in pairs],
-                        beam_size=beam_size, k=k)
+    if not pairs:
+        raise ValueError(f"split {split!r} of the data has no pairs to score")
+    return translate(model, data, [en for en, _ in pairs], [_normalise(fr) for _, fr in pairs],
+                     beam_size=beam_size, k=k)
+
+
+def _mean_scores(results: Sequence[Translation]) -> dict[str, float]:
     scores = [r.bleu for r in results]
     exact = [r.text == r.reference for r in results]
     return {"bleu": sum(scores) / len(scores), "exact": sum(exact) / len(exact)}
 
 
-def _normalise(sentence: str) -> str:
-    from .text import preprocess_nmt, tokenize_nmt
+def evaluate_translation(model: nn.Module, data, split: str = "val", beam_size: int | None = None,
+                         k: int = 2) -> dict[str, float]:
+    """Mean BLEU and exact-match rate of ``model`` on a split of ``data`` (``'train'`` or ``'val'``)."""
+    return _mean_scores(_translate_split(model, data, split, beam_size, k))
 
+
+def evaluate_by_length(model: nn.Module, data, split: str = "val", beam_size: int | None = None,
+                       k: int = 2) -> dict[int, dict[str, float]]:
+    """:func:`evaluate_translation` for each source length separately.
+
+    The length of a source sentence is the number of tokens the model reads
+    before ``<eos>`` (punctuation counts; at most ``num_steps``). Returns
+    ``{length: {"pairs": how many, "bleu": mean BLEU, "exact": exact-match rate}}``,
+    shortest first.
+    """
+    groups: dict[int, list[Translation]] = {}
+    for result in _translate_split(model, data, split, beam_size, k):
+        length = min(len(tokenize_nmt(preprocess_nmt(result.source))) - 1, data.num_steps)
+        groups.setdefault(length, []).append(result)
+    return {n: {"pairs": len(group), **_mean_scores(group)} for n, group in sorted(groups.items())}
+
+
+def _normalise(sentence: str) -> str:
     return " ".join(tokenize_nmt(preprocess_nmt(sentence))[:-1])
 
 
@@ -569,7 +604,6 @@ def attention_map(model: nn.Module, data, sentence: str, reference: str | None =
     translation (and its BLEU when ``reference`` is given). Returns the figure.
     """
     from .plot import show_heatmaps
-    from .text import preprocess_nmt, tokenize_nmt
 
     (result,) = translate(model, data, [sentence], [reference] if reference is not None else None,
                           save_attention=True)
