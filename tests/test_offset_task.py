@@ -11,11 +11,20 @@ import attention_book as ab
 
 def test_offset_task_labels():
     X, Y = ab.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
-    assert X.shape == Y.shape == (50, 6) and int(X.max()) < 5
+    assert X.shape == (50, 6) and Y.shape == (50, 6, 2) and int(X.max()) < 5
     for i in range(6):
-        torch.testing.assert_close(Y[:, i], (X[:, (i - 1) % 6] - X[:, (i + 2) % 6]) % 5)
+        torch.testing.assert_close(Y[:, i, 0], X[:, (i - 1) % 6])
+        torch.testing.assert_close(Y[:, i, 1], X[:, (i + 2) % 6])
     X2, _ = ab.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
     assert torch.equal(X, X2)
+    X, Y = ab.make_offset_task(4, seed=0)  # the chapter's defaults: 8 tokens of 16 symbols, four offsets
+    assert X.shape == (4, 8) and Y.shape == (4, 8, len(ab.OFFSETS)) and ab.OFFSETS == (-2, -1, 1, 3)
+
+
+def test_one_offset_per_head_yardstick():
+    assert ab.one_offset_per_head_accuracy(4) == 1.0 == ab.one_offset_per_head_accuracy(8)
+    assert ab.one_offset_per_head_accuracy(1) == pytest.approx(0.25 + 0.75 / 16)
+    assert ab.one_offset_per_head_accuracy(2, num_offsets=2, vocab_size=8) == 1.0
 
 
 def test_ablating_a_head_equals_zeroing_its_output_columns():
@@ -61,37 +70,47 @@ def test_collect_attention_returns_one_four_d_tensor_per_call():
 
 
 @pytest.mark.slow
-def test_two_heads_learn_the_offset_task_and_specialise():
-    run = ab.train_offset_task(2, seed=0, progress=False)  # the chapter's setting, a pinned seed
-    assert run.accuracy > 0.9, f"two heads reached only {run.accuracy:.2f} test accuracy"
-    importance = ab.head_importance(run.model, run.model.attention, run.X_test, run.Y_test)
-    assert importance.shape == (2,) and torch.all(importance > 0.3), importance
-    (w,) = ab.collect_attention(run.model, run.X_test[:100])
-    mean = w.mean(0)  # (heads, q, k): each head looks mostly at one fixed offset
+def test_heads_are_needed_one_per_lookup_and_four_heads_split_them():
+    # the chapter's setting, a pinned seed: one head cannot deliver four lookups, four heads can
+    runs = ab.train_head_counts((1, 4), seed=0, progress=False)
+    one, four = runs[1][0], runs[4][0]
+    assert one.accuracy < 0.5 and four.accuracy > 0.95, (one.accuracy, four.accuracy)
+    mass = ab.offset_attention(four)  # each head looks mostly at its own offset
+    assert sorted(mass.argmax(-1).tolist()) == [0, 1, 2, 3], mass
+    importance = ab.head_importance(four.model, four.model.attention, four.X_test, four.Y_test)
+    assert importance.shape == (4,) and torch.all(importance > 0.1), importance
+    (w,) = ab.collect_attention(four.model, four.X_test[:100])
+    mean = w.mean(0)  # (heads, q, k): every head has one preferred offset
     n = mean.shape[-1]
     offsets = []
-    for h in range(2):
+    for h in range(4):
         best = [int(mean[h, i].argmax()) for i in range(n)]
         offset, count = Counter((b - i) % n for i, b in enumerate(best)).most_common(1)[0]
         assert count >= n - 2, f"head {h} has no preferred offset: it looks at {best}"
         offsets.append(offset)
-    assert sorted(offsets) == sorted([(-1) % n, 2]), offsets
-    order, accs = ab.pruning_curve(run.model, run.model.attention, run.X_test, run.Y_test)
-    assert sorted(order) == [0, 1] and len(accs) == 3 and accs[0] == pytest.approx(run.accuracy)
-    assert accs[-1] < 0.3  # no head left: the model cannot see its inputs
-    fig = ab.head_count_figure(2, {2: run})
-    assert len(fig.axes) == 3  # two heads + colour bar
+    assert sorted(offsets) == sorted(o % n for o in ab.OFFSETS), offsets
+    order, accs = ab.pruning_curve(four.model, four.model.attention, four.X_test, four.Y_test)
+    assert sorted(order) == [0, 1, 2, 3] and len(accs) == 5 and accs[0] == pytest.approx(four.accuracy)
+    assert accs[-1] < 0.2  # no head left: the model cannot see its inputs
+    fig = ab.head_count_figure(4, {4: four})
+    assert len(fig.axes) == 5  # four heads + colour bar
+    fig = ab.head_count_accuracy_figure(runs)
+    assert len(fig.axes) == 1
 
 
 def test_meta_device_forward():
-    model = ab.OffsetTaskModel(vocab_size=5, seq_len=6, num_hiddens=8, num_heads=2).to("meta")
+    model = ab.OffsetTaskModel(vocab_size=5, seq_len=6, num_hiddens=8, num_heads=2, num_offsets=3).to("meta")
     X = torch.randint(0, 5, (3, 6)).to("meta")
-    assert model(X).shape == (3, 6, 5)
+    assert model(X).shape == (3, 6, 3, 5)
 
 
 def test_bad_inputs():
-    with pytest.raises(ValueError, match="two different positions"):
+    with pytest.raises(ValueError, match="different positions modulo seq_len=4"):
         ab.make_offset_task(10, seq_len=4, offsets=(1, 5))
+    with pytest.raises(ValueError, match="offsets must be a non-empty sequence of ints"):
+        ab.make_offset_task(10, offsets=())
+    with pytest.raises(ValueError, match="num_seeds"):
+        ab.train_head_counts((1,), num_seeds=0)
     with pytest.raises(ValueError, match="seq_len must be at least 2"):
         ab.make_offset_task(10, seq_len=1)
     mha = ab.MultiHeadAttention(8, 2)
@@ -133,7 +152,7 @@ def test_eight_head_maps_wrap_onto_rows_of_four():
 
 
 def test_offset_attention_sums_each_heads_weight_on_the_task_offsets():
-    run = ab.train_offset_task(2, num_train=64, num_test=32, epochs=1, seed=1, device="cpu", progress=False)
+    run = ab.train_offset_task(2, num_train=64, num_test=32, epochs=1, seed=1, offsets=(-1, 2), progress=False)
     assert run.offsets == (-1, 2) and run.seed == 1
     mass = ab.offset_attention(run, num_examples=16)
     assert mass.shape == (2, 2) and torch.all(mass >= 0) and torch.all(mass.sum(-1) <= 1 + 1e-5)

@@ -563,6 +563,7 @@ def test_evaluation_helpers_restore_the_models_mode():
         (t5, lambda: ab.greedy_decode(t5, spans[0][0], tok.bos_id, tok.eos_id, 4)),
         (t5, lambda: ab.exact_match(t5, tasks, tok)),
         (gpt, lambda: ab.next_word_accuracy(gpt, tok, ["the time"], ["traveller"])),
+        (gpt, lambda: ab.next_token_accuracy(gpt, [ab.clm_batch(stream, tok, 2, 8, g)])),
         (gpt, lambda: ab.generate(gpt, tok, "the time", 3)),
         (gpt, lambda: plt.close(ab.sampling_figure(gpt, tok, "the time", num_tokens=3))),
     ]
@@ -579,3 +580,50 @@ def test_evaluation_helpers_restore_the_models_mode():
     with pytest.raises(RuntimeError, match="boom"):
         ab.evaluate_loss(bert, failing, mlm)
     assert bert.training
+
+
+def test_next_token_accuracy_counts_the_argmax_and_the_constant_guess():
+    class Echo(torch.nn.Module):  # predicts the input token at every position
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, ids):
+            return torch.nn.functional.one_hot(ids, V).float() + self.w
+
+    inputs = torch.tensor([[5, 6, 7], [8, 8, 9]])
+    labels = torch.tensor([[5, 0, 7], [8, IGNORE, 1]])
+    assert ab.next_token_accuracy(Echo(), [(inputs, labels)]) == pytest.approx(3 / 5)
+    assert ab.next_token_accuracy(None, [(inputs, labels)], constant=8) == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="constant"):
+        ab.next_token_accuracy(None, [(inputs, labels)])
+
+
+def test_label_efficiency_pairs_the_runs_and_draws_a_figure(tok):
+    import matplotlib.pyplot as plt
+
+    ids = torch.tensor(tok.encode(TEXT * 6))
+    torch.manual_seed(0)
+    bert = ab.EncoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    before = {k: v.clone() for k, v in bert.state_dict().items()}
+    result = ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), num_seeds=2, seq_len=8, steps=(2, 3),
+                                 num_val=16, seed=5)
+    assert result.counts == [4, 8] and result.steps == [2, 3] and result.seeds == [6, 7]
+    for name in ("pretrained", "from scratch"):
+        assert len(result.accuracy[name]) == 2 and all(len(row) == 2 for row in result.accuracy[name])
+        assert all(0.0 <= a <= 1.0 for row in result.accuracy[name] for a in row)
+    gaps = result.gaps()
+    assert gaps[0][1] == pytest.approx(result.accuracy["pretrained"][0][1] - result.accuracy["from scratch"][0][1])
+    assert len(result.mean("pretrained")) == 2
+    assert all(torch.equal(v, before[k]) for k, v in bert.state_dict().items())  # the pretrained model is untouched
+    again = ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), num_seeds=2, seq_len=8, steps=(2, 3),
+                                num_val=16, seed=5)
+    assert again.accuracy == result.accuracy  # seeded: the same runs again
+    fig = ab.label_efficiency_figure(result)
+    assert len(fig.axes) == 1
+    plt.close(fig)
+    assert ab.label_efficiency(bert, ids, ids, tok, counts=(4,), num_seeds=1, seq_len=8, num_val=8).steps == [30]
+    with pytest.raises(ValueError, match="counts must be increasing"):
+        ab.label_efficiency(bert, ids, ids, tok, counts=(8, 4))
+    with pytest.raises(ValueError, match="one entry per count"):
+        ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), steps=(2,))

@@ -127,7 +127,7 @@ class EncoderOnlyLM(_LanguageModel):
         return self.encoder(ids, self.attention_masks(ids)["encoder self-attention"])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.encode(ids))
+        return self.lm_head(self.encode(ids))  # scores of p(x_i | corrupted sequence) at every position i
 
     def add_classifier(self, num_classes: int) -> None:
         """A new, randomly initialised classification head on the ``<cls>`` position."""
@@ -181,7 +181,7 @@ class DecoderOnlyLM(_LanguageModel):
         return self.body(ids, _real_keys(ids, self.pad_id))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.encode(ids))
+        return self.lm_head(self.encode(ids))  # position t: scores of p(x_t | <bos>, x_1, ..., x_{t-1})
 
     def attention_maps(self, ids: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         return _collect_maps(self, lambda: self.encode(ids), ["decoder self-attention"] * len(self.body.blks))

@@ -1,7 +1,9 @@
 """Tasks made from the corpus, for fine-tuning and prompting the pretrained models, and their scores.
 
 Labelled tasks for the encoder (:func:`order_task_batch`, :func:`replaced_task_batch`,
-scored by :func:`classification_accuracy`), text-to-text tasks for the
+scored by :func:`classification_accuracy`; :func:`label_efficiency` fine-tunes a
+pretrained encoder and the same architecture from scratch on growing numbers of
+labelled examples, drawn by :func:`label_efficiency_figure`), text-to-text tasks for the
 encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 :func:`exact_match`) and few-shot prompts for the decoder
 (:func:`few_shot_prompts`, scored by :func:`next_word_accuracy`).
@@ -9,20 +11,24 @@ encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 
 from __future__ import annotations
 
+import copy
 import random
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from torch import nn
 
+from .checks import check_positive_int
 from .config import resolve_seed
-from .objectives import IGNORE, random_windows
+from .objectives import IGNORE, classification_loss, random_windows
 from .sampling import greedy_decode
 from .tokenizer import Tokenizer
-from .train import evaluating
+from .train import evaluating, fit
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",
+    "LabelEfficiency", "label_efficiency", "label_efficiency_figure",
     "TEXT_TASKS", "text_to_text_batch", "exact_match",
     "few_shot_prompts", "next_word_accuracy",
 ]
@@ -98,6 +104,110 @@ def classification_accuracy(model: nn.Module, batches) -> float:
             right += int((pred == labels).sum())
             total += len(labels)
     return right / total
+
+
+@dataclass
+class LabelEfficiency:
+    """Held-out accuracies of fine-tuning runs against the number of labelled examples.
+
+    ``accuracy[name][i][k]`` is the accuracy of model ``name`` (``'pretrained'`` or
+    ``'from scratch'``) fine-tuned on ``counts[i]`` labelled examples with seed
+    ``seeds[k]``; ``steps[i]`` is the number of fine-tuning steps of those runs.
+    """
+
+    counts: list[int]
+    steps: list[int]
+    seeds: list[int]
+    accuracy: dict[str, list[list[float]]]
+
+    def mean(self, name: str) -> list[float]:
+        """Accuracy of ``name`` averaged over the seeds, one value per count."""
+        return [sum(row) / len(row) for row in self.accuracy[name]]
+
+    def gaps(self) -> list[list[float]]:
+        """Pretrained minus from-scratch accuracy, per count and seed (same labelled examples)."""
+        return [[p - s for p, s in zip(pre, scr)]
+                for pre, scr in zip(self.accuracy["pretrained"], self.accuracy["from scratch"])]
+
+
+def _fine_tune_steps(count: int) -> int:
+    """The default budget: a few dozen steps for a handful of labels, more for larger sets."""
+    return 30 + count // 10
+
+
+def label_efficiency(pretrained: nn.Module, ids: torch.Tensor, val_ids: torch.Tensor, tok: Tokenizer,
+                     counts: Sequence[int] = (16, 64, 256, 1024), num_seeds: int = 3, seq_len: int = 16,
+                     steps: Sequence[int] | None = None, batch_size: int = 32, lr: float = 2e-3,
+                     replace_prob: float = 0.4, num_val: int = 512, seed: int | None = None) -> LabelEfficiency:
+    """Fine-tune a pretrained encoder and the same architecture from scratch on ``counts`` labelled examples.
+
+    The task is :func:`replaced_task_batch` (has the passage been tampered with?)
+    with ``seq_len``-token passages and ``replace_prob``. For each of ``num_seeds``
+    seeds (``seed, seed + 1, ...``; ``None``: the book's seed) one labelled set of
+    ``max(counts)`` passages is drawn from ``ids``, and a run on ``n`` labels uses
+    its first ``n``: the pretrained run and the from-scratch run see the same
+    examples, in the same order, and start from the same classification head. Each
+    run makes ``steps[i]`` Adam steps (default ``30 + n // 10``) on minibatches of
+    ``min(n, batch_size)`` examples drawn from its set, then is scored on ``num_val``
+    passages of ``val_ids``. ``pretrained`` (an :class:`EncoderOnlyLM`) is copied,
+    never changed; the scratch model is built from its config. Runs on the
+    pretrained model's device. Returns a :class:`LabelEfficiency`.
+    """
+    counts = [check_positive_int("counts", n) for n in counts]
+    if not counts or counts != sorted(set(counts)):
+        raise ValueError(f"counts must be increasing positive ints, got {counts}")
+    num_seeds = check_positive_int("num_seeds", num_seeds)
+    steps = [_fine_tune_steps(n) for n in counts] if steps is None else [check_positive_int("steps", s) for s in steps]
+    if len(steps) != len(counts):
+        raise ValueError(f"steps needs one entry per count ({len(counts)}), got {len(steps)}")
+    dev = next(pretrained.parameters()).device
+    first = resolve_seed(seed)
+    task = dict(replace_prob=replace_prob)
+    val = [replaced_task_batch(val_ids, tok, num_val, seq_len, torch.Generator().manual_seed(first), **task)]
+    seeds = [first + 1 + k for k in range(num_seeds)]
+    accuracy: dict[str, list[list[float]]] = {"pretrained": [[] for _ in counts], "from scratch": [[] for _ in counts]}
+    for s in seeds:
+        X, Y = replaced_task_batch(ids, tok, max(counts), seq_len, torch.Generator().manual_seed(s), **task)
+        for i, (n, num_steps) in enumerate(zip(counts, steps)):
+            for name in accuracy:
+                torch.manual_seed(s)  # from scratch: the same start for every count
+                model = copy.deepcopy(pretrained) if name == "pretrained" else type(pretrained)(pretrained.config)
+                torch.manual_seed(s)  # the same classification head for both models and every count
+                model.add_classifier(2)
+                picks = torch.Generator().manual_seed(s)
+                size = min(n, batch_size)
+                batches = [(X[idx], Y[idx]) for idx in
+                           (torch.randint(0, n, (size,), generator=picks) for _ in range(num_steps))]
+                fit(model, batches, classification_loss, epochs=1, lr=lr, clip_grad=1.0, device=dev, progress=False)
+                accuracy[name][i].append(classification_accuracy(model, val))
+    return LabelEfficiency(counts, steps, seeds, accuracy)
+
+
+def label_efficiency_figure(result: LabelEfficiency):
+    """Held-out accuracy against the number of labelled examples: one dot per seed, a line through the means."""
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style
+
+    _ensure_style()
+    fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
+    n_seeds = len(result.seeds)
+    for c, (name, marker) in enumerate((("pretrained", "o"), ("from scratch", "s"))):
+        for i, n in enumerate(result.counts):
+            accs = result.accuracy[name][i]
+            shift = [2 ** (0.05 * (k - (n_seeds - 1) / 2) + (0.04 if c else -0.04)) for k in range(len(accs))]
+            ax.scatter([n * f for f in shift], [100 * a for a in accs], color=f"C{c}", alpha=0.45, s=18, marker=marker)
+        ax.plot(result.counts, [100 * m for m in result.mean(name)], color=f"C{c}", marker=marker,
+                label=f"{name} (mean of {n_seeds} seeds)")
+    ax.axhline(50, color="0.6", ls=":", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(result.counts, [str(n) for n in result.counts])
+    ax.minorticks_off()
+    ax.set_xlabel("labelled examples used for fine-tuning")
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.set_title("What pretraining buys: the same encoder, with and without it")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
 
 
 TEXT_TASKS = {"<copy>": lambda words: list(words), "<reverse>": lambda words: list(words)[::-1]}

@@ -9,8 +9,8 @@
   targets)): :func:`mlm_loss`, :func:`seq2seq_loss`, :func:`clm_loss`,
   :func:`classification_loss`, averaged by :func:`evaluate_loss`;
 * the unigram baseline every loss is compared with (:func:`unigram_baseline`) and
-  per-objective scores (:func:`masked_accuracy`, :func:`fill_masks`,
-  :func:`span_loss_parts`).
+  per-objective scores (:func:`masked_accuracy`, :func:`next_token_accuracy`,
+  :func:`fill_masks`, :func:`span_loss_parts`).
 
 Label tensors use ``IGNORE = -100`` (PyTorch's ``ignore_index``) for positions
 without a target.
@@ -34,7 +34,7 @@ __all__ = [
     "random_windows", "mlm_batch", "span_batch", "clm_batch", "Batches",
     "mlm_loss", "seq2seq_loss", "clm_loss", "classification_loss", "evaluate_loss",
     "unigram_cross_entropy", "unigram_baseline",
-    "masked_accuracy", "fill_masks", "span_loss_parts",
+    "masked_accuracy", "next_token_accuracy", "fill_masks", "span_loss_parts",
 ]
 
 IGNORE = -100  # label of positions that carry no target (PyTorch's default ignore_index)
@@ -83,12 +83,12 @@ def mask_for_mlm(tokens, mask_id: int, vocab_size: int, special_ids: Sequence[in
     dev = tokens.device
     eligible = ~torch.isin(tokens, special)
     u = torch.rand(tokens.shape, generator=generator, device=dev)
-    selected = eligible & (u < select_prob)
+    selected = eligible & (u < select_prob)  # the selected positions, the set M of L_MLM
     action = torch.rand(tokens.shape, generator=generator, device=dev)
     random_pick = replace_ids[torch.randint(len(replace_ids), tokens.shape, generator=generator, device=dev)]
-    inputs = torch.where(selected & (action < 0.8), torch.full_like(tokens, mask_id), tokens)
-    inputs = torch.where(selected & (action >= 0.8) & (action < 0.9), random_pick, inputs)
-    labels = torch.where(selected, tokens, torch.full_like(tokens, IGNORE))
+    inputs = torch.where(selected & (action < 0.8), torch.full_like(tokens, mask_id), tokens)  # x~: 80% <mask>
+    inputs = torch.where(selected & (action >= 0.8) & (action < 0.9), random_pick, inputs)  # 10% random, 10% kept
+    labels = torch.where(selected, tokens, torch.full_like(tokens, IGNORE))  # targets x_i for i in M only
     return inputs, labels
 
 
@@ -371,6 +371,17 @@ def masked_accuracy(model: nn.Module | None, batches, constant: int | None = Non
         right += int((pred[sel] == labels[sel]).sum())
         total += int(sel.sum())
     return right / max(total, 1)
+
+
+def next_token_accuracy(model: nn.Module | None, batches, constant: int | None = None) -> float:
+    """Share of causal-LM targets (the next token at every position) predicted exactly (arg-max).
+
+    ``batches`` yields ``(inputs, labels)`` as :func:`clm_batch` makes them; the
+    inputs are moved to the model's device. It is :func:`masked_accuracy`'s count,
+    on batches where every label is a target; ``model=None`` with ``constant``
+    scores the guess "always token ``constant``" instead.
+    """
+    return masked_accuracy(model, batches, constant)
 
 
 @torch.no_grad()

@@ -1,19 +1,21 @@
-"""Chapter 5's experiment — the offset task: a task where heads specialise, head ablation and
-pruning, and the per-head maps.
+"""Chapter 5's experiment — the offset task: a task that needs one head per lookup, head ablation
+and pruning, and the per-head maps.
 
 The *offset task*: a sequence of ``seq_len`` random tokens from ``vocab_size``
-symbols; the label at position ``i`` is ``(x[i + a] - x[i + b]) mod vocab_size``
-for two fixed offsets ``(a, b)`` (positions wrap around). Every position must
-read two *different* places, in order, so a model with two heads can give one
-offset to each head. A one-layer model (token + learned position embeddings,
-one :class:`~attention_book.attention.MultiHeadAttention`, a small MLP, no
+symbols; at every position ``t`` the model must report the tokens found at each
+of ``K`` fixed offsets ``delta_1, ..., delta_K`` (positions wrap around): the
+label is the ``K``-tuple ``(x[t + delta_1], ..., x[t + delta_K])``. A one-layer
+model (token + learned position embeddings, one
+:class:`~attention_book.attention.MultiHeadAttention`, a *linear* read-out, no
 residual) is trained on it with :func:`~attention_book.train.fit`.
 
-A single head is not helpless here: it can spread its weight over both
-places *unevenly* (say one third and two thirds), and the MLP can then tell
-the blended tokens apart; :func:`offset_attention` measures how much weight
-each head puts on each offset, so the notebook can show which strategy a
-trained model found.
+Why one head is not enough: a head hands the read-out one weighted average
+of value vectors. A linear read-out turns a weighted average of tokens into the
+same weighted average of their scores, so for each answer it sees a mixture in
+which the heaviest token wins: one head can deliver about one offset, and the
+other answers are guesses. With ``K`` heads (same total width), each head can
+take one offset. :func:`offset_attention` measures how much weight each head
+puts on each offset, so the chapter can show the split.
 """
 
 from __future__ import annotations
@@ -33,12 +35,15 @@ from .positional import LearnedPositionalEmbedding
 from .train import History, evaluating, fit
 
 __all__ = [
+    "OFFSETS",
     "make_offset_task",
     "OffsetTaskModel",
     "HeadRun",
     "train_offset_task",
     "train_head_counts",
     "task_accuracy",
+    "one_offset_per_head_accuracy",
+    "head_count_accuracy_figure",
     "ablate_heads",
     "head_importance",
     "pruning_curve",
@@ -47,58 +52,86 @@ __all__ = [
     "head_count_figure",
 ]
 
+OFFSETS = (-2, -1, 1, 3)  # the chapter's four lookups: two and one to the left, one and three to the right
 
-def make_offset_task(num_examples: int, seq_len: int = 8, vocab_size: int = 8, offsets: tuple[int, int] = (-1, 2),
+
+def _check_offsets(offsets: Sequence[int], seq_len: int) -> tuple[int, ...]:
+    offsets = tuple(offsets)
+    if not offsets or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+        raise ValueError(f"offsets must be a non-empty sequence of ints, got {offsets!r}")
+    if len({o % seq_len for o in offsets}) != len(offsets):
+        raise ValueError(f"offsets must point to different positions modulo seq_len={seq_len}, got {offsets}")
+    return offsets
+
+
+def make_offset_task(num_examples: int, seq_len: int = 8, vocab_size: int = 16, offsets: Sequence[int] = OFFSETS,
                      seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens ``X`` (num_examples, seq_len) and labels ``Y`` of the same shape.
+    """Tokens ``X`` (num_examples, seq_len) and labels ``Y`` (num_examples, seq_len, len(offsets)).
 
-    ``Y[:, i] = (X[:, (i + a) % seq_len] - X[:, (i + b) % seq_len]) % vocab_size``
-    with ``(a, b) = offsets``. ``seed=None`` uses the book's seed
+    ``Y[:, t, j] = X[:, (t + offsets[j]) % seq_len]``: at every position, the
+    tokens found at each offset. ``seed=None`` uses the book's seed
     (``ATTENTION_BOOK_SEED``).
     """
     num_examples = check_positive_int("num_examples", num_examples)
     seq_len = check_int("seq_len", seq_len, minimum=2)
     vocab_size = check_int("vocab_size", vocab_size, minimum=2)
-    a, b = offsets
-    if a % seq_len == b % seq_len:
-        raise ValueError(f"offsets must point to two different positions modulo seq_len={seq_len}, got {offsets}")
+    offsets = _check_offsets(offsets, seq_len)
     g = torch.Generator().manual_seed(resolve_seed(seed))
     X = torch.randint(0, vocab_size, (num_examples, seq_len), generator=g)
-    # X.roll(-a)[:, i] == X[:, (i + a) % seq_len]
-    Y = (X.roll(-a, dims=1) - X.roll(-b, dims=1)) % vocab_size
+    Y = torch.stack([X.roll(-o, dims=1) for o in offsets], dim=-1)  # y_{t,j} = x_{t + delta_j}, wrapping around
     return X, Y
 
 
 class OffsetTaskModel(nn.Module):
-    """Embeddings (token + learned position) -> multi-head self-attention -> MLP -> logits.
+    """Embeddings (token + learned position) -> multi-head self-attention -> linear read-out.
 
-    No residual connection: the prediction at a position can only use what
-    the heads fetched, so the attention maps show what the model relies on.
+    No residual connection and no hidden layer after the attention: the scores
+    for the answers at a position are a linear function of what the heads
+    fetched there, so the attention maps are the whole story. ``forward(X)``
+    returns scores of shape (batch, seq_len, num_offsets, vocab_size).
     """
 
-    def __init__(self, vocab_size: int = 8, seq_len: int = 8, num_hiddens: int = 32, num_heads: int = 2):
+    def __init__(self, vocab_size: int = 16, seq_len: int = 8, num_hiddens: int = 32, num_heads: int = 4,
+                 num_offsets: int = len(OFFSETS)):
         super().__init__()
-        for name, size in (("vocab_size", vocab_size), ("seq_len", seq_len)):
+        for name, size in (("vocab_size", vocab_size), ("seq_len", seq_len), ("num_offsets", num_offsets)):
             check_positive_int(name, size)
         check_heads(num_hiddens, num_heads)
+        self.vocab_size, self.num_offsets = vocab_size, num_offsets
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
         self.positions = LearnedPositionalEmbedding(num_hiddens, max_len=seq_len, init_std=1.0)
         self.attention = MultiHeadAttention(num_hiddens, num_heads)
-        self.mlp = nn.Sequential(nn.Linear(num_hiddens, 4 * num_hiddens), nn.ReLU(),
-                                 nn.Linear(4 * num_hiddens, vocab_size))
+        self.readout = nn.Linear(num_hiddens, num_offsets * vocab_size)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         check_same_device("X", X, self)
-        H = self.positions(self.embedding(X))  # (batch, seq_len, num_hiddens)
-        return self.mlp(self.attention(H, H, H))  # (batch, seq_len, vocab_size)
+        H = self.positions(self.embedding(X))  # token embedding + position embedding: (batch, n, p_o)
+        O = self.attention(H, H, H)  # W_o [o_1; ...; o_h] at every position t
+        return self.readout(O).unflatten(-1, (self.num_offsets, self.vocab_size))  # linear scores for each y_{t,j}
 
 
 @torch.no_grad()
 def task_accuracy(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Fraction of positions whose label the model predicts."""
+    """Fraction of answers (every position, every offset) the model predicts.
+
+    ``X`` and ``Y`` are moved to the model's device first.
+    """
+    dev = next(model.parameters()).device
     with evaluating(model):
-        acc = (model(X).argmax(-1) == Y).float().mean().item()
+        acc = (model(X.to(dev)).argmax(-1) == Y.to(dev)).float().mean().item()
     return acc
+
+
+def one_offset_per_head_accuracy(num_heads: int, num_offsets: int = len(OFFSETS), vocab_size: int = 16) -> float:
+    """The accuracy of a model whose heads each deliver one offset and which guesses the other answers.
+
+    ``min(num_heads, num_offsets)`` of the ``num_offsets`` answers are right and the rest
+    are right by chance (``1 / vocab_size``): the yardstick the chapter's figure draws.
+    """
+    num_heads, num_offsets = check_positive_int("num_heads", num_heads), check_positive_int("num_offsets", num_offsets)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=2)
+    covered = min(num_heads, num_offsets) / num_offsets
+    return covered + (1 - covered) / vocab_size
 
 
 @dataclass
@@ -111,48 +144,101 @@ class HeadRun:
     accuracy: float  # on the held-out examples
     X_test: torch.Tensor
     Y_test: torch.Tensor
-    offsets: tuple[int, int] = (-1, 2)
+    offsets: tuple[int, ...] = OFFSETS
     seed: int = 0
+    vocab_size: int = 16
 
 
-def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8, vocab_size: int = 8,
-                      offsets: tuple[int, int] = (-1, 2), num_train: int = 2000, num_test: int = 1000,
+def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8, vocab_size: int = 16,
+                      offsets: Sequence[int] = OFFSETS, num_train: int = 2000, num_test: int = 1000,
                       epochs: int = 6, batch_size: int = 64, lr: float = 3e-3, seed: int | None = None,
                       device: torch.device | str | None = None, progress: bool = True) -> HeadRun:
     """Train an :class:`OffsetTaskModel` with ``num_heads`` heads; returns a :class:`HeadRun`.
 
     ``seed`` fixes both the data and the model's initialisation (``None``: the
-    book's seed). ``device`` defaults to :func:`attention_book.device`; on the
-    CPU training runs with one thread, because this model is so small that
-    splitting its operations over threads only adds waiting. The test accuracy
-    is recorded after every epoch in ``history.metrics['test accuracy']``.
+    book's seed). ``device`` defaults to :func:`attention_book.device` (a GPU when
+    there is one); the data is moved there once. On the CPU training runs with
+    one thread, because this model is so small that splitting its operations
+    over threads only adds waiting. The test accuracy is recorded after every
+    epoch in ``history.metrics['test accuracy']``.
     """
     for name, size in (("num_train", num_train), ("num_test", num_test), ("batch_size", batch_size)):
         check_positive_int(name, size)
     seed = resolve_seed(seed)
     dev = torch.device(device) if device is not None else pick_device(verbose=False)
+    offsets = _check_offsets(offsets, seq_len)
     X, Y = make_offset_task(num_train + num_test, seq_len, vocab_size, offsets, seed=seed)
+    X, Y = X.to(dev), Y.to(dev)
     X_train, Y_train, X_test, Y_test = X[:num_train], Y[:num_train], X[num_train:], Y[num_train:]
     torch.manual_seed(seed)
-    model = OffsetTaskModel(vocab_size, seq_len, num_hiddens, num_heads)
+    model = OffsetTaskModel(vocab_size, seq_len, num_hiddens, num_heads, len(offsets))
     batches = [(X_train[i:i + batch_size], Y_train[i:i + batch_size]) for i in range(0, num_train, batch_size)]
 
     def loss_fn(m, batch):
         tokens, labels = batch
-        return F.cross_entropy(m(tokens).flatten(0, 1), labels.flatten())
+        return F.cross_entropy(m(tokens).flatten(0, -2), labels.flatten())
 
-    X_test, Y_test = X_test.to(dev), Y_test.to(dev)
     with single_thread() if dev.type == "cpu" else contextlib.nullcontext():
         history = fit(model, batches, loss_fn, epochs=epochs, lr=lr, device=dev, progress=progress,
                       desc=f"{num_heads} head{'s' if num_heads > 1 else ''}",
                       evaluate=lambda m: {"test accuracy": task_accuracy(m, X_test, Y_test)})
         accuracy = task_accuracy(model, X_test, Y_test)
-    return HeadRun(num_heads, model, history, accuracy, X_test, Y_test, tuple(offsets), seed)
+    return HeadRun(num_heads, model, history, accuracy, X_test, Y_test, offsets, seed, vocab_size)
 
 
-def train_head_counts(head_counts: Sequence[int] = (1, 2, 4, 8), **kwargs) -> dict[int, HeadRun]:
-    """:func:`train_offset_task` for every head count (same data, random seed and budget)."""
-    return {h: train_offset_task(h, **kwargs) for h in head_counts}
+def train_head_counts(head_counts: Sequence[int] = (1, 2, 4, 8), num_seeds: int = 1, seed: int | None = None,
+                      progress: bool = True, **kwargs) -> dict[int, list[HeadRun]]:
+    """:func:`train_offset_task` for every head count and ``num_seeds`` seeds.
+
+    The seeds are ``seed, seed + 1, ...`` (``seed=None``: the book's seed); each
+    head count is trained on the same data and from the same seeds, with the same
+    budget. Returns ``{num_heads: [run of each seed]}``; only the first seed of
+    each head count shows a progress bar.
+    """
+    num_seeds = check_positive_int("num_seeds", num_seeds)
+    first = resolve_seed(seed)
+    return {h: [train_offset_task(h, seed=first + k, progress=progress and k == 0, **kwargs) for k in range(num_seeds)]
+            for h in head_counts}
+
+
+def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):
+    """Test accuracy against the number of heads: one dot per seed, the mean, and two yardsticks.
+
+    The yardsticks are :func:`one_offset_per_head_accuracy` (each head delivers one
+    offset, the other answers are guesses) and chance. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style
+
+    _ensure_style()
+    heads = sorted(spread)
+    if not heads or any(not spread[h] for h in heads):
+        counts = {h: len(r) for h, r in spread.items()}
+        raise ValueError(f"spread needs at least one run for every head count, got {counts}")
+    first = spread[heads[0]][0]
+    num_offsets, vocab_size = len(first.offsets), first.vocab_size
+    fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
+    for h in heads:
+        accs = [100 * r.accuracy for r in spread[h]]
+        jitter = [2 ** (0.06 * (k - (len(accs) - 1) / 2)) for k in range(len(accs))]
+        ax.scatter([h * j for j in jitter], accs, color="C0", alpha=0.55, s=22,
+                   label="one run (seed)" if h == heads[0] else None, zorder=3)
+    means = [100 * sum(r.accuracy for r in spread[h]) / len(spread[h]) for h in heads]
+    ax.plot(heads, means, color="C1", marker="o", label="mean over seeds", zorder=2)
+    ax.plot(heads, [100 * one_offset_per_head_accuracy(h, num_offsets, vocab_size) for h in heads], color="0.4",
+            ls="--", label="one offset per head, guesses for the rest", zorder=1)
+    ax.axhline(100 / vocab_size, color="0.6", ls=":", label="chance")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(heads, [str(h) for h in heads])
+    ax.minorticks_off()
+    ax.set_ylim(0, 105)
+    width = first.model.attention.num_hiddens
+    ax.set_xlabel(f"number of heads ({width} hidden units in total)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"Offset task with {num_offsets} lookups ({len(spread[heads[0]])} seeds)")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
 
 
 def _output_layer(attention: MultiHeadAttention) -> nn.Linear:
@@ -167,7 +253,7 @@ def ablate_heads(attention: MultiHeadAttention, heads: Sequence[int]) -> Iterato
 
     The concatenated head outputs entering ``W_o`` have head ``h`` in columns
     ``h * d_head .. (h + 1) * d_head - 1``; a forward pre-hook zeroes those
-    columns, which is exactly removing the head from the sum ``W_o [h_1; ...; h_H]``.
+    columns, which is exactly removing the head from the sum ``W_o [o_1; ...; o_h]``.
     """
     W_o = _output_layer(attention)
     heads = list(heads)
@@ -225,7 +311,6 @@ def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tens
     return order, accuracies
 
 
-@torch.no_grad()
 @torch.no_grad()
 def offset_attention(run: HeadRun, num_examples: int = 200) -> torch.Tensor:
     """How much attention each head puts on each of the task's offsets.
