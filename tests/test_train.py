@@ -55,7 +55,7 @@ def test_fp16_without_a_gpu_is_a_clear_error():
         ab.fit(_model(), _problem(1), _recording_loss([]), epochs=1, precision="fp16", progress=False, device="cpu")
 
 
-@pytest.mark.parametrize("bad", ["16", "fp32", "float16", 32, None, "BF16"])
+@pytest.mark.parametrize("bad", ["16", "fp32", "float16", 32, "BF16"])
 def test_unknown_precisions_are_rejected(bad):
     with pytest.raises(ValueError, match=r"precision must be one of '32', 'bf16', 'fp16', 'auto', got"):
         ab.fit(_model(), _problem(1), _recording_loss([]), epochs=1, precision=bad, progress=False, device="cpu")
@@ -142,4 +142,17 @@ def test_training_precision_follows_the_size(monkeypatch):
     monkeypatch.setenv(ab.SIZE_ENV, "ci")
     assert ab.training_precision() == "32"
     monkeypatch.setenv(ab.SIZE_ENV, "full")
+    assert ab.training_precision() == "auto"
+
+
+def test_fit_defaults_to_the_sizes_precision(monkeypatch):
+    """precision=None follows ab.training_precision(): '32' at ci size, 'auto' (float32 on a CPU) at full."""
+    for size in ("ci", "full"):
+        monkeypatch.setenv("ATTENTION_BOOK_SIZE", size)
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        data = [(torch.randn(8, 3), torch.randn(8, 1)) for _ in range(2)]
+        history = ab.fit(model, data, lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]), epochs=1,
+                         device="cpu", progress=False)
+        assert len(history.train_loss) == 1
     assert ab.training_precision() == "auto"

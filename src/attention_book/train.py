@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from .checks import check_positive_int
-from .config import MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers
+from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers,
+                     training_precision)
 from .config import device as pick_device
 
 __all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating"]
@@ -138,7 +139,7 @@ def fit(
     clip_grad: float | None = None,
     evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None,
     device: torch.device | str | None = None,
-    precision: str = "32",
+    precision: str | None = None,
     progress: bool = True,
     desc: str = "training",
 ) -> History:
@@ -163,7 +164,10 @@ def fit(
     device
         Defaults to :func:`attention_book.device`. The batches are moved there.
     precision
-        ``'32'`` (default): float32 throughout. ``'bf16'``: the forward pass and
+        ``None`` (default): :func:`attention_book.training_precision`, that is ``'32'``
+        at the ``ci`` size and ``'auto'`` at the ``full`` size, so every chapter's
+        full-size runs use mixed precision on a CUDA GPU without asking.
+        ``'32'``: float32 throughout. ``'bf16'``: the forward pass and
         loss under bfloat16 autocast (CUDA GPUs that support it, and the CPU).
         ``'fp16'``: float16 autocast with loss scaling (``torch.amp.GradScaler``),
         on CUDA only. ``'auto'``: ``'bf16'`` on a CUDA GPU that supports it,
@@ -185,7 +189,7 @@ def fit(
     epochs = check_positive_int("epochs", epochs)
     run = distributed_run()
     dev = _training_device(device, run)
-    autocast_dtype, use_scaler = _precision(precision, dev)
+    autocast_dtype, use_scaler = _precision(training_precision() if precision is None else precision, dev)
     autocast = (functools.partial(torch.autocast, dev.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext)
     model.to(dev)
