@@ -132,3 +132,25 @@ def test_every_notebook_cell_has_an_id():
         if (nb["nbformat"], nb.get("nbformat_minor", 0)) >= (4, 5):
             missing += [f"{path.name} cell {i}" for i, c in enumerate(nb["cells"]) if not c.get("id")]
     assert not missing, f"cells without an id: {missing}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_asks_colab_for_a_gpu(path):
+    """Opened from the launch button, Colab starts the runtime the notebook's metadata asks for."""
+    meta = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+    assert meta.get("accelerator") == "GPU", f"{path.name}: metadata.accelerator should be 'GPU'"
+    assert meta.get("colab", {}).get("gpuType"), f"{path.name}: metadata.colab.gpuType is missing"
+
+
+def test_colab_install_keeps_colab_torch_and_widgets():
+    """The setup cell installs the package without upgrading what Colab brings: its requirements are
+    lower bounds that Colab's torch and ipywidgets (7.7.1 there) already meet."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    deps = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.S | re.M).group(1)
+    torch_req = re.search(r'"torch([^"]*)"', deps).group(1)
+    widgets_req = re.search(r'"ipywidgets([^"]*)"', deps).group(1)
+    assert torch_req.startswith(">=") and "," not in torch_req, torch_req
+    assert widgets_req.startswith(">=") and tuple(map(int, widgets_req[2:].split("."))) <= (7, 7, 1), widgets_req
+    for path in NOTEBOOKS:
+        setup = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][1]["source"])
+        assert "--upgrade" not in setup and " -U " not in setup, f"{path.name}: the install cell must not upgrade"
