@@ -43,6 +43,7 @@ TITLES = {
     "ch01": "1 Queries, keys and values", "ch02": "2 Attention pooling", "ch03": "3 Scoring functions",
     "ch04": "4 Bahdanau attention", "ch05": "5 Multi-head attention", "ch06": "6 Self-attention and positions",
     "ch07": "7 The Transformer", "ch08": "8 Vision Transformer", "ch09": "9 Pretraining",
+    "ch10": "10 Attention at scale",
 }
 
 

@@ -206,3 +206,104 @@ def test_fused_self_attention_projection_matches_separate_projections():
     g_sep = torch.autograd.grad(separate.sum(), [X, m.W_k.weight])
     for a, b in zip(g_fused, g_sep):
         torch.testing.assert_close(a, b)
+
+
+# --- shared key/value heads: multi-query and grouped-query attention (chapter 10) ----------------
+
+def grouped_and_full(num_heads=4, num_kv_heads=2, seed=0, **kw):
+    """A grouped-query layer, and a plain multi-head layer whose W_k and W_v repeat its key/value heads per group."""
+    torch.manual_seed(seed)
+    gqa = ab.MultiHeadAttention(16, num_heads, num_kv_heads=num_kv_heads, bias=True, **kw).eval()
+    mha = ab.MultiHeadAttention(16, num_heads, bias=True, **kw).eval()
+    group, d = num_heads // num_kv_heads, 16 // num_heads
+    with torch.no_grad():
+        for name in ("W_q", "W_o"):
+            getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("W_k", "W_v"):
+            ours, theirs = getattr(gqa, name), getattr(mha, name)
+            theirs.weight.copy_(ours.weight.reshape(num_kv_heads, 1, d, 16).expand(-1, group, -1, -1).reshape(16, 16))
+            theirs.bias.copy_(ours.bias.reshape(num_kv_heads, 1, d).expand(-1, group, -1).reshape(16))
+    return gqa, mha
+
+
+def test_num_kv_heads_equal_to_num_heads_is_plain_multi_head_attention():
+    torch.manual_seed(0)
+    default = ab.MultiHeadAttention(16, 4)
+    torch.manual_seed(0)
+    explicit = ab.MultiHeadAttention(16, 4, num_kv_heads=4)
+    X = torch.randn(2, 5, 16)
+    torch.testing.assert_close(default(X, X, X, causal=True), explicit(X, X, X, causal=True), rtol=0, atol=0)
+    assert explicit.W_k.out_features == 16
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("masking", ["none", "lengths", "causal", "mask", "lengths+causal"])
+def test_grouped_query_equals_multi_head_with_tied_key_value_heads(num_kv_heads, need_weights, masking):
+    gqa, mha = grouped_and_full(num_kv_heads=num_kv_heads)
+    q, kv = torch.randn(3, 6, 16, requires_grad=True), torch.randn(3, 6, 16)
+    lens = torch.tensor([6, 2, 4]) if "lengths" in masking else None
+    mask = torch.rand(3, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.7 if masking == "mask" else None
+    causal = "causal" in masking
+    got = gqa(q, kv, kv, lens, attn_mask=mask, causal=causal, need_weights=need_weights)
+    want = mha(q, kv, kv, lens, attn_mask=mask, causal=causal, need_weights=need_weights)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    if need_weights:
+        assert gqa.attention_weights.shape == (3, 4, 6, 6)
+        torch.testing.assert_close(gqa.attention_weights, mha.attention_weights, atol=1e-6, rtol=1e-5)
+    grad_got, = torch.autograd.grad(got.sum(), q)
+    grad_want, = torch.autograd.grad(want.sum(), q)
+    torch.testing.assert_close(grad_got, grad_want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("position", [{}, {"rotary": True}, {"alibi": True}])
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_decoding_over_cached_keys_and_values_equals_the_full_pass(position, num_kv_heads):
+    torch.manual_seed(2)
+    m = ab.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, **position).eval()
+    X = torch.randn(2, 7, 16)
+    full = m(X, X, X, causal=True)
+    cache, steps = None, []
+    for t in range(7):
+        new = m.project_kv(X[:, t:t + 1], X[:, t:t + 1], offset=t)
+        cache = new if cache is None else torch.cat((cache, new), dim=1)
+        assert cache.shape == (2, t + 1, 2 * num_kv_heads * 4)  # only num_kv_heads heads are stored
+        steps.append(m(X[:, t:t + 1], None, None, causal=True, kv=cache))
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
+    with ab.keep_attention_weights():
+        m(X[:, -1:], None, None, causal=True, kv=cache)
+    assert m.attention_weights.shape == (2, 4, 1, 7)
+
+
+def test_decoder_cache_stores_only_the_key_value_heads():
+    torch.manual_seed(0)
+    dec = ab.TransformerDecoder(11, 16, 32, 4, 2, cross_attention=False, num_kv_heads=1).eval()
+    X = torch.randint(0, 11, (2, 5))
+    full, _ = dec(X, dec.init_state(None))
+    state, steps = dec.init_state(None), []
+    for t in range(5):
+        logits, state = dec(X[:, t:t + 1], state)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
+    assert [tuple(c.shape) for c in state["cache"]] == [(2, 5, 2 * 1 * 4)] * 2
+
+
+def test_grouped_query_on_the_meta_device_and_bad_head_counts():
+    with torch.device("meta"):
+        m = ab.MultiHeadAttention(16, 4, num_kv_heads=2)
+    X = torch.empty(2, 5, 16, device="meta")
+    assert m(X, X, X, causal=True).device.type == "meta"
+    with pytest.raises(ValueError, match=r"key/value head counts that work with num_heads=4: \[1, 2, 4\]"):
+        ab.MultiHeadAttention(16, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="num_kv_heads must be an integer"):
+        ab.MultiHeadAttention(16, 4, num_kv_heads=2.0)
+    with pytest.raises(ValueError, match="choose one"):
+        ab.MultiHeadAttention(16, 4, rotary=True, alibi=True)
+    m = ab.MultiHeadAttention(16, 4, num_kv_heads=2)
+    X = torch.randn(2, 3, 16)
+    with pytest.raises(ValueError, match="not both"):
+        m(X, X, X, kv=m.project_kv(X, X))
+    with pytest.raises(ValueError, match=r"kv has shape \(2, 3, 32\); it needs \(2, keys, 16\)"):
+        m(X, None, None, kv=torch.randn(2, 3, 32))
+    with pytest.raises(ValueError, match="offset must be at least 0"):
+        m.project_kv(X, X, offset=-1)

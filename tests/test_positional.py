@@ -109,3 +109,50 @@ def test_bad_inputs():
             module(torch.randn(1, 8, 8), offset=5)
     with pytest.raises(ValueError, match="num_hiddens must be at least 1, got 0"):
         ab.LearnedPositionalEmbedding(0)
+
+
+# --- ALiBi (chapter 10) --------------------------------------------------------------------------
+
+def test_alibi_slopes_follow_the_papers_recipe():
+    torch.testing.assert_close(ab.alibi_slopes(8), torch.tensor([2.0 ** -k for k in range(1, 9)]))
+    torch.testing.assert_close(ab.alibi_slopes(4), torch.tensor([2.0 ** -k for k in (2, 4, 6, 8)]))
+    # 6 heads: the 4 slopes of 4 heads, then every other slope of 8 heads
+    torch.testing.assert_close(ab.alibi_slopes(6), torch.cat([ab.alibi_slopes(4), ab.alibi_slopes(8)[0::2][:2]]))
+    assert ab.alibi_slopes(1).tolist() == [2.0 ** -8]
+
+
+def test_alibi_bias_is_minus_slope_times_distance():
+    slopes = torch.tensor([0.5, 0.25])
+    bias = ab.alibi_bias(slopes, 3, 5)  # the 3 queries sit at positions 2, 3, 4
+    assert bias.shape == (2, 3, 5)
+    torch.testing.assert_close(bias[0, 0], torch.tensor([-1.0, -0.5, 0.0, -0.5, -1.0]))
+    torch.testing.assert_close(bias[1, 2], -0.25 * torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0]))
+    assert ab.ALiBi(4)(2, 6).shape == (1, 4, 2, 6)
+    with pytest.raises(ValueError, match="slopes"):
+        ab.alibi_bias(torch.ones(2, 2), 3, 3)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("masking", ["none", "causal", "lengths"])
+def test_attention_with_alibi_adds_the_bias_to_every_heads_scores(need_weights, masking):
+    torch.manual_seed(0)
+    m = ab.MultiHeadAttention(16, 4, alibi=True).eval()
+    X = torch.randn(2, 6, 16)
+    lens = torch.tensor([6, 3]) if masking == "lengths" else None
+    got = m(X, X, X, lens, causal=masking == "causal", need_weights=need_weights)
+    q, k, v = (ab.transpose_qkv(layer(X), 4) for layer in (m.W_q, m.W_k, m.W_v))
+    scores = q @ k.transpose(-2, -1) / 2.0 + ab.alibi_bias(ab.alibi_slopes(4), 6, 6)
+    if masking == "causal":
+        scores = scores.masked_fill(~ab.causal_mask(6, 6), float("-inf"))
+    if masking == "lengths":
+        scores = scores.masked_fill(~(torch.arange(6)[None, :] < lens[:, None])[:, None, None, :], float("-inf"))
+    want = m.W_o(ab.transpose_output(scores.softmax(-1) @ v))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_learned_rows_beyond_the_training_length_get_no_gradient():
+    """Why a learned table cannot help beyond the lengths it was trained on: those rows never move."""
+    pe = ab.LearnedPositionalEmbedding(8, max_len=20)
+    pe(torch.randn(3, 12, 8)).square().sum().backward()
+    grad = pe.P.weight.grad
+    assert grad[:12].abs().sum(-1).min() > 0 and torch.equal(grad[12:], torch.zeros(8, 8))

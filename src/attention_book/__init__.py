@@ -42,12 +42,18 @@ from .sampling import *  # noqa: F401,F403
 from .lm_models import *  # noqa: F401,F403
 from .lm_tasks import *  # noqa: F401,F403
 from .scaling import *  # noqa: F401,F403
+# Chapter 10: memory measured by tensors, tiled attention, the key/value cache, long contexts.
+from .memory import *  # noqa: F401,F403
+from .tiled import *  # noqa: F401,F403
+from .kv_cache import *  # noqa: F401,F403
+from .long_context import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
 MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
            "scoring",
            "seq2seq", "offset_task", "layer_comparison", "transformer", "vit",
-           "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling")
+           "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling",
+           "memory", "tiled", "kv_cache", "long_context")
 
 __version__ = "0.1.0"

@@ -35,8 +35,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import (check_dropout, check_heads, check_optional_positive_int, check_positive_int,
-                     check_same_device, check_tensor_values)
+from .checks import (check_dropout, check_heads, check_int, check_kv_heads, check_optional_positive_int,
+                     check_positive_int, check_same_device, check_tensor_values)
 from .train import evaluating
 
 __all__ = [
@@ -252,11 +252,14 @@ def attend(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     scale: float | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention on (..., queries, d) / (..., keys, d) / (..., keys, d_v).
 
     ``mask`` is boolean, ``True`` = may attend, broadcastable to (..., queries, keys).
-    ``scale`` multiplies the scores (default ``1/√d``). With ``need_weights=False``
+    ``scale`` multiplies the scores (default ``1/√d``). ``bias`` (floating point,
+    broadcastable to (..., queries, keys)) is added to the scaled scores before the
+    softmax, e.g. ALiBi's distance penalty. With ``need_weights=False``
     this calls PyTorch's fused kernel and returns ``(output, None)``; with
     ``need_weights=True`` it computes the weights explicitly and returns
     ``(output, weights)``. Queries whose every key is masked (or that have no key
@@ -269,7 +272,9 @@ def attend(
     if n_k == 0:  # no key at all: empty weights, zero output (kept in the autograd graph)
         weights = torch.matmul(q, k.transpose(-2, -1))  # (..., queries, 0)
         return torch.matmul(weights, v), (weights if need_weights else None)
-    only_causal = causal and mask is None and n_q == n_k
+    only_causal = causal and mask is None and n_q == n_k and bias is None
+    if bias is not None:
+        bias = bias.to(q.dtype)
     if causal:
         cm = causal_mask(n_q, n_k, device=q.device)
         mask = cm if mask is None else (mask & cm)
@@ -280,15 +285,19 @@ def attend(
             # row exists: that would make a GPU wait at every call). Values at keys no query may
             # see are zeroed too, so NaN or inf there (padding) never reaches the output.
             empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., queries, 1)
+            allowed = mask | empty_rows
+            if bias is not None:  # a float mask: the bias where allowed, -inf elsewhere
+                allowed = torch.where(allowed, bias, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
             out = F.scaled_dot_product_attention(q, _visible_values(k, mask), _visible_values(v, mask),
-                                                 attn_mask=mask | empty_rows, dropout_p=dropout_p, scale=scale)
+                                                 attn_mask=allowed, dropout_p=dropout_p, scale=scale)
             return out.masked_fill(empty_rows, 0.0), None
         if only_causal:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
         return out, None
-    weights = _softmax_where(torch.matmul(q, k.transpose(-2, -1)) * scale, mask)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    weights = _softmax_where(scores if bias is None else scores + bias, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     return torch.matmul(dropped, v if mask is None else _visible_values(v, mask)), weights
 
@@ -413,7 +422,17 @@ class MultiHeadAttention(nn.Module):
     (:class:`~attention_book.positional.RotaryEmbedding`), so scores depend on
     relative positions; queries are taken to be the last ``num_queries`` of the
     ``num_keys`` positions, as in :func:`causal_mask` (both start at 0 when there
-    are more queries than keys).
+    are more queries than keys). ``alibi=True`` instead adds ALiBi's distance
+    penalty ``-m_h |i - j|`` to each head's scores
+    (:class:`~attention_book.positional.ALiBi`), with the same positions.
+
+    ``num_kv_heads`` (default ``num_heads``) key/value heads are shared by the
+    ``num_heads`` query heads in equal groups of consecutive heads: 1 is
+    multi-query attention (Shazeer, 2019), a number between grouped-query
+    attention (Ainslie et al., 2023), ``num_heads`` plain multi-head attention.
+    ``W_k`` and ``W_v`` then map to ``num_kv_heads * head_dim`` features, and a
+    key/value cache stores only those: :meth:`project_kv` gives what it stores,
+    and ``forward(queries, None, None, kv=...)`` attends over it.
 
     Speed (see ``benchmarks/attention.py``): the fast path never builds a
     (queries, keys) matrix for the common cases — no mask, ``causal=True`` alone
@@ -423,29 +442,38 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
                  query_size: int | None = None, key_size: int | None = None, value_size: int | None = None,
-                 need_weights: bool | None = None, rotary: bool = False):
+                 need_weights: bool | None = None, rotary: bool = False, num_kv_heads: int | None = None,
+                 alibi: bool = False):
         super().__init__()
         num_hiddens, num_heads = check_heads(num_hiddens, num_heads)
+        num_kv_heads = check_kv_heads(num_heads, num_kv_heads)
         dropout = check_dropout(dropout)
         query_size, key_size, value_size = (check_optional_positive_int(name, size) for name, size in (
             ("query_size", query_size), ("key_size", key_size), ("value_size", value_size)))
+        if rotary and alibi:
+            raise ValueError("rotary=True and alibi=True are two ways to give positions: choose one")
         self.num_hiddens, self.num_heads, self.dropout = num_hiddens, num_heads, dropout
+        self.num_kv_heads, self.head_dim = num_kv_heads, num_hiddens // num_heads
         self.need_weights = need_weights
+        kv_hiddens = num_kv_heads * self.head_dim
         self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size or num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size or num_hiddens, kv_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size or num_hiddens, kv_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.rotary = None
+        self.rotary = self.alibi = None
         if rotary:
             from .positional import RotaryEmbedding
 
-            head_dim = num_hiddens // num_heads
-            if head_dim % 2:
+            if self.head_dim % 2:
                 raise ValueError(
-                    f"rotary=True needs an even head size, got num_hiddens / num_heads = {head_dim}; "
+                    f"rotary=True needs an even head size, got num_hiddens / num_heads = {self.head_dim}; "
                     f"pick num_heads so that num_hiddens / num_heads is even"
                 )
-            self.rotary = RotaryEmbedding(head_dim)
+            self.rotary = RotaryEmbedding(self.head_dim)
+        if alibi:
+            from .positional import ALiBi
+
+            self.alibi = ALiBi(num_heads)
         self.attention_weights: torch.Tensor | None = None
 
     def _check(self, queries, keys, values) -> None:
@@ -497,27 +525,97 @@ class MultiHeadAttention(nn.Module):
         if queries is keys and keys is values:
             weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
             bias = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
-            return F.linear(queries, weight, bias).chunk(3, dim=-1)
+            kv = self.W_k.out_features
+            return F.linear(queries, weight, bias).split([self.num_hiddens, kv, kv], dim=-1)
         return self.W_q(queries), self.W_k(keys), self.W_v(values)
 
-    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
-                need_weights: bool | None = None):
-        self._check(queries, keys, values)
-        b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
-        mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
-        # (batch, length, num_hiddens) -> (batch, heads, length, d_head)
-        q, k, v = (transpose_qkv(t, self.num_heads) for t in self._project(queries, keys, values))
+    def project_kv(self, keys: torch.Tensor, values: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """What a key/value cache stores for these positions: (batch, length, 2 * num_kv_heads * head_dim).
+
+        The projected keys (rotated to positions ``offset, offset + 1, ...`` when
+        ``rotary=True``) followed by the projected values on the last axis. Pass
+        the cache, new rows appended, as ``forward(queries, None, None, kv=cache)``.
+        """
+        for name, t in (("keys", keys), ("values", values)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
+        offset = check_int("offset", offset, minimum=0)
+        k, v = self.W_k(keys), self.W_v(values)
         if self.rotary is not None:
-            q, k = self.rotary(q, offset=max(n_k - n_q, 0)), self.rotary(k)
-        p = self.dropout if self.training else 0.0
-        wants = _wants_weights(self, need_weights)
-        if causal and mask is None and n_q == n_k and not wants and n_k > 0:
-            # The kernel masks by itself: no (queries, keys) mask is built or scanned.
-            out, self.attention_weights = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
+            k = transpose_output(self.rotary(transpose_qkv(k, self.num_kv_heads), offset=offset))
+        return torch.cat((k, v), dim=-1)
+
+    def _check_kv(self, queries, kv) -> None:
+        for name, t in (("queries", queries), ("kv", kv)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 3:
+                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
+            check_same_device(name, t, self)
+        width = 2 * self.W_k.out_features
+        if kv.shape[-1] != width or kv.shape[0] != queries.shape[0]:
+            raise ValueError(f"kv has shape {_shape(kv)}; it needs ({queries.shape[0]}, keys, {width}): "
+                             f"keys and values of {self.num_kv_heads} key/value heads, as project_kv returns")
+        if queries.shape[-1] != self.W_q.in_features:
+            raise ValueError(f"queries have {queries.shape[-1]} features (shape {_shape(queries)}) but this layer "
+                             f"expects {self.W_q.in_features}")
+        if not queries.is_floating_point() or queries.dtype != kv.dtype:
+            raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")
+
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
+                need_weights: bool | None = None, kv: torch.Tensor | None = None):
+        if kv is None:
+            self._check(queries, keys, values)
+            n_k = keys.shape[1]
         else:
-            out, self.attention_weights = attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants)
+            if keys is not None or values is not None:
+                raise ValueError("pass either keys and values or kv (their projections, from project_kv), not both")
+            self._check_kv(queries, kv)
+            n_k = kv.shape[1]
+        b, n_q = queries.shape[0], queries.shape[1]
+        mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
+        # (batch, length, features) -> (batch, heads, length, d_head); keys and values have num_kv_heads heads
+        if kv is None:
+            q, k, v = self._project(queries, keys, values)
+            k = self.rotary(transpose_qkv(k, self.num_kv_heads)) if self.rotary is not None else \
+                transpose_qkv(k, self.num_kv_heads)
+        else:
+            q, (k, v) = self.W_q(queries), kv.chunk(2, dim=-1)
+            k = transpose_qkv(k, self.num_kv_heads)
+        q, v = transpose_qkv(q, self.num_heads), transpose_qkv(v, self.num_kv_heads)
+        if self.rotary is not None:
+            q = self.rotary(q, offset=max(n_k - n_q, 0))
+        bias = None if self.alibi is None else self.alibi(n_q, n_k, dtype=q.dtype, device=q.device)
+        p = self.dropout if self.training else 0.0
+        out, self.attention_weights = self._attend(q, k, v, mask, causal, p, _wants_weights(self, need_weights), bias)
         # (batch, heads, queries, d_head) -> (batch, queries, num_hiddens)
         return self.W_o(transpose_output(out))
+
+    def _attend(self, q, k, v, mask, causal: bool, p: float, wants: bool, bias):
+        """Attention of the (batch, heads, queries, d_head) queries over (batch, kv_heads, keys, d_head) keys/values.
+
+        With fewer key/value heads than query heads, each group of ``num_heads /
+        num_kv_heads`` consecutive query heads shares one key/value head. When
+        every query of a group sees the same keys (no mask, or one mask per
+        example, and at most one causal query: decoding), the group's queries
+        are stacked along the query axis and attend to the shared keys at once,
+        so the keys and values are never copied; otherwise they are repeated.
+        """
+        b, n_q, n_k = q.shape[0], q.shape[-2], k.shape[-2]
+        group = self.num_heads // self.num_kv_heads
+        if group > 1:
+            same_keys = mask is None or (mask.shape[-2] == 1 and (mask.dim() < 3 or mask.shape[-3] == 1))
+            if bias is None and same_keys and (not causal or n_q == 1) and n_k > 0:
+                # causal with one query: the query is the last position and sees every key
+                folded = q.reshape(b, self.num_kv_heads, group * n_q, q.shape[-1])
+                out, weights = attend(folded, k, v, mask, dropout_p=p, need_weights=wants)
+                out = out.reshape(b, self.num_heads, n_q, v.shape[-1])
+                return out, None if weights is None else weights.reshape(b, self.num_heads, n_q, n_k)
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if causal and mask is None and bias is None and n_q == n_k and not wants and n_k > 0:
+            # The kernel masks by itself: no (queries, keys) mask is built or scanned.
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
+        return attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants, bias=bias)
 
 
 # --- attention maps, on request ----------------------------------------------------------------

@@ -23,6 +23,7 @@ __all__ = [
     "check_optional_positive_int",
     "check_dropout",
     "check_heads",
+    "check_kv_heads",
     "check_index",
     "check_tensor_values",
     "check_same_device",
@@ -81,6 +82,26 @@ def check_heads(num_hiddens: Any, num_heads: Any) -> tuple[int, int]:
         raise ValueError(f"num_hiddens={num_hiddens} is not divisible by num_heads={num_heads}; "
                          f"head counts that work with num_hiddens={num_hiddens}: {options}")
     return num_hiddens, num_heads
+
+
+def check_kv_heads(num_heads: Any, num_kv_heads: Any) -> int:
+    """``num_kv_heads`` as an ``int``: ``None`` means ``num_heads`` (every head has its own keys
+    and values); otherwise a positive integer dividing ``num_heads``, so that the query heads
+    fall into equal groups that share one key/value head (1 is multi-query attention)::
+
+        check_kv_heads(8, 3)
+        # ValueError: num_kv_heads=3 does not divide num_heads=8 into equal groups; key/value head
+        # counts that work with num_heads=8: [1, 2, 4, 8]
+    """
+    num_heads = check_positive_int("num_heads", num_heads)
+    if num_kv_heads is None:
+        return num_heads
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads:
+        options = [h for h in range(1, num_heads + 1) if num_heads % h == 0]
+        raise ValueError(f"num_kv_heads={num_kv_heads} does not divide num_heads={num_heads} into equal groups; "
+                         f"key/value head counts that work with num_heads={num_heads}: {options}")
+    return num_kv_heads
 
 
 def check_token_ids(name: str, X: Any) -> None:

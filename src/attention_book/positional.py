@@ -10,6 +10,10 @@ Three ways to tell attention where a token sits:
   (Su et al., 2021), so that a query–key score depends on the two positions
   only through their *offset* (a relative scheme). ``MultiHeadAttention(...,
   rotary=True)`` applies it inside every head.
+* ``ALiBi`` adds nothing to the input either: it subtracts ``m_h · |i - j|``
+  from the score of query i and key j in head h (Press et al., 2022), a
+  penalty growing with the distance, steeper in some heads than in others.
+  ``MultiHeadAttention(..., alibi=True)`` applies it.
 
 ``offset_rotation`` is the block-diagonal matrix that moves a row of the
 sinusoidal table ``delta`` positions on: ``P[i + delta] = offset_rotation(delta, d) @ P[i]``.
@@ -33,6 +37,9 @@ __all__ = [
     "PositionalEncoding",
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
+    "alibi_slopes",
+    "alibi_bias",
+    "ALiBi",
 ]
 
 
@@ -173,6 +180,67 @@ class RotaryEmbedding(nn.Module):
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The slope ``m_h`` of each of ``num_heads`` heads in ALiBi (Press et al., 2022), float32.
+
+    For a power of two H the slopes are ``2^(-8/H), 2^(-16/H), ..., 2^(-8)``: a
+    geometric sequence, so some heads forget the past fast and others slowly.
+    Other head counts take the slopes of the power of two just below, then every
+    other slope of twice that power (the paper's recipe).
+    """
+    num_heads = check_positive_int("num_heads", num_heads)
+
+    def powers_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    lower = 1 << (num_heads.bit_length() - 1)
+    slopes = powers_of_two(lower)
+    if lower < num_heads:
+        slopes += powers_of_two(2 * lower)[0::2][: num_heads - lower]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(slopes: torch.Tensor, num_queries: int, num_keys: int, dtype=None, device=None) -> torch.Tensor:
+    """The (heads, num_queries, num_keys) ALiBi bias ``-m_h · |i - j|`` added to the scores.
+
+    Query ``i`` sits at position ``i + num_keys - num_queries`` when there are
+    fewer queries than keys (decoding with a key/value cache, as in
+    :func:`~attention_book.attention.causal_mask`), else at ``i``. Under a causal
+    mask only keys ``j <= i`` are seen, and the bias is ``-m_h (i - j)``.
+    ``dtype``/``device`` default to those of ``slopes``.
+    """
+    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1:
+        got = tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__
+        raise ValueError(f"slopes must be a 1-D tensor (one slope per head), got {got}")
+    num_queries = check_int("num_queries", num_queries, minimum=0)
+    num_keys = check_int("num_keys", num_keys, minimum=0)
+    device = slopes.device if device is None else device
+    dtype = slopes.dtype if dtype is None else dtype
+    offset = max(num_keys - num_queries, 0)
+    rows = torch.arange(num_queries, device=device, dtype=dtype)[:, None] + offset
+    cols = torch.arange(num_keys, device=device, dtype=dtype)[None, :]
+    return -slopes.to(device=device, dtype=dtype)[:, None, None] * (rows - cols).abs()
+
+
+class ALiBi(nn.Module):
+    """Attention with linear biases (Press et al., 2022) for ``num_heads`` heads.
+
+    ``forward(num_queries, num_keys, dtype=None, device=None)`` returns the bias
+    (1, heads, num_queries, num_keys) of :func:`alibi_bias`, to be added to the
+    scaled scores before the softmax. Nothing is learned, nothing is added to
+    the input, and there is no length limit: a position never seen in training
+    only brings a larger distance, which the bias already penalises.
+    """
+
+    def __init__(self, num_heads: int):
+        super().__init__()
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def forward(self, num_queries: int, num_keys: int, dtype=None, device=None) -> torch.Tensor:
+        return alibi_bias(self.slopes, num_queries, num_keys, dtype=dtype, device=device)[None]
 
 
 # --- pictures of the sinusoidal table (chapter 6) ---------------------------------------------

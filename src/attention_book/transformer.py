@@ -24,9 +24,9 @@ Masks follow ``attention.py``: ``valid_lens`` is ``None``, lengths (batch,) or
 The decoder follows the interface of :mod:`attention_book.seq2seq`
 (``init_state`` / ``forward(X, state) -> (logits, state)``), so its greedy and
 beam search decode a Transformer too. Its state carries a *key/value cache*:
-for each block the inputs of its self-attention at all earlier positions, so a
-new token is pushed through the stack alone instead of re-running the whole
-prefix at every step.
+for each block the projected keys and values of its self-attention at all
+earlier positions (``num_kv_heads`` heads of them), so a new token is pushed
+through the stack alone instead of re-running the whole prefix at every step.
 """
 
 from __future__ import annotations
@@ -193,8 +193,10 @@ class TransformerDecoderBlock(nn.Module):
 
     ``TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
     i=0, use_bias=False, *, norm_first=False, cross_attention=True,
-    activation='relu')``; ``i`` is the block's index in its stack (it picks the
-    block's entry in a key/value cache).
+    activation='relu', num_kv_heads=None)``; ``i`` is the block's index in its
+    stack (it picks the block's entry in a key/value cache); ``num_kv_heads``
+    key/value heads are shared by the query heads of both attention sublayers
+    (default: one per head; see :class:`~attention_book.MultiHeadAttention`).
 
     ``forward(X, enc_outputs=None, dec_valid_lens=None, enc_valid_lens=None, *,
     cache=None)`` returns (batch, T, num_hiddens) for X of shape
@@ -208,10 +210,12 @@ class TransformerDecoderBlock(nn.Module):
       With ``cross_attention=False`` there is no such sublayer and
       ``enc_outputs`` must be ``None`` (a decoder-only block);
     * ``cache`` is a list with one entry per block (``None`` at first). If
-      given, the block's self-attention keys and values are its inputs at all
-      earlier positions, ``cache[i]``, followed by ``X``, and ``cache[i]`` is
-      replaced by that concatenation. ``X`` then holds only the newest
-      position(s), whose queries sit at the end of the sequence.
+      given, ``cache[i]`` holds the self-attention's projected keys and values
+      of all earlier positions, (batch, earlier positions, 2 * num_kv_heads *
+      head_dim) as ``MultiHeadAttention.project_kv`` makes them; those of ``X``
+      are appended to it, and the queries of ``X`` attend over the whole. ``X``
+      then holds only the newest position(s), whose queries sit at the end of
+      the sequence.
 
     ``self.attention1`` (self) and ``self.attention2`` (cross; ``None`` without
     cross-attention) are :class:`~attention_book.MultiHeadAttention` modules,
@@ -220,14 +224,15 @@ class TransformerDecoderBlock(nn.Module):
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0, i: int = 0,
                  use_bias: bool = False, *, norm_first: bool = False, cross_attention: bool = True,
-                 activation: str = "relu"):
+                 activation: str = "relu", num_kv_heads: int | None = None):
         super().__init__()
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.i, self.num_hiddens = i, num_hiddens
-        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias, num_kv_heads=num_kv_heads)
         self.attention1.role = "self"  # its keys are the cache plus the new tokens: not the queries' tensor
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
-        self.attention2 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias) if cross_attention else None
+        self.attention2 = (MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias, num_kv_heads=num_kv_heads)
+                           if cross_attention else None)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first) if cross_attention else None
         self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
@@ -249,11 +254,13 @@ class TransformerDecoderBlock(nn.Module):
             raise ValueError(f"cache has {len(cache)} entries but this is block i={self.i}")
 
         def self_attend(Z):
-            past = None if cache is None else cache[self.i]
-            kv = Z if past is None else torch.cat((past, Z), dim=1)
-            if cache is not None:
-                cache[self.i] = kv
-            return self.attention1(Z, kv, kv, dec_valid_lens, causal=True)
+            if cache is None:
+                return self.attention1(Z, Z, Z, dec_valid_lens, causal=True)
+            past = cache[self.i]
+            new = self.attention1.project_kv(Z, Z, offset=0 if past is None else past.shape[1])
+            kv = new if past is None else torch.cat((past, new), dim=1)
+            cache[self.i] = kv
+            return self.attention1(Z, None, None, dec_valid_lens, causal=True, kv=kv)
 
         X = self.addnorm1(X, self_attend)
         if self.attention2 is not None:
@@ -354,14 +361,16 @@ class TransformerDecoder(_TokenStack):
 
     ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
     num_blks, dropout, use_bias=False, *, max_len=1000, norm_first=False,
-    cross_attention=True)``.
+    cross_attention=True, num_kv_heads=None)``; ``num_kv_heads`` key/value heads
+    per attention sublayer (``None``: one per head, 1: multi-query attention).
 
     Interface of :mod:`attention_book.seq2seq`:
 
     * ``init_state(enc_outputs, enc_valid_lens=None)`` returns the state
       ``{'enc_outputs', 'enc_valid_lens', 'cache'}``; ``cache`` has one entry per
-      block, ``None`` until the first call. (Without cross-attention:
-      ``init_state(None)``, a decoder-only language model.)
+      block, ``None`` until the first call, then the block's keys and values so
+      far, (batch, positions, 2 * num_kv_heads * head_dim). (Without
+      cross-attention: ``init_state(None)``, a decoder-only language model.)
     * ``forward(X, state) -> (logits, state)``: ``X`` (batch, T) holds the
       tokens at the positions after those already in the cache (all of them,
       teacher-forced, in training; the newest one when decoding step by step);
@@ -375,12 +384,12 @@ class TransformerDecoder(_TokenStack):
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
                  dropout: float = 0.0, use_bias: bool = False, *, max_len: int = 1000, norm_first: bool = False,
-                 cross_attention: bool = True):
+                 cross_attention: bool = True, num_kv_heads: int | None = None):
         super().__init__(vocab_size, num_hiddens, ffn_num_hiddens, num_heads, num_blks, dropout, max_len, norm_first)
         self.cross_attention = bool(cross_attention)
         self.blks = nn.ModuleList(
             TransformerDecoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout, i, use_bias,
-                                    norm_first=norm_first, cross_attention=cross_attention)
+                                    norm_first=norm_first, cross_attention=cross_attention, num_kv_heads=num_kv_heads)
             for i in range(num_blks)
         )
         self.dense = nn.Linear(num_hiddens, vocab_size)

@@ -40,6 +40,7 @@ BLOCKED: dict[str, list[str]] = {
     "warmup_cosine": ["attention_book.transformer:warmup_cosine_factor"],
     "patchify": ["attention_book.vit:patchify"],
     "mlm_masking": ["attention_book.objectives:mask_for_mlm"],
+    "merge_softmax": ["attention_book.tiled:merge_softmax"],
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing")
 MAX_ITEMS = 100_000  # elements of all containers in one output, beyond which it is cut
