@@ -106,3 +106,23 @@ def test_decoding_benchmark_quick_table():
         vals = numbers(line)
         assert len(vals) == 3 and all(math.isfinite(v) and v > 0 for v in vals), line
     assert "identical with and without the cache" in out
+
+
+def test_tiled_benchmark_quick_table():
+    out = run("tiled.py", "--quick", "--repeats", "1")
+    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ x\s+\d+ \|", line)]
+    assert len(rows) == 2, out
+    for line in rows:
+        vals = numbers(line)
+        assert len(vals) == 8 and all(math.isfinite(v) and v > 0 for v in vals), line
+    assert "matched the fused kernel's at every length" in out
+
+
+def test_kv_cache_benchmark_quick_table():
+    out = run("kv_cache.py", "--quick", "--repeats", "1")
+    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ x\s+\d+ \|", line)]
+    assert len(rows) == 2, out
+    for line in rows:
+        vals = numbers(line)
+        assert len(vals) == 10 and all(math.isfinite(v) and v > 0 for v in vals), line
+    assert "cache sizes equal the formula" in out and "same with and without the cache" in out
