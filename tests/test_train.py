@@ -156,3 +156,12 @@ def test_fit_defaults_to_the_sizes_precision(monkeypatch):
                          device="cpu", progress=False)
         assert len(history.train_loss) == 1
     assert ab.training_precision() == "auto"
+
+
+def test_capped_batches_cuts_evaluation_only_under_the_cap(monkeypatch):
+    batches = [(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))] * 5
+    assert list(ab.capped_batches(batches)) == batches
+    monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
+    assert len(list(ab.capped_batches(batches))) == 2
+    model = nn.Linear(3, 4)
+    assert 0.0 <= ab.image_accuracy(model, batches) <= 1.0

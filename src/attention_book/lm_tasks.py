@@ -24,7 +24,7 @@ from .config import resolve_seed
 from .objectives import IGNORE, classification_loss, random_windows
 from .sampling import greedy_decode
 from .tokenizer import Tokenizer
-from .train import evaluating, fit
+from .train import capped_batches, evaluating, fit
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",
@@ -99,7 +99,7 @@ def classification_accuracy(model: nn.Module, batches) -> float:
     with evaluating(model):
         dev = next(model.parameters()).device
         right = total = 0
-        for inputs, labels in batches:
+        for inputs, labels in capped_batches(batches):
             pred = model.classify(inputs.to(dev)).argmax(dim=-1).cpu()
             right += int((pred == labels).sum())
             total += len(labels)

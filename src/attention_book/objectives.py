@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from .config import resolve_seed
 from .tokenizer import Tokenizer
-from .train import evaluating, move_to
+from .train import capped_batches, evaluating, move_to
 
 __all__ = [
     "IGNORE",
@@ -345,7 +345,7 @@ def evaluate_loss(model: nn.Module, loss_fn: Callable, batches) -> float:
     dev = next(model.parameters()).device
     total, count = 0.0, 0
     with evaluating(model):
-        for batch in batches:
+        for batch in capped_batches(batches):
             loss, n = loss_fn(model, move_to(batch, dev))
             total += float(loss) * n
             count += n
@@ -359,7 +359,7 @@ def masked_accuracy(model: nn.Module | None, batches, constant: int | None = Non
     """Share of masked-LM targets predicted exactly (arg-max); ``model=None`` with ``constant`` scores
     the guess "always token ``constant``" instead."""
     right = total = 0
-    for inputs, labels in batches:
+    for inputs, labels in capped_batches(batches):
         sel = labels != IGNORE
         if model is None:
             if constant is None:
@@ -410,7 +410,7 @@ def span_loss_parts(model: nn.Module, batches, tok: Tokenizer) -> dict[str, floa
         dev = next(model.parameters()).device
         structure = torch.tensor(tok.sentinel_ids + (tok.eos_id,))
         sums = {"structure": [0.0, 0], "words": [0.0, 0]}
-        for enc, dec, labels in batches:
+        for enc, dec, labels in capped_batches(batches):
             logits = model(enc.to(dev), dec.to(dev)).float().cpu()
             nll = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
             is_structure = torch.isin(labels, structure)

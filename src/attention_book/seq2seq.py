@@ -37,7 +37,7 @@ from .attention import AdditiveAttention, DotProductAttention, keep_attention_we
 from .checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
                      check_token_ids)
 from .text import BOS, EOS, PAD, bleu, preprocess_nmt, tokenize_nmt
-from .train import evaluating
+from .train import capped_batches, evaluating
 
 __all__ = [
     "Encoder",
@@ -632,7 +632,7 @@ def validation_loss(model: nn.Module, data) -> float:
     loss_fn = translation_loss(data.tgt_vocab[PAD])
     total, count = 0.0, 0.0
     with evaluating(model):
-        for batch in data.val_loader():
+        for batch in capped_batches(data.val_loader()):
             mean, n = loss_fn(model, [t.to(dev) for t in batch])
             total += float(mean) * float(n)
             count += float(n)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import functools
 import math
 import time
@@ -23,7 +24,7 @@ from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, 
                      training_precision)
 from .config import device as pick_device
 
-__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating"]
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches"]
 
 # An epoch whose mean training loss exceeds this many times the loss of the first
 # step (taken before any update) has diverged. The book's runs start at 2–10 and
@@ -32,6 +33,16 @@ DIVERGENCE_FACTOR = 1e4
 
 # What ``fit(precision=...)`` accepts: float32, bfloat16 or float16 autocast, or the best the device has.
 PRECISIONS = ("32", "bf16", "fp16", "auto")
+
+
+def capped_batches(batches: Iterable) -> Iterable:
+    """``batches`` as they are, or only the first ``ATTENTION_BOOK_MAX_STEPS`` of them when that cap is set.
+
+    The package's evaluation passes iterate through this, so the full-size smoke run (which caps
+    every ``fit``) also evaluates on a few batches instead of a whole validation set.
+    """
+    cap = max_steps()
+    return batches if cap is None else itertools.islice(batches, cap)
 
 
 @contextlib.contextmanager

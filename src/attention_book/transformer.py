@@ -42,7 +42,7 @@ from .attention import MultiHeadAttention, record_attention
 from .checks import (check_dropout, check_heads, check_int, check_positive_int, check_same_device, check_tensor_values,
                      check_token_ids)
 from .positional import PositionalEncoding
-from .train import evaluating
+from .train import capped_batches, evaluating
 
 __all__ = [
     "PositionWiseFFN",
@@ -805,7 +805,7 @@ def token_accuracy(model: nn.Module, loader, device=None) -> float:
     dev = device or next(model.parameters()).device
     right = total = 0
     with evaluating(model):
-        for X, Y in loader:
+        for X, Y in capped_batches(loader):
             X, Y = X.to(dev), Y.to(dev)
             right += int((model(X).argmax(dim=-1) == Y).sum())
             total += Y.numel()

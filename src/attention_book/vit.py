@@ -36,7 +36,7 @@ from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
 from .checks import check_dropout, check_heads, check_positive_int, check_same_device
-from .train import evaluating
+from .train import capped_batches, evaluating
 from .config import device as pick_device, resolve_seed
 from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
 
@@ -568,7 +568,7 @@ def image_accuracy(model: nn.Module, batches, device=None) -> float:
     dev = device if device is not None else next(model.parameters()).device
     correct = total = 0
     with evaluating(model):
-        for X, y in batches:
+        for X, y in capped_batches(batches):
             pred = model(X.to(dev)).argmax(dim=-1)
             correct += int((pred == y.to(dev)).sum())
             total += len(y)
