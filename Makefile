@@ -87,7 +87,7 @@ test-smoke: venv
 	env -u ATTENTION_BOOK_DATA PYTHONPATH=book/_ext ATTENTION_BOOK_SIZE=full ATTENTION_BOOK_MAX_STEPS=$(SMOKE_STEPS) ATTENTION_BOOK_EXPLORERS=live \
 		OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -p kernel_poll --nbmake --nbmake-timeout=600 -p no:randomly --durations=0 $(SMOKE_STAGE)/notebooks
 
-test: test-unit test-site
+test: test-unit test-site test-smoke
 
 ## JupyterLab on the notebooks, with the package and its kernel ("Python 3 (attention_book)").
 ## As root (containers) JupyterLab needs --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS=--no-browser.

@@ -121,12 +121,20 @@ def claim_keys(notebook: Path) -> set[str]:
     return set(CLAIM_KEY.findall(code))
 
 
-def merge_base(report: dict, rerun: list[Path]) -> dict:
+def drop_stale(report: dict, notebooks: list[Path] | None = None) -> dict:
+    """``report`` without the claims that none of ``notebooks`` (default: the book's) makes any more."""
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb")) if notebooks is None else notebooks
+    made = set().union(*(claim_keys(p) for p in notebooks))
+    report["claims"] = {k: v for k, v in report["claims"].items() if k in made}
+    return report
+
+
+def merge_base(report: dict, rerun: list[Path], notebooks: list[Path] | None = None) -> dict:
     """``report`` without the claims and failures of the notebooks being rerun (and only those:
     chapter 4's chapter and its exercises page are two notebooks whose keys share "ch04.")."""
     keys = set().union(*(claim_keys(p) for p in rerun))
     names = {p.name for p in rerun}
-    report["claims"] = {k: v for k, v in report["claims"].items() if k not in keys}
+    report["claims"] = {k: v for k, v in drop_stale(report, notebooks)["claims"].items() if k not in keys}
     report["failures"] = [f for f in report.get("failures", []) if f["notebook"] not in names]
     return report
 
@@ -181,10 +189,12 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=300, help="seconds per cell (as nbmake in make test)")
     ap.add_argument("--notebooks", nargs="*", default=[], help="substrings of notebook names to run (default: all)")
-    ap.add_argument("--table-only", action="store_true", help="rewrite book/_claims.md from the report, run nothing")
+    ap.add_argument("--table-only", action="store_true", help="rewrite book/_claims.md from the report (dropping claims no notebook makes), run nothing")
     args = ap.parse_args()
-    if args.table_only:
-        write_table(json.loads(REPORT.read_text(encoding="utf-8")))
+    if args.table_only:  # also forgets claims no notebook makes any more
+        report = drop_stale(json.loads(REPORT.read_text(encoding="utf-8")))
+        REPORT.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_table(report)
         return
     notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
     if args.notebooks:

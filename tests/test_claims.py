@@ -182,10 +182,12 @@ def test_a_partial_rerun_keeps_the_claims_of_notebooks_it_did_not_run(tmp_path):
     claims_script = importlib.import_module("claims")
     chapter = tmp_path / "ch04_bahdanau.ipynb"
     chapter.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ['ab.claim("ch04.in_chapter", 1, "s")']}]}))
-    report = {"claims": {"ch04.in_chapter": {}, "ch04.ex_in_exercises": {}},
+    exercises = tmp_path / "ch04_exercises.ipynb"
+    exercises.write_text(json.dumps({"cells": [{"cell_type": "code", "source": ['ab.claim("ch04.ex_in_exercises", 1, "s")']}]}))
+    report = {"claims": {"ch04.in_chapter": {}, "ch04.ex_in_exercises": {}, "ch04.dropped_since": {}},
               "failures": [{"notebook": "ch04_bahdanau.ipynb", "seed": 0}, {"notebook": "ch04_exercises.ipynb", "seed": 1}]}
-    kept = claims_script.merge_base(report, [chapter])
-    assert list(kept["claims"]) == ["ch04.ex_in_exercises"]
+    kept = claims_script.merge_base(report, [chapter], notebooks=[chapter, exercises])
+    assert list(kept["claims"]) == ["ch04.ex_in_exercises"]  # a claim no notebook makes any more is gone too
     assert kept["failures"] == [{"notebook": "ch04_exercises.ipynb", "seed": 1}]
 
 
