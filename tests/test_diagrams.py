@@ -181,3 +181,22 @@ def test_drawing_leaves_torch_alone():
     state = torch.get_rng_state()
     ab.draw_pretraining_modes()
     assert torch.equal(state, torch.get_rng_state())
+
+
+CHAPTER_FIGURES = {
+    "ch01_queries_keys_values": "draw_attention_pooling", "ch04_bahdanau": "draw_bahdanau",
+    "ch05_multihead_attention": "draw_multihead_attention", "ch06_self_attention": "draw_layer_comparison",
+    "ch07_transformer": "draw_transformer", "ch08_vision_transformer": "draw_vit",
+    "ch09_pretraining": "draw_pretraining_modes",
+}
+
+
+@pytest.mark.parametrize("chapter, function", sorted(CHAPTER_FIGURES.items()))
+def test_each_chapter_draws_its_architecture(chapter, function):
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / f"{chapter}.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert any(c["cell_type"] == "code" and f"ab.{function}(" in "".join(c["source"]) for c in cells), \
+        f"{chapter} should show its architecture with ab.{function}(...)"

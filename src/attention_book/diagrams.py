@@ -828,7 +828,7 @@ def draw_pretraining_modes(config=None, seq_len: int = 6, target_len: int = 4):
             detail = "bidirectional" if key == "bert" else "causal"
             block = s.box(cx, 4.05, width, 0.6, f"{N} × {kind} block\n{detail}", role="attention", size=SMALL - 1)
             s.arrow(emb.at("top"), block.at("bottom"))
-            task = "masked tokens" if key == "bert" else "next token"
+            task = "masked" if key == "bert" else "next token"
             head = s.box(cx, 4.75, width, 0.4, f"{task}: ${d} \\to$ {vocab}", role="output", size=SMALL - 1)
             s.arrow(block.at("top"), head.at("bottom"))
         mask = masks[key]
