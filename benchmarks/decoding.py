@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 
 import torch
+from interleave import median_interleaved
 
 import attention_book as ab
 
@@ -59,15 +58,8 @@ def compare(steps: int, repeats: int, num_hiddens: int = 256, num_blks: int = 2)
     tokens = {name: fn(model, src, lens, steps) for name, fn in ways.items()}  # warm-up, and the check
     if tokens["cache"] != tokens["no cache"]:
         raise AssertionError(f"the cache changed the decoded tokens: {tokens}")
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    names = list(ways)
-    for r in range(repeats):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            start = time.perf_counter()
-            ways[name](model, src, lens, steps)
-            times[name].append((time.perf_counter() - start) / steps)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return median_interleaved({name: lambda fn=fn: fn(model, src, lens, steps) for name, fn in ways.items()},
+                              repeats, units=steps)
 
 
 def main(argv=None) -> None:

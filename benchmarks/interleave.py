@@ -1,4 +1,4 @@
-"""Timing by turns, shared by benchmarks/tiled.py and benchmarks/kv_cache.py.
+"""Timing by turns, shared by benchmarks/decoding.py, tiled.py and kv_cache.py.
 
 Ways of computing the same thing take turns for ``repeats`` rounds, the one that goes first
 rotating each round, so that a machine drifting in speed, or the memory state one way leaves for

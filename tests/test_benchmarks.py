@@ -110,19 +110,11 @@ def test_decoding_benchmark_quick_table():
 
 def test_tiled_benchmark_quick_table():
     out = run("tiled.py", "--quick", "--repeats", "1")
-    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ x\s+\d+ \|", line)]
-    assert len(rows) == 2, out
-    for line in rows:
-        vals = numbers(line)
-        assert len(vals) == 8 and all(math.isfinite(v) and v > 0 for v in vals), line
+    check_rows(out, 2, 8)  # 3 times, 2 ratios, 3 memories per length
     assert "matched the fused kernel's at every length" in out
 
 
 def test_kv_cache_benchmark_quick_table():
     out = run("kv_cache.py", "--quick", "--repeats", "1")
-    rows = [line for line in out.splitlines() if re.match(r"^\s*\d+ x\s+\d+ \|", line)]
-    assert len(rows) == 2, out
-    for line in rows:
-        vals = numbers(line)
-        assert len(vals) == 10 and all(math.isfinite(v) and v > 0 for v in vals), line
+    check_rows(out, 2, 10)  # 4 times, 3 ratios, 3 cache sizes per prompt length
     assert "cache sizes equal the formula" in out and "same with and without the cache" in out

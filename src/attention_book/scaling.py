@@ -102,7 +102,7 @@ def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: 
     spaced moments. Compute is counted as Kaplan et al. do, ``C ≈ 6 · N · D`` with ``N`` the non-embedding
     parameters and ``D`` the training tokens seen so far.
     """
-    from .config import seed_everything, training_precision
+    from .config import seed_everything
     from .train import fit
 
     if steps % checkpoints:
@@ -118,7 +118,7 @@ def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: 
         train = Batches(lambda g: clm_batch(corpus.train_ids, tok, batch_size, seq_len, g), steps // checkpoints,
                         seed=seed)
         history = fit(model, train, clm_loss, epochs=checkpoints, lr=lr, clip_grad=1.0, device=device,
-                      precision=training_precision(), evaluate=lambda m: {"val loss": evaluate_loss(m, clm_loss, val)},
+                      evaluate=lambda m: {"val loss": evaluate_loss(m, clm_loss, val)},
                       progress=progress, desc=f"d={num_hiddens} x{num_blks}")
         n = non_embedding_parameters(model)
         # Steps taken by each checkpoint (fewer than planned in the last when ATTENTION_BOOK_MAX_STEPS cut the run).

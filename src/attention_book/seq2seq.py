@@ -653,7 +653,7 @@ def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_la
     call in a chapter gives another run when that variable changes.
     Returns ``(model, history)``.
     """
-    from .config import seed_everything, training_precision
+    from .config import seed_everything
     from .train import fit
 
     seed = seed_everything(seed)  # None: the book's seed
@@ -661,7 +661,7 @@ def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_la
                          cell=cell, attention=attention)
     history = fit(model, data.train_loader(seed=seed), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
                   lr=lr, clip_grad=clip_grad, evaluate=lambda m: {"val loss": validation_loss(m, data)},
-                  precision=training_precision(), progress=progress, desc=desc)
+                  progress=progress, desc=desc)
     return model, history
 
 
