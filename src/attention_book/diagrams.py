@@ -315,7 +315,8 @@ def draw_bahdanau(embed_size: int = 256, num_hiddens: int = 256, num_layers: int
     keeps every last-layer state h_t. At step t' the decoder's previous state
     s_{t'-1} is the query, the h_t are keys and values; the context c_{t'} is
     concatenated with the embedded previous token and fed to the decoder GRU,
-    whose new state s_{t'} goes through the output layer (to ``tgt_vocab_size``
+    whose recurrent state is s_{t'-1} too (s_0: the encoder's final states of
+    every layer); its new state s_{t'} goes through the output layer (to ``tgt_vocab_size``
     scores, or "|V|" when it is not given). Defaults: d2l's sizes. Returns the figure.
     """
     e = check_positive_int("embed_size", embed_size)
@@ -351,7 +352,7 @@ def draw_bahdanau(embed_size: int = 256, num_hiddens: int = 256, num_layers: int
         if a is not None and b is not None:
             s.arrow(a.at("right"), b.at("left"))
     s.text(3.2, 0.55, f"$T = {T}$\nsource tokens", size=SMALL, ha="left")
-    s.text(3.2, 2.0, f"GRU: {layers} layer{'s' if layers > 1 else ''},\n{h} units", size=SMALL, ha="left")
+    s.text(3.2, 1.66, f"GRU: {layers} layer{'s' if layers > 1 else ''},\n{h} units", size=SMALL, ha="left")
     s.text(3.2, 2.8, rf"$\mathbf{{h}}_t \in \mathbb{{R}}^{{{h}}}$" + "\n(last layer)", size=SMALL, ha="left")
 
     # Additive attention: keys and values h_t, query s_{t'-1}.
@@ -386,13 +387,24 @@ def draw_bahdanau(embed_size: int = 256, num_hiddens: int = 256, num_layers: int
     out = s.box(dx, 5.2, dw, 0.42, "next-token scores", role="output", size=SMALL)
     for a, b in ((prev, demb), (demb, cat), (cat, gru), (gru, new), (new, dense), (dense, out)):
         s.arrow(a.at("top"), b.at("bottom"))
-    # The context goes down to the concatenation; s_t' becomes the next step's query.
+    # The context goes down to the concatenation.
     cx = 4.45
     s.path([att.at("right", 0.25), (cx, att.cy + 0.25), (cx, cat.cy), cat.at("left")], color=_ROLES["attention"])
-    s.text(cx + 0.06, 3.2, r"$\mathbf{c}_{t'}$", size=FONT, ha="left", color=_ROLES["attention"])
-    s.path([new.at("left"), (4.6, new.cy), (4.6, 5.6), query.at("right")],
+    s.text(cx - 0.06, 3.3, r"$\mathbf{c}_{t'}$", size=FONT, ha="right", color=_ROLES["attention"])
+    # s_{t'-1} is also the GRU's recurrent state; at the first step it is s_0, the encoder's final states.
+    sx = 4.6
+    s.path([query.at("right"), (sx, query.cy), (sx, gru.cy + 0.08), gru.at("left", 0.08)], color=_ROLES["rnn"])
+    s.text(sx - 0.06, 5.72, "state", size=SMALL, ha="right", color=_ROLES["rnn"])
+    last = next(c for c in reversed(cells) if c is not None)
+    s.path([last.at("right", 0.1), (3.3, last.cy + 0.1), (3.3, 2.42), (4.55, 2.42), (4.55, gru.cy - 0.1),
+            gru.at("left", -0.1)], dashed=True, color=_ROLES["rnn"])
+    s.text(3.36, 2.35, r"$\mathbf{s}_0$, all layers", size=SMALL, ha="left", va="top", color=_ROLES["rnn"])
+    # s_t' becomes the next step's s_{t'-1}.
+    top = 6.12
+    s.path([new.at("right"), (6.54, new.cy), (6.54, top), (query.cx, top), query.at("top")],
            dashed=True, color=_ROLES["rnn"])
-    s.text(4.5, 5.78, "next step", size=SMALL, ha="right", color=_ROLES["rnn"])
+    s.text(3.6, top + 0.12, "next step", size=SMALL, color=_ROLES["rnn"])
+    s.fit_height(6.4)
     return s.done()
 
 

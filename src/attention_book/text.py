@@ -170,7 +170,8 @@ def load_fra_eng_text() -> tuple[str, str]:
     """
     local = find_local("fra-eng")
     if local is not None:
-        return read_utf8(local), f"local copy {local}"
+        # name the file, not the machine's path to it (the note is printed on the page)
+        return read_utf8(local), "local copy of fra-eng/fra.txt in the data directory"
     archive = fetch("fra-eng")
     member = extract_member(archive, "fra-eng/fra.txt", archive.parent / "fra-eng" / "fra.txt")
     return read_utf8(member), f"d2l archive {archive.name} (sha1 verified)"
