@@ -19,7 +19,7 @@ def test_self_attention_without_positions_is_permutation_equivariant():
     pe = ab.PositionalEncoding(16)
     perm = torch.tensor([1, 0, 2, 3, 4, 5, 6])
     assert ab.permutation_error(lambda Z: mha(pe(Z), pe(Z), pe(Z)), X, perm) > 1e-2
-    rope = ab.MultiHeadAttention(16, 4, rotary=True).eval()
+    rope = ab.RotaryAttention(16, 4).eval()
     assert ab.permutation_error(lambda Z: rope(Z, Z, Z), X, perm) > 1e-3
 
 

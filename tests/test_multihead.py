@@ -82,7 +82,7 @@ def test_fast_path_equals_weights_path(batch, n_q, n_k, heads, causal, use_lens,
     torch.manual_seed(seed)
     if causal and n_q > n_k:
         n_q = n_k
-    m = ab.MultiHeadAttention(8, heads, bias=True, rotary=rotary)
+    m = (ab.RotaryAttention if rotary else ab.MultiHeadAttention)(8, heads, bias=True)
     q, kv = torch.randn(batch, n_q, 8), torch.randn(batch, n_k, 8)
     lens = torch.randint(0, n_k + 1, (batch,)) if use_lens else None
     fast = m(q, kv, kv, lens, causal=causal, need_weights=False)
@@ -145,9 +145,9 @@ def test_heads_are_independent():
 
 
 def test_rotary_scores_see_only_offsets():
-    """With rotary=True and no other position signal, shifting a sequence along a longer one keeps outputs."""
+    """With rotary positions and no other position signal, shifting a sequence along a longer one keeps outputs."""
     torch.manual_seed(3)
-    m = ab.MultiHeadAttention(8, 2, rotary=True).eval()
+    m = ab.RotaryAttention(8, 2).eval()
     Z = torch.randn(1, 4, 8)
     out_a = m(Z, Z, Z, causal=True)
     padded = torch.cat([torch.randn(1, 3, 8), Z], dim=1)  # the same tokens at positions 3..6
@@ -161,7 +161,7 @@ def test_rotary_scores_see_only_offsets():
 
 
 def test_meta_device_forward():
-    m = ab.MultiHeadAttention(16, 4, bias=True, rotary=True).to("meta")
+    m = ab.RotaryAttention(16, 4, bias=True).to("meta")
     X = torch.randn(2, 5, 16, device="meta")
     for kwargs in ({}, {"causal": True}, {"need_weights": True}):
         assert m(X, X, X, **kwargs).shape == (2, 5, 16)
@@ -173,7 +173,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"head counts that work with num_hiddens=12: \[1, 2, 3, 4, 6, 12\]"):
         ab.MultiHeadAttention(12, 5)
     with pytest.raises(ValueError, match="even head size"):
-        ab.MultiHeadAttention(12, 4, rotary=True)
+        ab.RotaryAttention(12, 4)
     m = ab.MultiHeadAttention(8, 2)
     X = torch.randn(2, 3, 8)
     with pytest.raises(ValueError, match="queries have 4 features"):
@@ -213,7 +213,7 @@ def test_fused_self_attention_projection_matches_separate_projections():
 def grouped_and_full(num_heads=4, num_kv_heads=2, seed=0, **kw):
     """A grouped-query layer, and a plain multi-head layer whose W_k and W_v repeat its key/value heads per group."""
     torch.manual_seed(seed)
-    gqa = ab.MultiHeadAttention(16, num_heads, num_kv_heads=num_kv_heads, bias=True, **kw).eval()
+    gqa = ab.GroupedQueryAttention(16, num_heads, num_kv_heads=num_kv_heads, bias=True, **kw).eval()
     mha = ab.MultiHeadAttention(16, num_heads, bias=True, **kw).eval()
     group, d = num_heads // num_kv_heads, 16 // num_heads
     with torch.no_grad():
@@ -230,7 +230,7 @@ def test_num_kv_heads_equal_to_num_heads_is_plain_multi_head_attention():
     torch.manual_seed(0)
     default = ab.MultiHeadAttention(16, 4)
     torch.manual_seed(0)
-    explicit = ab.MultiHeadAttention(16, 4, num_kv_heads=4)
+    explicit = ab.GroupedQueryAttention(16, 4, num_kv_heads=4)
     X = torch.randn(2, 5, 16)
     torch.testing.assert_close(default(X, X, X, causal=True), explicit(X, X, X, causal=True), rtol=0, atol=0)
     assert explicit.W_k.out_features == 16
@@ -256,11 +256,11 @@ def test_grouped_query_equals_multi_head_with_tied_key_value_heads(num_kv_heads,
     torch.testing.assert_close(grad_got, grad_want, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("position", [{}, {"rotary": True}, {"alibi": True}])
+@pytest.mark.parametrize("variant", ["GroupedQueryAttention", "RotaryAttention", "ALiBiAttention"])
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
-def test_decoding_over_cached_keys_and_values_equals_the_full_pass(position, num_kv_heads):
+def test_decoding_over_cached_keys_and_values_equals_the_full_pass(variant, num_kv_heads):
     torch.manual_seed(2)
-    m = ab.MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads, **position).eval()
+    m = getattr(ab, variant)(16, 4, num_kv_heads=num_kv_heads).eval()
     X = torch.randn(2, 7, 16)
     full = m(X, X, X, causal=True)
     cache, steps = None, []
@@ -290,16 +290,16 @@ def test_decoder_cache_stores_only_the_key_value_heads():
 
 def test_grouped_query_on_the_meta_device_and_bad_head_counts():
     with torch.device("meta"):
-        m = ab.MultiHeadAttention(16, 4, num_kv_heads=2)
+        m = ab.GroupedQueryAttention(16, 4, num_kv_heads=2)
     X = torch.empty(2, 5, 16, device="meta")
     assert m(X, X, X, causal=True).device.type == "meta"
     with pytest.raises(ValueError, match=r"key/value head counts that work with num_heads=4: \[1, 2, 4\]"):
-        ab.MultiHeadAttention(16, 4, num_kv_heads=3)
+        ab.GroupedQueryAttention(16, 4, num_kv_heads=3)
     with pytest.raises(ValueError, match="num_kv_heads must be an integer"):
-        ab.MultiHeadAttention(16, 4, num_kv_heads=2.0)
-    with pytest.raises(ValueError, match="choose one"):
-        ab.MultiHeadAttention(16, 4, rotary=True, alibi=True)
-    m = ab.MultiHeadAttention(16, 4, num_kv_heads=2)
+        ab.GroupedQueryAttention(16, 4, num_kv_heads=2.0)
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        ab.MultiHeadAttention(16, 4, num_kv_heads=2)  # chapter 5's layer has one key/value head per head
+    m = ab.GroupedQueryAttention(16, 4, num_kv_heads=2)
     X = torch.randn(2, 3, 16)
     with pytest.raises(ValueError, match="not both"):
         m(X, X, X, kv=m.project_kv(X, X))
@@ -307,3 +307,55 @@ def test_grouped_query_on_the_meta_device_and_bad_head_counts():
         m(X, None, None, kv=torch.randn(2, 3, 32))
     with pytest.raises(ValueError, match="offset must be at least 0"):
         m.project_kv(X, X, offset=-1)
+
+
+# --- the variants with their feature off are chapter 5's layer ----------------------------------
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("masking", ["none", "lengths", "causal", "mask"])
+def test_grouped_query_with_every_head_its_own_is_the_plain_layer(training, masking):
+    """Same seed, same weights (the variant draws no extra numbers); same outputs, dropout included."""
+    torch.manual_seed(5)
+    plain = ab.MultiHeadAttention(16, 4, dropout=0.3, bias=True).train(training)
+    torch.manual_seed(5)
+    variant = ab.GroupedQueryAttention(16, 4, dropout=0.3, bias=True).train(training)
+    for name, param in plain.named_parameters():
+        torch.testing.assert_close(variant.get_parameter(name), param, rtol=0, atol=0)
+    q, kv = torch.randn(3, 6, 16), torch.randn(3, 6, 16)
+    lens = torch.tensor([6, 2, 4]) if masking == "lengths" else None
+    mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(1)) < 0.7 if masking == "mask" else None
+    outs = []
+    for m in (plain, variant):
+        torch.manual_seed(9)  # the same dropout draws
+        outs.append(m(q, kv, kv, lens, attn_mask=mask, causal=masking == "causal"))
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-6, rtol=1e-5)
+    # and over its own cache: the keys and values projected first, then attended
+    variant.eval(), plain.eval()
+    want = plain(q, kv, kv, lens, attn_mask=mask, causal=masking == "causal")
+    got = variant(q, None, None, lens, attn_mask=mask, causal=masking == "causal", kv=variant.project_kv(kv, kv))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_position_variants_keep_the_plain_layers_weights_and_change_only_the_scores():
+    """Rotary and ALiBi layers from the same seed hold the plain layer's weights; with every position at 0
+    (one query, one key) there is nothing to rotate or penalise, so they give the plain layer's output."""
+    layers = {}
+    for cls in (ab.MultiHeadAttention, ab.RotaryAttention, ab.ALiBiAttention):
+        torch.manual_seed(6)
+        layers[cls.__name__] = cls(16, 4, bias=True).eval()
+    q, kv = torch.randn(2, 1, 16), torch.randn(2, 1, 16)
+    want = layers["MultiHeadAttention"](q, kv, kv)
+    for name in ("RotaryAttention", "ALiBiAttention"):
+        torch.testing.assert_close(layers[name](q, kv, kv), want, atol=1e-6, rtol=1e-5)
+    X = torch.randn(2, 5, 16)  # at several positions they differ from the plain layer
+    plain = layers["MultiHeadAttention"](X, X, X, causal=True)
+    for name in ("RotaryAttention", "ALiBiAttention"):
+        assert not torch.allclose(layers[name](X, X, X, causal=True), plain, atol=1e-4)
+
+
+def test_chapter_5s_layer_is_small():
+    """Chapter 5 prints this class: it must fit on a page (80 lines without its docstring)."""
+    code = ab.show_source(ab.MultiHeadAttention).parts[0][1]
+    assert len(code.splitlines()) <= 80
+    for word in ("rotary", "alibi", "num_kv_heads", "project_kv", "kv="):
+        assert word not in code, word

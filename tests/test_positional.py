@@ -136,7 +136,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
 @pytest.mark.parametrize("masking", ["none", "causal", "lengths"])
 def test_attention_with_alibi_adds_the_bias_to_every_heads_scores(need_weights, masking):
     torch.manual_seed(0)
-    m = ab.MultiHeadAttention(16, 4, alibi=True).eval()
+    m = ab.ALiBiAttention(16, 4).eval()
     X = torch.randn(2, 6, 16)
     lens = torch.tensor([6, 3]) if masking == "lengths" else None
     got = m(X, X, X, lens, causal=masking == "causal", need_weights=need_weights)

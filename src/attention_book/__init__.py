@@ -19,6 +19,7 @@ from .train import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .positional import *  # noqa: F401,F403
+from .attention_variants import *  # noqa: F401,F403  (chapter 10's variants; chapter 7's cache uses one)
 from .text import *  # noqa: F401,F403
 from .claims import *  # noqa: F401,F403
 from .explorer import *  # noqa: F401,F403
@@ -50,7 +51,7 @@ from .long_context import *  # noqa: F401,F403
 
 from . import assignments  # noqa: F401
 
-MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
+MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "attention_variants", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
            "scoring",
            "seq2seq", "offset_task", "layer_comparison", "transformer", "vit",
            "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling",

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import (check_dropout, check_heads, check_int, check_kv_heads, check_optional_positive_int,
+from .checks import (check_dropout, check_heads, check_optional_positive_int,
                      check_positive_int, check_same_device, check_tensor_values)
 from .train import evaluating
 
@@ -52,6 +52,7 @@ __all__ = [
     "DotProductAttention",
     "AdditiveAttention",
     "MultiHeadAttention",
+    "heads_mask",
     "transpose_qkv",
     "transpose_output",
 ]
@@ -404,8 +405,49 @@ def transpose_output(X: torch.Tensor) -> torch.Tensor:
     return X.transpose(1, 2).reshape(b, n, h * d)
 
 
+def _check_projection_inputs(module: nn.Module, queries, keys, values) -> None:
+    """Queries, keys and values as ``module``'s ``W_q``, ``W_k``, ``W_v`` take them (a clear error if not)."""
+    _check_qkv(queries, keys, values, same_qk_size=False)
+    _check_devices(module, queries, keys, values)
+    for name, t, layer in (("queries", queries, module.W_q), ("keys", keys, module.W_k),
+                           ("values", values, module.W_v)):
+        if t.shape[-1] != layer.in_features:
+            raise ValueError(
+                f"{name} have {t.shape[-1]} features (shape {_shape(t)}) but this layer expects "
+                f"{layer.in_features}; set {name[:-1] if name != 'queries' else 'query'}_size accordingly"
+            )
+
+
+def heads_mask(valid_lens, attn_mask, batch: int, num_heads: int, n_q: int, n_k: int, device=None):
+    """``valid_lens`` and ``attn_mask`` as one boolean (batch, 1|heads, 1|queries, keys) mask, or ``None``.
+
+    Lengths of shape (batch,) become a (batch, 1, 1, keys) mask that the kernel
+    broadcasts, instead of a (batch, 1, queries, keys) copy. ``attn_mask`` is
+    boolean (``True`` = may attend) of shape (queries, keys), (batch, queries,
+    keys) or (batch, 1|heads, queries, keys).
+    """
+    if isinstance(valid_lens, torch.Tensor) and valid_lens.dtype != torch.bool and valid_lens.dim() == 1:
+        mask = key_mask(valid_lens, batch, 1, n_k, device=device)  # checks shape and range
+    else:
+        mask = key_mask(valid_lens, batch, n_q, n_k, device=device)
+    mask = None if mask is None else mask.unsqueeze(1)
+    if attn_mask is None:
+        return mask
+    if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
+        got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
+        raise ValueError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
+    if _shape(attn_mask) not in {(n_q, n_k), (batch, n_q, n_k), (batch, num_heads, n_q, n_k), (batch, 1, n_q, n_k)}:
+        raise ValueError(
+            f"attn_mask has shape {_shape(attn_mask)}; it needs ({n_q}, {n_k}), ({batch}, {n_q}, {n_k}) "
+            f"or ({batch}, {num_heads}, {n_q}, {n_k})"
+        )
+    am = attn_mask if attn_mask.dim() != 3 else attn_mask.unsqueeze(1)
+    am = am if device is None else am.to(device)
+    return am if mask is None else (mask & am)
+
+
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (Vaswani et al., 2017).
+    """Multi-head attention (Vaswani et al., 2017): chapter 5's layer.
 
     ``num_heads`` heads, each a scaled dot-product attention on its own
     ``num_hiddens / num_heads``-dimensional projections, concatenated and mixed
@@ -418,21 +460,11 @@ class MultiHeadAttention(nn.Module):
     ``attn_mask`` is boolean, ``True`` = may attend, of shape (queries, keys),
     (batch, queries, keys) or (batch, heads, queries, keys). ``causal=True``
     lets each query see only keys at its position or before.
-    ``rotary=True`` rotates each head's queries and keys by their positions
-    (:class:`~attention_book.positional.RotaryEmbedding`), so scores depend on
-    relative positions; queries are taken to be the last ``num_queries`` of the
-    ``num_keys`` positions, as in :func:`causal_mask` (both start at 0 when there
-    are more queries than keys). ``alibi=True`` instead adds ALiBi's distance
-    penalty ``-m_h |i - j|`` to each head's scores
-    (:class:`~attention_book.positional.ALiBi`), with the same positions.
 
-    ``num_kv_heads`` (default ``num_heads``) key/value heads are shared by the
-    ``num_heads`` query heads in equal groups of consecutive heads: 1 is
-    multi-query attention (Shazeer, 2019), a number between grouped-query
-    attention (Ainslie et al., 2023), ``num_heads`` plain multi-head attention.
-    ``W_k`` and ``W_v`` then map to ``num_kv_heads * head_dim`` features, and a
-    key/value cache stores only those: :meth:`project_kv` gives what it stores,
-    and ``forward(queries, None, None, kv=...)`` attends over it.
+    Chapter 10's variants are subclasses in :mod:`attention_book.attention_variants`:
+    :class:`~attention_book.GroupedQueryAttention` (shared key/value heads and
+    a key/value cache), :class:`~attention_book.RotaryAttention` and
+    :class:`~attention_book.ALiBiAttention` (positions inside the heads).
 
     Speed (see ``benchmarks/attention.py``): the fast path never builds a
     (queries, keys) matrix for the common cases — no mask, ``causal=True`` alone
@@ -442,76 +474,28 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
                  query_size: int | None = None, key_size: int | None = None, value_size: int | None = None,
-                 need_weights: bool | None = None, rotary: bool = False, num_kv_heads: int | None = None,
-                 alibi: bool = False):
+                 need_weights: bool | None = None):
         super().__init__()
-        num_hiddens, num_heads = check_heads(num_hiddens, num_heads)
-        num_kv_heads = check_kv_heads(num_heads, num_kv_heads)
-        dropout = check_dropout(dropout)
-        query_size, key_size, value_size = (check_optional_positive_int(name, size) for name, size in (
-            ("query_size", query_size), ("key_size", key_size), ("value_size", value_size)))
-        if rotary and alibi:
-            raise ValueError("rotary=True and alibi=True are two ways to give positions: choose one")
-        self.num_hiddens, self.num_heads, self.dropout = num_hiddens, num_heads, dropout
-        self.num_kv_heads, self.head_dim = num_kv_heads, num_hiddens // num_heads
-        self.need_weights = need_weights
-        kv_hiddens = num_kv_heads * self.head_dim
-        self.W_q = nn.Linear(query_size or num_hiddens, num_hiddens, bias=bias)
-        self.W_k = nn.Linear(key_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_v = nn.Linear(value_size or num_hiddens, kv_hiddens, bias=bias)
-        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.rotary = self.alibi = None
-        if rotary:
-            from .positional import RotaryEmbedding
-
-            if self.head_dim % 2:
-                raise ValueError(
-                    f"rotary=True needs an even head size, got num_hiddens / num_heads = {self.head_dim}; "
-                    f"pick num_heads so that num_hiddens / num_heads is even"
-                )
-            self.rotary = RotaryEmbedding(self.head_dim)
-        if alibi:
-            from .positional import ALiBi
-
-            self.alibi = ALiBi(num_heads)
+        (self.num_hiddens, self.num_heads), self.dropout = check_heads(num_hiddens, num_heads), check_dropout(dropout)
+        self.head_dim, self.need_weights = self.num_hiddens // self.num_heads, need_weights
+        sizes = [check_optional_positive_int(name, size) or self.num_hiddens for name, size in
+                 (("query_size", query_size), ("key_size", key_size), ("value_size", value_size))]
+        self.W_q, self.W_k, self.W_v = (nn.Linear(size, self.num_hiddens, bias=bias) for size in sizes)
+        self.W_o = nn.Linear(self.num_hiddens, self.num_hiddens, bias=bias)
         self.attention_weights: torch.Tensor | None = None
 
-    def _check(self, queries, keys, values) -> None:
-        _check_qkv(queries, keys, values, same_qk_size=False)
-        _check_devices(self, queries, keys, values)
-        for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k), ("values", values, self.W_v)):
-            if t.shape[-1] != layer.in_features:
-                raise ValueError(
-                    f"{name} have {t.shape[-1]} features (shape {_shape(t)}) but this layer expects "
-                    f"{layer.in_features}; set {name[:-1] if name != 'queries' else 'query'}_size accordingly"
-                )
-
-    def build_mask(self, batch: int, n_q: int, n_k: int, valid_lens=None, attn_mask=None, device=None):
-        """Combine ``valid_lens`` and ``attn_mask`` into one boolean (batch, 1|heads, 1|q, k) mask.
-
-        Lengths of shape (batch,) become a (batch, 1, 1, keys) mask that the
-        kernel broadcasts, instead of a (batch, 1, queries, keys) copy.
-        """
-        if isinstance(valid_lens, torch.Tensor) and valid_lens.dtype != torch.bool and valid_lens.dim() == 1:
-            mask = key_mask(valid_lens, batch, 1, n_k, device=device)  # checks shape and range
-        else:
-            mask = key_mask(valid_lens, batch, n_q, n_k, device=device)
-        mask = None if mask is None else mask.unsqueeze(1)
-        if attn_mask is not None:
-            if not isinstance(attn_mask, torch.Tensor) or attn_mask.dtype != torch.bool:
-                got = attn_mask.dtype if isinstance(attn_mask, torch.Tensor) else type(attn_mask).__name__
-                raise ValueError(f"attn_mask must be a boolean tensor (True = may attend), got {got}")
-            allowed = {(n_q, n_k), (batch, n_q, n_k), (batch, self.num_heads, n_q, n_k), (batch, 1, n_q, n_k)}
-            if _shape(attn_mask) not in allowed:
-                raise ValueError(
-                    f"attn_mask has shape {_shape(attn_mask)}; it needs ({n_q}, {n_k}), ({batch}, {n_q}, {n_k}) "
-                    f"or ({batch}, {self.num_heads}, {n_q}, {n_k})"
-                )
-            am = attn_mask if attn_mask.dim() != 3 else attn_mask.unsqueeze(1)
-            if device is not None:
-                am = am.to(device)
-            mask = am if mask is None else (mask & am)
-        return mask
+    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
+                need_weights: bool | None = None):
+        _check_projection_inputs(self, queries, keys, values)
+        b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
+        mask = heads_mask(valid_lens, attn_mask, b, self.num_heads, n_q, n_k, device=queries.device)
+        # (batch, length, num_hiddens) -> (batch, heads, length, head_dim): head h gets its own columns
+        q, k, v = (transpose_qkv(t, self.num_heads) for t in self._project(queries, keys, values))
+        p = self.dropout if self.training else 0.0
+        out, self.attention_weights = attend(q, k, v, mask, causal=causal, dropout_p=p,
+                                             need_weights=_wants_weights(self, need_weights))
+        # (batch, heads, queries, head_dim) -> (batch, queries, num_hiddens), then mix the heads
+        return self.W_o(transpose_output(out))
 
     def _project(self, queries, keys, values):
         """W_q queries, W_k keys, W_v values — as one matrix product for self-attention.
@@ -523,99 +507,11 @@ class MultiHeadAttention(nn.Module):
         either way.
         """
         if queries is keys and keys is values:
-            weight = torch.cat([self.W_q.weight, self.W_k.weight, self.W_v.weight])
-            bias = None if self.W_q.bias is None else torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias])
-            kv = self.W_k.out_features
-            return F.linear(queries, weight, bias).split([self.num_hiddens, kv, kv], dim=-1)
+            layers = (self.W_q, self.W_k, self.W_v)
+            weight = torch.cat([layer.weight for layer in layers])
+            bias = None if self.W_q.bias is None else torch.cat([layer.bias for layer in layers])
+            return F.linear(queries, weight, bias).split([layer.out_features for layer in layers], dim=-1)
         return self.W_q(queries), self.W_k(keys), self.W_v(values)
-
-    def project_kv(self, keys: torch.Tensor, values: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """What a key/value cache stores for these positions: (batch, length, 2 * num_kv_heads * head_dim).
-
-        The projected keys (rotated to positions ``offset, offset + 1, ...`` when
-        ``rotary=True``) followed by the projected values on the last axis. Pass
-        the cache, new rows appended, as ``forward(queries, None, None, kv=cache)``.
-        """
-        for name, t in (("keys", keys), ("values", values)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 3:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
-        offset = check_int("offset", offset, minimum=0)
-        k, v = self.W_k(keys), self.W_v(values)
-        if self.rotary is not None:
-            k = transpose_output(self.rotary(transpose_qkv(k, self.num_kv_heads), offset=offset))
-        return torch.cat((k, v), dim=-1)
-
-    def _check_kv(self, queries, kv) -> None:
-        for name, t in (("queries", queries), ("kv", kv)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 3:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
-            check_same_device(name, t, self)
-        width = 2 * self.W_k.out_features
-        if kv.shape[-1] != width or kv.shape[0] != queries.shape[0]:
-            raise ValueError(f"kv has shape {_shape(kv)}; it needs ({queries.shape[0]}, keys, {width}): "
-                             f"keys and values of {self.num_kv_heads} key/value heads, as project_kv returns")
-        if queries.shape[-1] != self.W_q.in_features:
-            raise ValueError(f"queries have {queries.shape[-1]} features (shape {_shape(queries)}) but this layer "
-                             f"expects {self.W_q.in_features}")
-        if not queries.is_floating_point() or queries.dtype != kv.dtype:
-            raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")
-
-    def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
-                need_weights: bool | None = None, kv: torch.Tensor | None = None):
-        if kv is None:
-            self._check(queries, keys, values)
-            n_k = keys.shape[1]
-        else:
-            if keys is not None or values is not None:
-                raise ValueError("pass either keys and values or kv (their projections, from project_kv), not both")
-            self._check_kv(queries, kv)
-            n_k = kv.shape[1]
-        b, n_q = queries.shape[0], queries.shape[1]
-        mask = self.build_mask(b, n_q, n_k, valid_lens, attn_mask, device=queries.device)
-        # (batch, length, features) -> (batch, heads, length, d_head); keys and values have num_kv_heads heads
-        if kv is None:
-            q, k, v = self._project(queries, keys, values)
-            k = self.rotary(transpose_qkv(k, self.num_kv_heads)) if self.rotary is not None else \
-                transpose_qkv(k, self.num_kv_heads)
-        else:
-            q, (k, v) = self.W_q(queries), kv.chunk(2, dim=-1)
-            k = transpose_qkv(k, self.num_kv_heads)
-        q, v = transpose_qkv(q, self.num_heads), transpose_qkv(v, self.num_kv_heads)
-        if self.rotary is not None:
-            q = self.rotary(q, offset=max(n_k - n_q, 0))
-        bias = None if self.alibi is None else self.alibi(n_q, n_k, dtype=q.dtype, device=q.device)
-        p = self.dropout if self.training else 0.0
-        out, self.attention_weights = self._attend(q, k, v, mask, causal, p, _wants_weights(self, need_weights), bias)
-        # (batch, heads, queries, d_head) -> (batch, queries, num_hiddens)
-        return self.W_o(transpose_output(out))
-
-    def _attend(self, q, k, v, mask, causal: bool, p: float, wants: bool, bias):
-        """Attention of the (batch, heads, queries, d_head) queries over (batch, kv_heads, keys, d_head) keys/values.
-
-        With fewer key/value heads than query heads, each group of ``num_heads /
-        num_kv_heads`` consecutive query heads shares one key/value head. When
-        every query of a group sees the same keys (no mask, or one mask per
-        example, and at most one causal query: decoding), the group's queries
-        are stacked along the query axis and attend to the shared keys at once,
-        so the keys and values are never copied; otherwise they are repeated.
-        """
-        b, n_q, n_k = q.shape[0], q.shape[-2], k.shape[-2]
-        group = self.num_heads // self.num_kv_heads
-        if group > 1:
-            same_keys = mask is None or (mask.shape[-2] == 1 and (mask.dim() < 3 or mask.shape[-3] == 1))
-            if bias is None and same_keys and (not causal or n_q == 1) and n_k > 0:
-                # causal with one query: the query is the last position and sees every key
-                folded = q.reshape(b, self.num_kv_heads, group * n_q, q.shape[-1])
-                out, weights = attend(folded, k, v, mask, dropout_p=p, need_weights=wants)
-                out = out.reshape(b, self.num_heads, n_q, v.shape[-1])
-                return out, None if weights is None else weights.reshape(b, self.num_heads, n_q, n_k)
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        if causal and mask is None and bias is None and n_q == n_k and not wants and n_k > 0:
-            # The kernel masks by itself: no (queries, keys) mask is built or scanned.
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
-        return attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants, bias=bias)
 
 
 # --- attention maps, on request ----------------------------------------------------------------

@@ -37,7 +37,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention, attend, record_attention
+from .attention import MultiHeadAttention, _check_projection_inputs, attend, record_attention, transpose_qkv
+from .attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
 from .checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
 from .config import resolve_seed
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
@@ -200,16 +201,11 @@ class LinearAttention(nn.Module):
     def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False):
         if valid_lens is not None or attn_mask is not None:
             raise ValueError("LinearAttention supports causal=True/False only, not valid_lens or attn_mask")
-        self.inner._check(queries, keys, values)
         inner = self.inner
-        q, k, v = (_heads(t, inner.num_heads) for t in inner._project(queries, keys, values))
+        _check_projection_inputs(inner, queries, keys, values)
+        q, k, v = (transpose_qkv(t, inner.num_heads) for t in inner._project(queries, keys, values))
         out = linear_attention(q, k, v, causal=causal)
         return inner.W_o(out.transpose(1, 2).flatten(2))
-
-
-def _heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
-    b, n, d = t.shape
-    return t.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
 
 
 # --- the model ----------------------------------------------------------------------------------
@@ -257,8 +253,8 @@ class LengthModel(nn.Module):
         def make_attention():
             if attention == "linear":
                 return LinearAttention(num_hiddens, num_heads)
-            return MultiHeadAttention(num_hiddens, num_heads, rotary=positions == "rotary",
-                                      alibi=positions == "alibi", num_kv_heads=num_kv_heads)
+            variant = {"rotary": RotaryAttention, "alibi": ALiBiAttention}.get(positions, GroupedQueryAttention)
+            return variant(num_hiddens, num_heads, num_kv_heads=num_kv_heads)
 
         self.blks = nn.ModuleList(
             TransformerEncoderBlock(num_hiddens, 2 * num_hiddens, num_heads, norm_first=True, causal=True,

@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
+from .attention_variants import GroupedQueryAttention
 from .checks import (check_dropout, check_heads, check_int, check_positive_int, check_same_device, check_tensor_values,
                      check_token_ids)
 from .positional import PositionalEncoding
@@ -196,7 +197,7 @@ class TransformerDecoderBlock(nn.Module):
     activation='relu', num_kv_heads=None)``; ``i`` is the block's index in its
     stack (it picks the block's entry in a key/value cache); ``num_kv_heads``
     key/value heads are shared by the query heads of both attention sublayers
-    (default: one per head; see :class:`~attention_book.MultiHeadAttention`).
+    (default: one per head; see :class:`~attention_book.GroupedQueryAttention`).
 
     ``forward(X, enc_outputs=None, dec_valid_lens=None, enc_valid_lens=None, *,
     cache=None)`` returns (batch, T, num_hiddens) for X of shape
@@ -212,14 +213,15 @@ class TransformerDecoderBlock(nn.Module):
     * ``cache`` is a list with one entry per block (``None`` at first). If
       given, ``cache[i]`` holds the self-attention's projected keys and values
       of all earlier positions, (batch, earlier positions, 2 * num_kv_heads *
-      head_dim) as ``MultiHeadAttention.project_kv`` makes them; those of ``X``
+      head_dim) as ``GroupedQueryAttention.project_kv`` makes them; those of ``X``
       are appended to it, and the queries of ``X`` attend over the whole. ``X``
       then holds only the newest position(s), whose queries sit at the end of
       the sequence.
 
     ``self.attention1`` (self) and ``self.attention2`` (cross; ``None`` without
-    cross-attention) are :class:`~attention_book.MultiHeadAttention` modules,
-    called in that order.
+    cross-attention) are :class:`~attention_book.GroupedQueryAttention` modules
+    (multi-head attention that can attend over a key/value cache), called in
+    that order.
     """
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0, i: int = 0,
@@ -228,11 +230,12 @@ class TransformerDecoderBlock(nn.Module):
         super().__init__()
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.i, self.num_hiddens = i, num_hiddens
-        self.attention1 = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias, num_kv_heads=num_kv_heads)
+        self.attention1 = GroupedQueryAttention(num_hiddens, num_heads, dropout, bias=use_bias,
+                                                num_kv_heads=num_kv_heads)
         self.attention1.role = "self"  # its keys are the cache plus the new tokens: not the queries' tensor
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
-        self.attention2 = (MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias, num_kv_heads=num_kv_heads)
-                           if cross_attention else None)
+        self.attention2 = (GroupedQueryAttention(num_hiddens, num_heads, dropout, bias=use_bias,
+                                                 num_kv_heads=num_kv_heads) if cross_attention else None)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first) if cross_attention else None
         self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
         self.addnorm3 = AddNorm(num_hiddens, dropout, norm_first)
