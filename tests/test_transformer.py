@@ -380,6 +380,60 @@ def test_train_transformer_and_translation_maps(one_thread):
         ab.translation_attention_figure(maps, "encoder", layer=3)
 
 
+def test_translation_attention_figure_stacks_heads_readably(one_thread):
+    data = _tiny_translation_data()
+    ab.seed_everything(0)
+    model = ab.make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=16, ffn_num_hiddens=8,
+                                num_heads=2, num_blks=2, dropout=0.0)
+    maps = ab.translation_attention(model, data, "go .")
+    fig = ab.translation_attention_figure(maps, "encoder", heads_per_row=1)
+    panels = fig.axes[:-1]  # the last axes is the colour bar
+    assert [ax.get_title() for ax in panels] == [f"layer {i}, head {h}" for i in (1, 2) for h in (1, 2)]
+    assert fig.get_figwidth() < 5  # one plot per row: a narrow figure, not shrunk in the page column
+    # every plot keeps its token labels, at the style's tick size (9 pt)
+    assert all(t.get_fontsize() >= 9 for ax in panels for t in ax.get_yticklabels())
+    with pytest.raises(ValueError, match="heads_per_row"):
+        ab.translation_attention_figure(maps, "encoder", heads_per_row=3)
+    with pytest.raises(ValueError, match="heads_per_row"):
+        ab.translation_attention_figure(maps, "encoder", heads_per_row=0)
+
+
+def test_schedule_figure_keeps_its_vertical_axis_for_every_warmup():
+    import matplotlib.pyplot as plt
+
+    limits = []
+    for warmup in (0, 30, 100):
+        fig = ab.schedule_figure(warmup=warmup, max_steps=200, base_lr=2e-3)
+        limits.append(fig.axes[0].get_ylim())
+        plt.close(fig)
+    assert limits[0] == limits[1] == limits[2] and limits[0][1] >= 2e-3
+
+
+def test_warmup_experiment_runs_the_grid_from_shared_seeds(one_thread):
+    import matplotlib.pyplot as plt
+
+    kwargs = dict(lrs=(1e-3, 1e-2), warmups=(0, 2), num_seeds=2, epochs=1, num_train=256, seed=5)
+    rows = ab.warmup_experiment(**kwargs)
+    assert [(r["lr"], r["warmup"], r["seed"]) for r in rows] == [
+        (lr, w, s) for s in (5, 6) for lr in (1e-3, 1e-2) for w in (0, 2)]
+    assert all(len(r["val_accuracy"]) == 1 and 0 <= r["val_accuracy"][0] <= 1 for r in rows)
+    # same seed, same schedule: the same run; another schedule: another run
+    again = ab.warmup_experiment(**{**kwargs, "num_seeds": 1})
+    assert [r["train_loss"] for r in again] == [r["train_loss"] for r in rows[:4]]
+    assert rows[0]["train_loss"] != rows[1]["train_loss"]
+    fig = ab.warmup_experiment_figure(rows)
+    assert len(fig.axes[0].collections) == 4  # one column of dots per setting
+    plt.close(fig)
+    with pytest.raises(ValueError, match="lrs"):
+        ab.warmup_experiment(lrs=(0.0,), num_seeds=1, epochs=1, num_train=128)
+    with pytest.raises(ValueError, match="warmups"):
+        ab.warmup_experiment(warmups=(-1,), num_seeds=1, epochs=1, num_train=128)
+    with pytest.raises(ValueError, match="num_seeds"):
+        ab.warmup_experiment(num_seeds=0)
+    with pytest.raises(ValueError, match="rows"):
+        ab.warmup_experiment_figure([])
+
+
 # --- the chapter's assignment checker ---------------------------------------------------------------
 
 def test_warmup_cosine_checker_accepts_reference_and_rejects_wrong_ones(capsys):

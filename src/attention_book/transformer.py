@@ -60,6 +60,8 @@ __all__ = [
     "warmup_cosine_factor",
     "warmup_cosine_schedule",
     "schedule_figure",
+    "warmup_experiment",
+    "warmup_experiment_figure",
     "reverse_dataset",
     "reverse_loaders",
     "SequencePredictor",
@@ -546,12 +548,15 @@ _MAP_KINDS = {
 }
 
 
-def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int | None = None, figsize=None):
+def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int | None = None,
+                                 heads_per_row: int = 2, figsize=None):
     """Heatmaps of one kind of attention from :func:`translation_attention`, labelled with tokens.
 
-    ``kind`` is ``'encoder'``, ``'decoder_self'`` or ``'cross'``. One row of
-    plots per layer (or only ``layer``, counted from 1), one column per head;
-    in each plot the rows are queries and the columns keys.
+    ``kind`` is ``'encoder'``, ``'decoder_self'`` or ``'cross'``. One plot per
+    head of every layer (or only ``layer``, counted from 1), ``heads_per_row``
+    plots side by side, layer after layer; in each plot the rows are queries and
+    the columns keys. Two plots per row keep the token labels readable in the
+    book's column (a page about 688 pixels wide).
     """
     if kind not in _MAP_KINDS:
         raise ValueError(f"kind must be one of {sorted(_MAP_KINDS)}, got {kind!r}")
@@ -560,16 +565,22 @@ def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int |
     title, q_name, k_name, xlabel, ylabel = _MAP_KINDS[kind]
     weights = maps[kind]  # (layers, heads, queries, keys)
     num_layers, num_heads = weights.shape[:2]
+    heads_per_row = check_positive_int("heads_per_row", heads_per_row)
+    if num_heads % heads_per_row:
+        raise ValueError(f"heads_per_row must divide the number of heads ({num_heads}), got {heads_per_row}")
     layers = list(range(num_layers))
     if layer is not None:
         if not 1 <= layer <= num_layers:
             raise ValueError(f"layer must lie in 1..{num_layers}, got {layer}")
         layers = [layer - 1]
-    fig = show_heatmaps(weights[layers], xlabel=xlabel, ylabel=ylabel,
-                        titles=[f"head {h + 1}" for h in range(num_heads)],
-                        row_titles=[f"layer {i + 1}" for i in layers], figsize=figsize,
-                        xticklabels=maps[k_name], yticklabels=maps[q_name], vmin=0.0, vmax=1.0)
-    fig.suptitle(f"{title}: {' '.join(maps['source'][:-1])} → {' '.join(maps['output'])}")
+    panels = weights[layers].reshape(-1, heads_per_row, *weights.shape[2:])
+    if figsize is None:
+        figsize = (1.2 + 2.7 * heads_per_row, 0.9 + 2.5 * panels.shape[0])
+    fig = show_heatmaps(panels, xlabel=xlabel, ylabel=ylabel,
+                        titles=[f"layer {i + 1}, head {h + 1}" for i in layers for h in range(num_heads)],
+                        figsize=figsize, xticklabels=maps[k_name], yticklabels=maps[q_name], vmin=0.0, vmax=1.0)
+    source, output = " ".join(maps["source"][:-1]), " ".join(maps["output"])
+    fig.suptitle(f"{title}\n{source} → {output}")
     return fig
 
 
@@ -625,6 +636,7 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
     if warmup:
         ax.axvline(warmup, color="0.6", linestyle="--", linewidth=1)
         ax.annotate("end of warm-up", (warmup, base_lr), xytext=(4, -12), textcoords="offset points", fontsize=8)
+    ax.set_ylim(0.0, 1.1 * base_lr)  # the same scale for every warm-up length
     ax.set_xlabel("optimisation step")
     ax.set_ylabel("learning rate")
     ax.set_title(f"warm-up {warmup} steps, cosine decay to step {max_steps}")
@@ -760,6 +772,78 @@ def reversal_attention_profile(model: SequencePredictor, X: torch.Tensor, layer:
         "on_target": maps[:, rows, target].mean().item(),
         "on_neighbours": (maps * neighbours).sum(dim=-1).mean().item(),
     }
+
+
+def warmup_experiment(lrs=(3e-3, 3e-2), warmups=(0, 50), num_seeds: int = 4, epochs: int = 3,
+                      num_train: int = 12_800, num_blks: int = 1, seed: int | None = None) -> list[dict]:
+    """Train the post-norm reversal model with and without warm-up, for several rates and seeds.
+
+    For every peak rate in ``lrs``, warm-up length in ``warmups`` (0: none) and
+    seed ``seed + k`` (k < ``num_seeds``; ``seed`` ``None`` is the book's seed), a
+    :class:`SequencePredictor` (one head, ``num_blks`` post-norm blocks, d = 32)
+    is trained for ``epochs`` epochs on ``num_train`` sequences with Adam, the
+    warm-up + cosine schedule and gradient clipping at 5: the chapter's recipe at
+    a shorter budget, the same for every run. A seed fixes the data, the initial
+    weights and the batch order, so the runs of one seed differ only in their
+    schedule. Returns one dict per run: ``lr``, ``warmup``, ``seed``,
+    ``val_accuracy`` (after every epoch) and ``train_loss`` (per epoch).
+    """
+    from .config import resolve_seed, seed_everything
+    from .train import fit
+
+    lrs = [float(lr) for lr in lrs]
+    if not lrs or any(not math.isfinite(lr) or lr <= 0 for lr in lrs):
+        raise ValueError(f"lrs must be a non-empty list of positive rates, got {lrs}")
+    warmups = [check_int("warmups", w, minimum=0) for w in warmups]
+    if not warmups:
+        raise ValueError("warmups must name at least one warm-up length (0 for none)")
+    num_seeds, epochs = check_positive_int("num_seeds", num_seeds), check_positive_int("epochs", epochs)
+    first = resolve_seed(seed)
+    rows = []
+    for k in range(num_seeds):
+        train, val, _ = reverse_loaders(128, num_train=num_train, num_val=1000, num_test=1, seed=first + k)
+        max_steps = epochs * len(train)
+        for lr in lrs:
+            for warmup in warmups:
+                seed_everything(first + k)
+                model = SequencePredictor(10, 32, num_heads=1, num_blks=num_blks)
+                optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+                scheduler = warmup_cosine_schedule(optimizer, min(warmup, max_steps), max_steps)
+                history = fit(model, train, token_loss, epochs=epochs, optimizer=optimizer, scheduler=scheduler,
+                              clip_grad=5.0, progress=False,
+                              evaluate=lambda m: {"val accuracy": token_accuracy(m, val)})
+                rows.append({"lr": lr, "warmup": warmup, "seed": first + k,
+                             "val_accuracy": list(history.metrics["val accuracy"]),
+                             "train_loss": list(history.train_loss)})
+    return rows
+
+
+def warmup_experiment_figure(rows: list[dict], figsize=(6.0, 3.2)):
+    """Final validation accuracy of every run of :func:`warmup_experiment`, one dot per seed.
+
+    One column of dots per (peak rate, warm-up) setting, so the spread over
+    seeds is visible; the dashed line is chance (one class in ten).
+    """
+    import matplotlib.pyplot as plt
+
+    from .plot import _ensure_style
+
+    if not rows:
+        raise ValueError("rows is empty: pass the list that warmup_experiment returns")
+    settings = sorted({(r["lr"], r["warmup"]) for r in rows})
+    _ensure_style()
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    for x, (lr, warmup) in enumerate(settings):
+        finals = [r["val_accuracy"][-1] for r in rows if (r["lr"], r["warmup"]) == (lr, warmup)]
+        offsets = torch.linspace(-0.12, 0.12, len(finals)).tolist() if len(finals) > 1 else [0.0]
+        ax.scatter([x + o for o in offsets], finals, s=36, color="C0" if warmup else "C1", zorder=3)
+    ax.axhline(0.1, color="0.6", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(settings)))
+    ax.set_xticklabels([f"peak {lr:g}\n" + (f"warm-up {w}" if w else "no warm-up") for lr, w in settings])
+    ax.set_ylim(0.0, 1.05)
+    ax.set_ylabel("validation accuracy")
+    ax.set_title("Post-norm reversal model, same budget, one dot per seed")
+    return fig
 
 
 class AdditiveSelfAttention(nn.Module):
