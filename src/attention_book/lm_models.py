@@ -296,7 +296,7 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    from .plot import _ensure_style
+    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     ids = tok.encode(text)
@@ -320,8 +320,11 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
         ("T5 decoder\n(self-attention)", m_t5["decoder self-attention"][0], x_dec[0], x_dec[0]),
         ("GPT decoder\n(self-attention)", m_gpt["decoder self-attention"][0], x_gpt[0], x_gpt[0]),
     ]
-    widths = [len(p[3]) for p in panels]
-    fig, axes = plt.subplots(1, 5, figsize=(15, 4.2), layout="constrained", gridspec_kw={"width_ratios": widths})
+    # Three masks above two: five in a row would shrink to the page's column and their token
+    # labels with them.
+    fig, grid = plt.subplots(2, 3, figsize=(PAGE_FIGURE_WIDTH, 7.6), layout="constrained")
+    axes = grid.ravel()[:len(panels)]
+    grid[1, 2].remove()
     cmap = ListedColormap(["white", "tab:red"])
     for ax, (title, mask, q_ids, k_ids) in zip(axes, panels):
         m = mask.detach().cpu()
@@ -329,9 +332,9 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
             m = m[0]
         ax.imshow(m.float().numpy(), cmap=cmap, vmin=0, vmax=1, aspect="equal")
         ax.set_xticks(range(len(k_ids)))
-        ax.set_xticklabels(names(k_ids), rotation=90, fontsize=8)
+        ax.set_xticklabels(names(k_ids), rotation=90)
         ax.set_yticks(range(len(q_ids)))
-        ax.set_yticklabels(names(q_ids), fontsize=8)
+        ax.set_yticklabels(names(q_ids))
         ax.set_xticks(np.arange(-0.5, len(k_ids)), minor=True)
         ax.set_yticks(np.arange(-0.5, len(q_ids)), minor=True)
         ax.grid(False)
@@ -339,5 +342,6 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
         ax.tick_params(which="minor", length=0)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("keys (attended to)", fontsize=9)
-    axes[0].set_ylabel("queries (attending)")
+    for ax in grid[:, 0]:
+        ax.set_ylabel("queries (attending)")
     return fig

@@ -354,7 +354,7 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
     """Accuracy against test length (log axis), one line per model; the training length marked."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, chance_line
 
     if not curves:
         raise ValueError("length_curves_figure needs at least one curve")
@@ -375,7 +375,7 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
     ax.annotate("training length", (train_len, 0.04), xytext=(4, 0), textcoords="offset points", fontsize=8,
                 color="0.4")
     if chance is not None:
-        ax.axhline(chance, color="0.7", linestyle=":", linewidth=1)
+        chance_line(ax, chance)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("test sequence length")
     ax.set_ylabel("accuracy")
@@ -396,15 +396,21 @@ def attention_patterns_figure(models: dict[str, LengthModel], seq_len: int = 96,
     """
     import matplotlib.pyplot as plt
 
-    from .plot import BOOK_CMAP, _ensure_style
+    from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
     X, _ = latest_marker_task(example + 1, seq_len, num_markers=num_markers, seed=resolve_seed(seed, 2) + seq_len)
     X = X[example:example + 1]
     _ensure_style()
-    fig, axes = plt.subplots(1, len(models), figsize=(2.9 * len(models) + 0.4, 3.3), layout="constrained",
-                             squeeze=False)
+    # At most two maps side by side: four in a row would shrink to the column's width and hide the
+    # staircase; two per row keep each map about 3.5 inches wide.
+    cols = min(len(models), 2)
+    rows = -(-len(models) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(min(3.6 * cols + 0.8, PAGE_FIGURE_WIDTH), 3.2 * rows),
+                             layout="constrained", squeeze=False, sharex=True, sharey=True)
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
     image = None
-    for ax, (name, model) in zip(axes[0], models.items()):
+    for k, (ax, (name, model)) in enumerate(zip(axes.flat, models.items())):
         with evaluating(model), record_attention(model) as maps:
             model(X.to(next(model.parameters()).device))
         weights = maps.tensors()[0][0].amax(dim=0).cpu()  # (queries, keys): the largest weight over the heads
@@ -415,9 +421,11 @@ def attention_patterns_figure(models: dict[str, LengthModel], seq_len: int = 96,
         ax.tick_params(axis="x", bottom=True, length=6, width=1.5, color="tab:blue")
         ax.grid(False)
         ax.set_title(name, fontsize=10)
-        ax.set_xlabel("key position (ticks: markers)")
-    axes[0][0].set_ylabel("query position")
-    cbar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+        if k + cols >= len(models):  # the lowest map of its column
+            ax.set_xlabel("key position (ticks: markers)")
+        if k % cols == 0:
+            ax.set_ylabel("query position")
+    cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
     cbar.set_label("largest weight over the heads", fontsize=8)
     return fig
 

@@ -14,9 +14,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "readable_log_axis", "BOOK_CMAP"]
+__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "readable_log_axis", "chance_line",
+           "BOOK_CMAP", "PAGE_FIGURE_WIDTH"]
 
 BOOK_CMAP = "Reds"
+# The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
+# website's column (about 684 px at 1280 px): drawn inline at 100 dpi, a 9-inch figure is
+# scaled to 0.76, its tick labels to 9.5 px. Wider figures shrink more (tests/test_site_layout.py).
+PAGE_FIGURE_WIDTH = 9.0
 _STYLED = False
 
 
@@ -107,8 +112,9 @@ def show_heatmaps(
     _ensure_style()
     if figsize is None:
         cell = 2.6 if max(n_q, n_k) < 30 else 3.2
+        cell = min(cell, (PAGE_FIGURE_WIDTH - 1.0) / num_cols)  # many columns: smaller maps, same text
         aspect = n_q / n_k
-        figsize = (min(1.0 + cell * num_cols, 14.0), min(0.6 + cell * num_rows * min(max(aspect, 0.4), 2.0), 14.0))
+        figsize = (1.0 + cell * num_cols, min(0.6 + cell * num_rows * min(max(aspect, 0.4), 2.0), 14.0))
     if vmin is None:
         vmin = float(min(data.min(), 0.0))
     if vmax is None:
@@ -191,6 +197,10 @@ def plot_curves(
         ys = to_numpy(values).astype(float).ravel()
         xs = np.arange(1, len(ys) + 1) if x is None else to_numpy(x)[: len(ys)]
         ax.plot(xs, ys, label=name, marker="o" if len(ys) <= 12 else None, markersize=3)
+    if x is None:  # epochs (or steps) counted 1, 2, ...: no fractional ticks
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if logy:
@@ -200,3 +210,13 @@ def plot_curves(
         ax.set_title(title)
     ax.legend()
     return fig
+
+
+def chance_line(ax, level: float, label: str = "chance"):
+    """A dotted horizontal line at the score of guessing, named in the legend. Returns the line.
+
+    Call ``ax.legend()`` afterwards (``plot_curves`` does) so the entry shows.
+    """
+    if not np.isfinite(level):
+        raise ValueError(f"chance_line needs a finite level, got {level!r}")
+    return ax.axhline(level, color="0.55", linestyle=":", linewidth=1.2, label=label)

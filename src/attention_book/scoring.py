@@ -30,7 +30,7 @@ from torch import nn
 from .attention import AdditiveAttention, DotProductAttention, _check_devices, _check_qkv, _shape, _wants_weights, attend, key_mask
 from .checks import check_dropout, check_int, check_positive_int
 from .config import resolve_seed
-from .plot import _ensure_style
+from .plot import _ensure_style, chance_line
 
 __all__ = [
     "DistanceAttention",
@@ -250,8 +250,8 @@ def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_sampl
         _powers_of_two_axis(ax, stats["dims"])
         ax.set(xlabel="feature size d", ylabel=ylabel, title=title)
         ax.legend()
-    axes[1, 0].axhline(1.0 / num_keys, color="grey", ls=":", lw=1)
-    axes[1, 0].text(stats["dims"][0], 1.0 / num_keys, " uniform", va="bottom", fontsize=8, color="grey")
+    chance_line(axes[1, 0], 1.0 / num_keys, label=f"uniform weights (1/{num_keys})")
+    axes[1, 0].legend()
     for ax in (axes[0, 0], axes[1, 0], axes[1, 1]):
         ax.axvline(d, color="black", ls="--", lw=1)
     return fig

@@ -619,15 +619,15 @@ def _as_hwc(image) -> np.ndarray:
 def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: int = 48):
     """The patch-size slider's figure: the picture cut by a grid, the token sequence, the cost.
 
-    Left: ``image`` with the patch grid drawn over it. Middle: the first
+    Top left: ``image`` with the patch grid drawn over it. Top right: the first
     ``max_shown`` patches laid out as the sequence the Transformer reads.
-    Right: number of tokens and self-attention multiply-adds (one layer, width
+    Below: number of tokens and self-attention multiply-adds (one layer, width
     ``num_hiddens``) for every patch size that divides the image, the chosen one
     marked. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     img = _as_hwc(image)
     h, w = img.shape[:2]
@@ -637,9 +637,11 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     m = rows * cols
     _ensure_style()
     cmap = "gray" if img.ndim == 2 else None
-    fig = plt.figure(figsize=(12.5, 3.9), layout="constrained")
-    grid = fig.add_gridspec(1, 3, width_ratios=[1.25, 1.35, 1.2])
-    ax = fig.add_subplot(grid[0])
+    # The picture and its sequence side by side, the cost below: three panels in a row would
+    # shrink to the page's column and their labels with them.
+    fig = plt.figure(figsize=(PAGE_FIGURE_WIDTH, 7.0), layout="constrained")
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.0, 1.1], height_ratios=[1.0, 0.9])
+    ax = fig.add_subplot(grid[0, 0])
     ax.imshow(img, cmap=cmap, extent=(0, w, h, 0))
     for r in range(1, rows):
         ax.axhline(r * ph, color="yellow", lw=0.8)
@@ -663,7 +665,7 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
         mosaic[top:top + ph, left:left + pw] = img[r * ph:(r + 1) * ph, c * pw:(c + 1) * pw]
     if img.ndim == 3:  # RGB: show the gaps white
         mosaic = np.where(np.isnan(mosaic), 1.0, mosaic)
-    sax = fig.add_subplot(grid[1])
+    sax = fig.add_subplot(grid[0, 1])
     sax.imshow(mosaic, cmap=cmap, vmin=float(img.min()), vmax=float(img.max()))
     sax.set_xticks([(pw + gap) * j + pw / 2 for j in range(per_row)])
     sax.set_xticklabels([str(j + 1) for j in range(per_row)], fontsize=7)
@@ -682,7 +684,7 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     sizes.sort()
     tokens = np.array([(h // p) * (w // p) for p in sizes], dtype=float)
     costs = np.array([attention_cost(int(t) + 1, num_hiddens) for t in tokens], dtype=float)
-    cax = fig.add_subplot(grid[2])
+    cax = fig.add_subplot(grid[1, :])
     cax.loglog(tokens, costs, "o-", color="C0", markersize=3)
     cost = attention_cost(m + 1, num_hiddens)
     cax.loglog([m], [cost], "o", color="C3", markersize=9, label=f"{m} + 1 tokens: {cost:.2e} mult-adds")
@@ -703,7 +705,7 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, to_numpy
+    from .plot import PAGE_FIGURE_WIDTH, _ensure_style, to_numpy
 
     _check_maps(maps)
     last = to_numpy(cls_attention(maps, grid_size))
@@ -714,7 +716,8 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
         raise ValueError(f"images must be (batch={last.shape[0]}, channels, H, W), got shape {imgs.shape}")
     n = min(len(imgs), max_images)
     _ensure_style()
-    fig, axes = plt.subplots(3, n, figsize=(1.75 * n + 0.6, 5.6), squeeze=False, layout="constrained")
+    side = min(1.75, (PAGE_FIGURE_WIDTH - 0.6) / n)  # at most the page's width (ab.PAGE_FIGURE_WIDTH)
+    fig, axes = plt.subplots(3, n, figsize=(side * n + 0.6, 3.2 * side), squeeze=False, layout="constrained")
     for i in range(n):
         img = _as_hwc(imgs[i])
         h, w = img.shape[:2]
