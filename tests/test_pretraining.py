@@ -54,6 +54,39 @@ def test_tokenizer_bad_input(tok):
         tok.decode(torch.zeros(2, 3, dtype=torch.long))
 
 
+def test_tokenizer_keeps_unicode_words_and_says_what_it_drops():
+    t = ab.Tokenizer("a", level="word")
+    # NFKC (the ligature fi), casefold (ß -> ss, İ -> i + combining dot, kept inside the word), ’ as '.
+    assert t.split("Café naïve İstanbul ﬁne Straße don’t") == ["café", "naïve", "i\u0307stanbul", "fine",
+                                                               "strasse", "don't"]
+    assert t.split("東京 и Москва, हिन्दी!") == ["東京", "и", "москва", ",", "हिन्दी", "!"]
+    # "e" + a combining acute is the same token as the precomposed "é".
+    assert t.split("cafe\u0301") == t.split("caf\u00e9") == ["caf\u00e9"]
+    assert t.dropped("Room 101 — café!") == {"1": 2, "0": 1, "—": 1}
+    assert t.dropped("x² ½ 😀 'quoted'") == {"2": 2, "1": 1, "⁄": 1, "😀": 1, "'": 2}
+    assert not t.dropped("plain words, with marks.")
+    c = ab.Tokenizer("a", level="char")
+    assert c.split("İs é\n\n東") == ["i\u0307", "s", " ", "é", " ", "東"]
+    assert c.dropped("a-b 2") == {"-": 1, "2": 1}
+    with pytest.raises(TypeError, match="text must be a str"):
+        t.dropped(None)
+
+
+def test_tokenizer_on_ascii_text_matches_the_a_to_z_rule():
+    """Ids on an ASCII text (The Time Machine is one) are those of the former [a-z] rule."""
+    import re
+
+    text = ab.synthetic_corpus()[:20000] + " Didn't 'quoted' x-ray 42 <MASK>. A_B"
+    assert text.isascii()
+    words = re.compile(r"<[a-z0-9_]+>|[a-z]+(?:'[a-z]+)?|[.,;:!?]").findall(text.lower())
+    chars = re.compile(r"<[a-z0-9_]+>|[a-z .,;:!?']").findall(re.sub(r"\s+", " ", text.lower()))
+    assert ab.Tokenizer("a", level="word").split(text) == words
+    assert ab.Tokenizer("a", level="char").split(text) == chars
+    # The Unicode pattern agrees on ASCII text (one non-ASCII character sends it down that path).
+    assert ab.Tokenizer("a", level="word").split(text + " é")[:-1] == words
+    assert ab.Tokenizer("a", level="char").split(text + " é")[:-2] == chars
+
+
 def test_load_corpus_real_and_fallback(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))  # empty and offline-like: no file there
 

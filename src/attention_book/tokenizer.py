@@ -8,7 +8,10 @@ for all three pretraining objectives.
 
 from __future__ import annotations
 
+import collections
+import functools
 import re
+import unicodedata
 from typing import Sequence
 
 import torch
@@ -27,18 +30,87 @@ def sentinel_token(i: int) -> str:
         raise ValueError(f"sentinel index must be a non-negative int, got {i!r}")
     return f"<s{i}>"
 
-_WORD_RE = re.compile(r"<[a-z0-9_]+>|[a-z]+(?:'[a-z]+)?|[.,;:!?]")
-_CHAR_RE = re.compile(r"<[a-z0-9_]+>|[a-z .,;:!?']")
+
+_SPECIAL = r"<[a-z0-9_]+>"
+_PUNCTUATION = ".,;:!?"  # the punctuation that makes tokens of its own
+
+
+def _ranges(code_points: list[int]) -> str:
+    """A regular-expression character class body listing ``code_points`` (ascending) as ranges."""
+    parts, start = [], None
+    for i, cp in enumerate(code_points):
+        if start is None:
+            start = cp
+        if i + 1 == len(code_points) or code_points[i + 1] != cp + 1:
+            parts.append(re.escape(chr(start)) + ("" if cp == start else "-" + re.escape(chr(cp))))
+            start = None
+    return "".join(parts)
+
+
+def _token_patterns(letter: str, mark: str | None) -> tuple[re.Pattern, re.Pattern]:
+    """The word and character patterns, given what a letter is and what a combining mark is."""
+    letter_or_mark = letter if mark is None else f"(?:{letter}|{mark})"
+    run = f"{letter}{letter_or_mark}*"
+    word = re.compile(f"{_SPECIAL}|{run}(?:'{run})?|[{re.escape(_PUNCTUATION)}]")
+    char = re.compile(f"{_SPECIAL}|{letter}{'' if mark is None else mark + '*'}|[ {re.escape(_PUNCTUATION)}']")
+    return word, char
+
+
+@functools.cache
+def _patterns(ascii_only: bool) -> tuple[re.Pattern, re.Pattern]:
+    """The word and character patterns, built once from this Python's Unicode database.
+
+    A *letter* is a character of a Unicode letter category (L*), followed by any combining
+    marks (M*: accents that did not compose, vowel signs, the dot of a lower-case ``İ``).
+    Python's ``[^\\W\\d_]`` is letters plus the numerals of categories Nl and No, so those
+    are left out. Marks and those numerals live only in planes 0, 1 and 14. ``re`` looks a
+    character below U+10000 up in a bitmap but tries ranges above it one by one, so those
+    are tried only for a character up there. ``ascii_only``: the same rule for ASCII text
+    (after case folding, ``[a-z]``), about five times faster on *The Time Machine*.
+    """
+    if ascii_only:
+        return _token_patterns("[a-z]", None)
+    marks, numerals = [], []
+    for cp in (*range(0x20000), *range(0xE0000, 0xE1000)):
+        category = unicodedata.category(chr(cp))
+        if category[0] == "M":
+            marks.append(cp)
+        elif category in ("Nl", "No"):
+            numerals.append(cp)
+    astral = "\U00010000-\U0010ffff"
+
+    def low(cps: list[int]) -> str:
+        return _ranges([cp for cp in cps if cp < 0x10000])
+
+    def high(cps: list[int]) -> str:
+        return _ranges([cp for cp in cps if cp >= 0x10000])
+
+    astral_letter = f"(?![{high(numerals)}])[^\\W\\d_]"
+    letter = f"(?:[^\\W\\d_{low(numerals)}{astral}]|(?=[{astral}]){astral_letter})"
+    mark = f"(?:[{low(marks)}]|(?=[{astral}])[{high(marks)}])"
+    return _token_patterns(letter, mark)
 
 
 class Tokenizer:
     """Text ↔ token ids, by words or by characters, with special tokens.
 
-    Text is lower-cased. At ``level='word'`` a token is a word (letters, one inner
-    apostrophe allowed) or one of ``. , ; : ! ?``; at ``level='char'`` it is a
-    letter, a space or one of those marks (runs of white space become one space).
-    Anything else is dropped. A special token written in the text, such as
-    ``<mask>``, stays one token at both levels.
+    Before splitting, text is normalised (:meth:`normalize`): Unicode NFKC (so ``ﬁ`` is
+    ``fi``, full-width ``Ａ`` is ``A``, ``é`` written as ``e`` plus an accent is one
+    character), then lower-cased with ``str.casefold`` (``Straße`` → ``strasse``,
+    ``İ`` → ``i̇``), then NFKC again; a typographic apostrophe ``’`` becomes ``'``.
+
+    A *letter* is any Unicode letter (``é``, ``ï``, ``ß``, Greek, Cyrillic, Chinese…)
+    together with the combining marks that follow it. At ``level='word'`` a token is
+    a run of letters (one inner apostrophe allowed: ``didn't``) or one of
+    ``. , ; : ! ?``; scripts written without spaces, such as Chinese, give one token per
+    run. At ``level='char'`` a token is a letter, a space (every run of white space
+    becomes one) or one of those marks or ``'``. A special token written in the text,
+    such as ``<mask>``, stays one token at both levels.
+
+    Everything else is **dropped**: digits, other punctuation and symbols (``—``, ``"``,
+    ``(``, ``#``, emoji), an apostrophe that is not inside a word. :meth:`dropped` counts
+    what a text loses, so nothing goes missing unseen. On ASCII text this gives exactly
+    the tokens of an ``[a-z]`` rule (*The Time Machine* is ASCII).
 
     The vocabulary is :class:`attention_book.Vocab` (``<unk>`` has index 0) with the
     reserved tokens ``<pad> <bos> <eos> <mask> <cls>``, the sentinels
@@ -67,14 +139,36 @@ class Tokenizer:
         self.mask_id, self.cls_id = ids[MASK], ids[CLS]
 
     # -- splitting, encoding, decoding -------------------------------------------------
-    def split(self, text: str) -> list[str]:
-        """The tokens of ``text`` (before mapping them to ids)."""
+    @staticmethod
+    def normalize(text: str) -> str:
+        """``text`` as the tokenizer reads it: NFKC, ``str.casefold``, NFKC again, ``’`` as ``'``."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        text = text.lower()
+        folded = unicodedata.normalize("NFKC", text).casefold()
+        return unicodedata.normalize("NFKC", folded).replace("\u2019", "'")
+
+    def _pattern(self, text: str) -> tuple[str, re.Pattern]:
+        """``text`` normalised (white space runs made one space at ``level='char'``) and the pattern for it."""
+        text = self.normalize(text)
+        word, char = _patterns(text.isascii())
         if self.level == "word":
-            return _WORD_RE.findall(text)
-        return _CHAR_RE.findall(re.sub(r"\s+", " ", text))
+            return text, word
+        return re.sub(r"\s+", " ", text), char
+
+    def split(self, text: str) -> list[str]:
+        """The tokens of ``text`` (before mapping them to ids)."""
+        text, pattern = self._pattern(text)
+        return pattern.findall(text)
+
+    def dropped(self, text: str) -> collections.Counter:
+        """What splitting ``text`` leaves out: each dropped character (after :meth:`normalize`)
+        with how often, white space apart (it separates words; at ``level='char'`` it is a
+        space token). Empty when the tokens keep everything::
+
+            Tokenizer("a").dropped("Room 101 — café!")  # Counter({'1': 2, '0': 1, '—': 1})
+        """
+        text, pattern = self._pattern(text)
+        return collections.Counter(c for c in pattern.sub(" ", text) if not c.isspace())
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; tokens outside the vocabulary become ``<unk>``."""
