@@ -220,3 +220,12 @@ def test_bleu_parts_worked_example():
     short = ab.bleu_parts("je suis .", "je suis chez moi .")
     assert short["penalty"] == pytest.approx(math.exp(1 - 5 / 3))
     assert ab.bleu_parts("", "je") == {"penalty": 0.0, "orders": []}
+
+
+def test_bleu_names_an_argument_that_is_not_a_string():
+    with pytest.raises(TypeError, match="pred_seq must be a str .* got NoneType"):
+        ab.bleu(None, "va !")
+    with pytest.raises(TypeError, match="label_seq must be a str .* got NoneType"):
+        ab.bleu("va !", None)
+    with pytest.raises(TypeError, match=r"pred_seq .* got list .*' '\.join"):
+        ab.bleu_parts(["va", "!"], "va !")

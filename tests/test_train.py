@@ -165,3 +165,65 @@ def test_capped_batches_cuts_evaluation_only_under_the_cap(monkeypatch):
     assert len(list(ab.capped_batches(batches))) == 2
     model = nn.Linear(3, 4)
     assert 0.0 <= ab.image_accuracy(model, batches) <= 1.0
+
+
+# --- what loss_fn and train_data may be (issue 28) -------------------------------------------
+
+def _mse(model, batch):
+    return nn.functional.mse_loss(model(batch[0]), batch[1])
+
+
+def _linear_batches(n=3):
+    g = torch.Generator().manual_seed(0)
+    return [(torch.randn(4, 2, generator=g), torch.randn(4, 1, generator=g)) for _ in range(n)]
+
+
+def test_fit_refuses_a_one_shot_iterator_for_several_epochs():
+    batches = _linear_batches()
+    with pytest.raises(ValueError, match="train_data is a generator, an iterator that can be iterated only once, "
+                                         "but epochs=2 needs 2 passes"):
+        ab.fit(nn.Linear(2, 1), (b for b in batches), _mse, epochs=2, progress=False, device="cpu")
+    # One epoch over a generator is fine; a list or a DataLoader can be iterated again.
+    assert ab.fit(nn.Linear(2, 1), (b for b in batches), _mse, epochs=1, progress=False, device="cpu").steps == 3
+    assert ab.fit(nn.Linear(2, 1), batches, _mse, epochs=2, progress=False, device="cpu").steps == 6
+
+    class OnceOnly:  # an iterable (not an iterator) that is empty the second time
+        def __init__(self):
+            self.left = list(batches)
+
+        def __iter__(self):
+            left, self.left = self.left, []
+            return iter(left)
+
+    with pytest.raises(ValueError, match="no batches in epoch 2, after 3 in the epochs before: it can be iterated "
+                                         "only once"):
+        ab.fit(nn.Linear(2, 1), OnceOnly(), _mse, epochs=2, progress=False, device="cpu")
+
+
+def test_fit_counts_zero_negative_and_what_loss_fn_returns():
+    batches = _linear_batches()
+    fit = lambda loss_fn, data=batches: ab.fit(nn.Linear(2, 1), data, loss_fn, epochs=1, progress=False,
+                                               device="cpu")
+    with pytest.raises(ValueError, match="count of 0 for every batch of epoch 1") as err:
+        fit(lambda m, b: (_mse(m, b), 0))
+    assert "diverged" not in str(err.value)
+    # A batch of count 0 adds nothing to the epoch's mean: with lr=0 (no update) the mean is that of the others.
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    with torch.no_grad():
+        expected = (_mse(model, batches[0]) + _mse(model, batches[2])).item() / 2
+    counted = ab.fit(model, batches, lambda m, b: (_mse(m, b), 0 if torch.equal(b[0], batches[1][0]) else 4), epochs=1, lr=0.0,
+                     progress=False, device="cpu")
+    assert counted.train_loss[0] == pytest.approx(expected, rel=1e-6)
+    for bad, match in ((-1, "count must be at least 0, got -1"), (torch.tensor(-2.0), r"count must lie in \[0, inf\]"),
+                       (torch.ones(2), "0-dim real tensor"), ("4", "must be a number"), (True, "must be a number")):
+        with pytest.raises(ValueError, match=match):
+            fit(lambda m, b, bad=bad: (_mse(m, b), bad))
+    with pytest.raises(TypeError, match="loss_fn must return the loss as a torch.Tensor .* got float"):
+        fit(lambda m, b: _mse(m, b).detach().item())
+    with pytest.raises(ValueError, match="pair \\(loss, count\\), got a tuple of 3"):
+        fit(lambda m, b: (_mse(m, b), 4, 1))
+    with pytest.raises(ValueError, match="without a gradient"):
+        fit(lambda m, b: _mse(m, b).detach())
+    with pytest.raises(ValueError, match="scalar loss"):
+        fit(lambda m, b: nn.functional.mse_loss(m(b[0]), b[1], reduction="none"))

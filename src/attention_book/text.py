@@ -343,6 +343,10 @@ def bleu_parts(pred_seq: str, label_seq: str, k: int = 2) -> dict:
     it used up one occurrence in the label, and ``weight`` is 1 / 2ⁿ.
     """
     k = check_positive_int("k", k)
+    for name, seq in (("pred_seq", pred_seq), ("label_seq", label_seq)):
+        if not isinstance(seq, str):
+            raise TypeError(f"{name} must be a str of space-separated tokens, got {type(seq).__name__}"
+                            + (" (join a list of tokens with ' '.join(...))" if isinstance(seq, (list, tuple)) else ""))
     pred, label = pred_seq.split(), label_seq.split()
     if not label:
         raise ValueError("bleu needs a non-empty label sequence")
@@ -371,7 +375,9 @@ def bleu(pred_seq: str, label_seq: str, k: int = 2) -> float:
     where ``p_n`` is the fraction of the prediction's n-grams that also occur in
     the label (each label n-gram matched at most as often as it occurs). Tokens
     are separated by spaces. n runs up to ``min(k, len_pred)``; an empty
-    prediction scores 0. :func:`bleu_parts` returns the pieces.
+    prediction scores 0. :func:`bleu_parts` returns the pieces. ``pred_seq`` or
+    ``label_seq`` that is not a ``str`` (``None``, a list of tokens) raises ``TypeError``
+    naming it; an empty label raises ``ValueError``.
     """
     parts = bleu_parts(pred_seq, label_seq, k)
     score = parts["penalty"]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import itertools
 import functools
@@ -19,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
-from .checks import check_positive_int
+from .checks import check_positive_int, check_tensor_values
 from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers,
                      training_precision)
 from .config import device as pick_device
@@ -158,11 +159,22 @@ def fit(
 
     Parameters
     ----------
+    train_data
+        An iterable of batches that can be iterated once per epoch: a list, a
+        ``DataLoader``, any object whose ``__iter__`` starts afresh. An iterator that
+        runs out after one pass (a generator, ``map``, ``zip``, ``iter(...)``) is
+        refused when ``epochs > 1`` (``ValueError``), before any training.
     loss_fn
-        ``loss_fn(model, batch)`` returns either a scalar loss (mean over the
-        batch) or a pair ``(mean_loss, count)``, where ``count`` is how many units
-        (e.g. unpadded tokens) the mean was taken over. Epoch losses are averaged
-        with these counts, so a short last batch or padding does not skew them.
+        ``loss_fn(model, batch)`` returns either a scalar loss (a 0-dim floating-point
+        tensor with a gradient: the mean over the batch) or a pair ``(mean_loss, count)``,
+        where ``count`` is how many units (e.g. unpadded tokens) the mean was taken over: a
+        number or 0-dim tensor, at least 0. Epoch losses are averaged with these counts, so
+        a short last batch or padding does not skew them. A batch with count 0 (all padding)
+        is still a training step but adds nothing to the epoch's mean, so its loss should be
+        a finite zero (as :func:`attention_book.masked_cross_entropy` returns); an epoch whose
+        every count is 0 has no mean and raises ``ValueError``. Anything else (a Python
+        float, a tensor of another shape, a negative count) raises ``TypeError`` or
+        ``ValueError`` naming ``loss_fn``.
     optimizer
         Defaults to Adam with learning rate ``lr`` over all parameters.
     scheduler
@@ -198,6 +210,11 @@ def fit(
     many optimisation steps; the history then ends with the epoch that was cut short.
     """
     epochs = check_positive_int("epochs", epochs)
+    if epochs > 1 and isinstance(train_data, collections.abc.Iterator):
+        raise ValueError(
+            f"train_data is a {type(train_data).__name__}, an iterator that can be iterated only once, but "
+            f"epochs={epochs} needs {epochs} passes over it; pass a list of batches or a torch DataLoader "
+            "(both start afresh every epoch), or use epochs=1")
     run = distributed_run()
     dev = _training_device(device, run)
     autocast_dtype, use_scaler = _precision(training_precision() if precision is None else precision, dev)
@@ -235,9 +252,7 @@ def fit(
             batch = move_to(batch, dev)
             with autocast():
                 out = compute_loss(batch)
-            loss, n = (out if isinstance(out, tuple) else (out, 1))
-            if loss.dim() != 0:
-                raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
+            loss, n = _loss_and_count(out)
             if first_loss is None:  # the one read in the loop: the yardstick for divergence, before any update
                 first_loss = _mean_over_processes(loss.detach().float(), run)
                 if not math.isfinite(first_loss):
@@ -270,11 +285,19 @@ def fit(
             batches += 1
             if cap is not None and history.steps >= cap:
                 break
+        if batches == 0 and _epoch == 0:
+            raise ValueError("train_data yielded no batches (it is empty)")
         if batches == 0:
-            raise ValueError("train_data yielded no batches")
+            raise ValueError(
+                f"train_data yielded no batches in epoch {_epoch + 1}, after {history.steps} in the epochs before: "
+                "it can be iterated only once; pass a list of batches or a torch DataLoader")
         if run is not None:
             total, count = _sum_over_processes(total, count)
             _share_buffers(model)
+        if float(count) == 0:
+            raise ValueError(
+                f"loss_fn returned a count of 0 for every batch of epoch {_epoch + 1}, so the epoch's loss has no "
+                "mean; count is how many units (e.g. unpadded tokens) each batch's mean loss was taken over")
         epoch_loss = float(total / count)
         _check_divergence(epoch_loss, first_loss, _epoch, optimizer)
         history.train_loss.append(epoch_loss)
@@ -301,6 +324,40 @@ def fit(
     if not all(math.isfinite(v) for v in history.train_loss):
         raise FloatingPointError("training produced a non-finite epoch loss" + _advice(optimizer))
     return history
+
+
+def _loss_and_count(out: Any) -> tuple[torch.Tensor, Any]:
+    """What ``loss_fn`` returned as ``(loss, count)`` (count 1 for a bare loss), checked: a clear error
+    naming ``loss_fn`` instead of one from deep inside ``backward``. Reads nothing on the host."""
+    if isinstance(out, tuple):
+        if len(out) != 2:
+            raise ValueError(f"loss_fn must return a loss or a pair (loss, count), got a tuple of {len(out)}")
+        loss, n = out
+    else:
+        loss, n = out, 1
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"loss_fn must return the loss as a torch.Tensor (0-dim, with a gradient), got {type(loss).__name__}; "
+            "a Python number (e.g. from loss.item() or float(loss)) carries no gradient to train with")
+    if loss.dim() != 0:
+        raise ValueError(f"loss_fn must return a scalar loss, got shape {tuple(loss.shape)}")
+    if not loss.is_floating_point():
+        raise ValueError(f"loss_fn must return a floating-point loss, got dtype {loss.dtype}")
+    if not loss.requires_grad:
+        raise ValueError("loss_fn returned a loss without a gradient (requires_grad=False): it was computed "
+                         "under torch.no_grad() or detached, or from no trainable parameter")
+    if isinstance(n, torch.Tensor):
+        if n.dim() != 0 or n.dtype == torch.bool or n.is_complex():
+            raise ValueError(f"loss_fn's count must be a number or a 0-dim real tensor, got a {n.dtype} tensor "
+                             f"of shape {tuple(n.shape)}")
+        check_tensor_values("loss_fn's count", n, 0, math.inf,
+                            what="count is how many units (e.g. tokens) the batch's mean loss was taken over")
+    elif isinstance(n, bool) or not isinstance(n, (int, float)):
+        raise ValueError(f"loss_fn's count must be a number or a 0-dim real tensor, got {n!r} ({type(n).__name__})")
+    elif not n >= 0:  # also NaN
+        raise ValueError(f"loss_fn's count must be at least 0, got {n}; count is how many units (e.g. tokens) the "
+                         "batch's mean loss was taken over")
+    return loss, n
 
 
 def _precision(precision: str, dev: torch.device) -> tuple[torch.dtype | None, bool]:
