@@ -404,3 +404,119 @@ def test_nan_at_padded_keys_never_reaches_the_output():
                 out = module(*bad)
             assert torch.isfinite(out).all(), (type(module).__name__, record)
             torch.testing.assert_close(out, clean)
+
+
+# --- edge cases both paths agree on (issue 28): NaN in, NaN out; a row of -inf scores is empty ----
+
+def _both_paths(q, k, v, mask=None, **kwargs):
+    fast, none = ab.attend(q, k, v, mask, **kwargs)
+    slow, weights = ab.attend(q, k, v, mask, need_weights=True, **kwargs)
+    assert none is None and weights is not None
+    return fast, slow
+
+
+@pytest.mark.parametrize("n", [5, 40])  # PyTorch's CPU kernel hid a NaN query as zeros below 16 positions
+@pytest.mark.parametrize("masking", ["none", "causal", "lengths"])
+def test_nan_in_a_query_gives_nan_in_its_row_on_both_paths(n, masking):
+    g = torch.Generator().manual_seed(n)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=g) for _ in range(3))
+    q[0, 1, 2, 5] = float("nan")
+    mask = torch.arange(n)[None, None, None, :] < torch.tensor([n, 3]).reshape(2, 1, 1, 1) \
+        if masking == "lengths" else None
+    fast, slow = _both_paths(q, k, v, mask, causal=masking == "causal")
+    expected = torch.zeros(2, 3, n, dtype=torch.bool)
+    expected[0, 1, 2] = True
+    for out in (fast, slow):
+        assert torch.equal(out.isnan().any(-1), expected)
+    torch.testing.assert_close(fast, slow, equal_nan=True)
+
+
+def test_nan_in_a_key_reaches_exactly_the_queries_that_see_it():
+    q, k, v = (torch.randn(1, 1, 6, 4, generator=torch.Generator().manual_seed(s)) for s in range(3))
+    k[0, 0, 3, 0] = float("nan")  # causal: queries 3, 4 and 5 see key 3
+    for kwargs in ({"causal": True}, {}):
+        fast, slow = _both_paths(q, k, v, **kwargs)
+        rows = [3, 4, 5] if kwargs else list(range(6))
+        for out in (fast, slow):
+            assert out[0, 0].isnan().any(-1).nonzero().flatten().tolist() == rows
+    k[0, 0, :, 1] = float("nan")  # every score NaN: the case the kernel returned as zeros
+    for out in _both_paths(q, k, v):
+        assert out.isnan().all()
+
+
+def test_modules_agree_on_a_nan_query_with_and_without_kept_weights():
+    torch.manual_seed(0)
+    queries, keys = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    queries[1, 3, 0] = float("nan")
+    for module in (ab.DotProductAttention(), ab.MultiHeadAttention(8, 2).eval()):
+        for causal in (False, True):
+            kwargs = {"causal": causal} if isinstance(module, ab.MultiHeadAttention) else {}
+            if causal and not kwargs:
+                continue
+            fast = module(queries, keys, keys, **kwargs)
+            with ab.keep_attention_weights():
+                slow = module(queries, keys, keys, **kwargs)
+            assert module.attention_weights is not None
+            assert fast.isnan().any(-1).nonzero().tolist() == [[1, 3]]
+            torch.testing.assert_close(fast, slow, equal_nan=True)
+
+
+def test_a_row_of_minus_inf_scores_is_empty_zeros_everywhere():
+    X = torch.randn(2, 3, 4)
+    X[0, 1] = float("-inf")  # the whole row
+    X[1, 2, :2] = float("-inf")  # part of a row: those keys get weight 0
+    out = ab.masked_softmax(X)
+    assert torch.equal(out[0, 1], torch.zeros(4))
+    keep = torch.ones(2, 3, 4, dtype=torch.bool)
+    keep[0, 1] = False
+    keep[1, 2, :2] = False
+    torch.testing.assert_close(out, ab.masked_softmax(X, keep))
+    torch.testing.assert_close(out[1, 2], torch.softmax(X[1, 2], -1))
+    torch.testing.assert_close(ab.masked_softmax(X, torch.tensor([4, 3])),
+                               ab.masked_softmax(X, keep & (torch.arange(4) < torch.tensor([4, 3])[:, None, None])))
+    # A bias of -inf rules keys out in attend: the same zeros on both paths, and finite gradients.
+    q, k, v = (torch.randn(2, 3, 4, requires_grad=True) for _ in range(3))
+    bias = torch.zeros(3, 3)
+    bias[1] = float("-inf")
+    bias[2, 0] = float("-inf")
+    for lengths in (None, torch.tensor([3, 2])):
+        mask = None if lengths is None else (torch.arange(3) < lengths[:, None, None])
+        fast, slow = _both_paths(q, k, v, mask, bias=bias)
+        torch.testing.assert_close(fast, slow)
+        assert torch.equal(fast[:, 1], torch.zeros(2, 4))
+        (fast.sum() + slow.sum()).backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        q.grad = k.grad = v.grad = None
+
+
+def test_input_in_another_dtype_than_the_layer_names_both():
+    layer = ab.MultiHeadAttention(8, 2)
+    X = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"queries is in torch\.bfloat16 but MultiHeadAttention's parameters are "
+                                         r"in torch\.float32"):
+        layer(X, X, X)
+    additive = ab.AdditiveAttention(4, query_size=8, key_size=8)
+    with pytest.raises(ValueError, match=r"queries is in torch\.float64 but AdditiveAttention's .* torch\.float32"):
+        additive(X.double(), X.double(), X.double())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # what autocast is for: no error
+        assert layer(X, X, X).shape == (2, 3, 8)
+    assert layer.to(torch.bfloat16)(X, X, X).dtype == torch.bfloat16
+
+
+def test_lengths_on_the_meta_device():
+    X = torch.randn(2, 3, 4)
+    lens = torch.tensor([1, 3], device="meta")
+    with pytest.raises(ValueError, match="valid_lens is on the meta device .* scores are on cpu"):
+        ab.masked_softmax(X, lens)
+    with pytest.raises(ValueError, match="valid_lens is on the meta device"):
+        ab.masked_softmax(X, torch.ones(2, 3, 4, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match="valid_lens is on the meta device"):
+        ab.MultiHeadAttention(4, 2)(X, X, X, lens)
+    # All on meta: shapes in, shapes out.
+    out = ab.masked_softmax(X.to("meta"), lens)
+    assert out.device.type == "meta" and out.shape == (2, 3, 4)
+    layer = ab.MultiHeadAttention(4, 2).to("meta")
+    Xm = X.to("meta")
+    assert layer(Xm, Xm, Xm, lens).device.type == "meta"
+    with ab.keep_attention_weights():
+        assert layer(Xm, Xm, Xm, lens).shape == (2, 3, 4)

@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .checks import (check_dropout, check_heads, check_optional_positive_int,
-                     check_positive_int, check_same_device, check_tensor_values)
+                     check_positive_int, check_same_device, check_same_dtype, check_tensor_values)
 from .train import evaluating
 
 __all__ = [
@@ -122,7 +122,7 @@ def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=Non
                 f"({batch}, 1, {num_keys}) or ({num_queries}, {num_keys}), or lengths of shape {lens_shapes}"
             )
         mask = mask.expand(needed)
-        return mask if device is None else mask.to(device)
+        return mask if device is None else mask.to(_device_for("valid_lens", mask, device))
     if valid_lens.is_complex() or not (valid_lens.is_floating_point() or _is_integer(valid_lens)):
         raise ValueError(f"valid_lens must hold integer lengths or be a boolean mask, got dtype {valid_lens.dtype}")
     if valid_lens.dim() == 1 and valid_lens.shape[0] == batch:
@@ -133,9 +133,19 @@ def key_mask(valid_lens, batch: int, num_queries: int, num_keys: int, device=Non
         raise ValueError(f"valid_lens has shape {_shape(valid_lens)} but needs {lens_shapes} (batch, or batch x queries)")
     check_tensor_values("valid_lens", lens, 0, num_keys, whole=True, what=f"lengths count keys, and there are {num_keys}")
     if device is not None:
-        lens = lens.to(device)
+        lens = lens.to(_device_for("valid_lens", lens, device))
     positions = torch.arange(num_keys, device=lens.device)
     return positions[None, None, :] < lens[:, :, None].to(positions.dtype)
+
+
+def _device_for(name: str, t: torch.Tensor, device) -> torch.device:
+    """``device``, where ``t`` is about to be moved; a ``meta`` tensor (shapes only) cannot be moved
+    to a device that holds values, so that raises ``ValueError`` naming ``name`` and both devices."""
+    device = torch.device(device)
+    if t.device.type == "meta" and device.type != "meta":
+        raise ValueError(f"{name} is on the meta device (it has a shape but no values) while the scores are on "
+                         f"{device}; pass {name} on {device} (or everything on meta, which gives a meta result)")
+    return device
 
 
 def _is_integer(t: torch.Tensor) -> bool:
@@ -158,14 +168,20 @@ def causal_mask(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
 
 
 def _softmax_where(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last axis where ``mask`` is True; exact zeros elsewhere (and in empty rows)."""
-    if mask is None:
+    """Softmax over the last axis where ``mask`` is True and the score is not -inf; exact zeros
+    elsewhere, and in rows with nothing left to attend to (every key masked or scored -inf).
+    NaN in a score that is not masked gives NaN in its row."""
+    # Masked keys score -inf, so they get exactly zero weight and zero gradient. A row left with
+    # nothing but -inf (its maximum is -inf; a NaN row's maximum is NaN) is empty: softmax would
+    # give 0/0 = NaN there, so its weights are set to zero, as PyTorch's fused kernel does. The
+    # clamp to the dtype's most negative finite number keeps the softmax of such a row, and so its
+    # gradient, finite (float16 and bfloat16 included) without changing any other row.
+    if scores.shape[-1] == 0:  # no key at all: empty rows of weights
         return F.softmax(scores, dim=-1)
-    # The fill is the dtype's most negative finite number (not -inf, which would
-    # give NaN in a row with no valid key); the product with the mask then zeroes
-    # both the masked keys and every weight of an empty row.
-    filled = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return F.softmax(filled, dim=-1) * mask
+    filled = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+    empty = filled.amax(dim=-1, keepdim=True) == float("-inf")
+    weights = F.softmax(filled.clamp(min=torch.finfo(scores.dtype).min), dim=-1)
+    return weights.masked_fill(empty, 0.0)
 
 
 def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
@@ -178,9 +194,13 @@ def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
     * A row whose valid length is 0 has nothing to attend to: it returns **all
       zeros**, not a uniform row and not NaN. Attention over such a row outputs
       the zero vector. (d2l's version returns a uniform row there.)
+    * A score of ``-inf`` counts as a masked key, so a row whose every score is
+      ``-inf`` is such a row too: zeros, as PyTorch's fused attention kernel gives
+      (``torch.softmax`` alone gives NaN there).
+    * NaN in an unmasked score gives NaN across its row (never hidden as zeros).
     * ``X`` is never modified in place.
-    * The fill value for masked scores is the most negative finite number of
-      ``X``'s dtype, so float16 and bfloat16 stay finite.
+    * Masked scores become ``-inf``, clamped to the most negative finite number
+      of ``X``'s dtype before the exponential, so float16 and bfloat16 stay finite.
 
     Bad input (``X`` not 3-D or not floating point, lengths of the wrong shape,
     negative, fractional or longer than the number of keys, a mask that does not
@@ -225,9 +245,11 @@ def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
 
 
 def _check_devices(module: nn.Module, queries, keys, values) -> None:
-    """Queries, keys and values on the device of ``module``'s parameters (a clear error if not)."""
+    """Queries, keys and values on the device, and in the dtype, of ``module``'s parameters (a clear
+    error naming both if not; under ``torch.autocast`` any floating-point dtype is fine)."""
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         check_same_device(name, t, module)
+        check_same_dtype(name, t, module)
 
 
 def _check_mask(mask, q: torch.Tensor, k: torch.Tensor) -> None:
@@ -263,8 +285,16 @@ def attend(
     softmax, e.g. ALiBi's distance penalty. With ``need_weights=False``
     this calls PyTorch's fused kernel and returns ``(output, None)``; with
     ``need_weights=True`` it computes the weights explicitly and returns
-    ``(output, weights)``. Queries whose every key is masked (or that have no key
-    at all) output zeros on both paths, never NaN.
+    ``(output, weights)``. Both paths give the same numbers, edge cases included:
+
+    * A query with nothing to attend to (every key masked, or given a ``bias`` of
+      ``-inf``, or no key at all) outputs zeros, never NaN.
+    * Otherwise NaN in a query, or in a key or value it may attend to, gives NaN
+      in its output row. (PyTorch's fused kernel on the CPU, without a mask and
+      below 16 positions, returns zeros for a query whose scores are all NaN;
+      ``attend`` puts the NaN back, so a bad input is never hidden.) A query, key or
+      value counts as holding NaN when its features sum to NaN, which a vector
+      holding both ``+inf`` and ``-inf`` does too.
     """
     if mask is not None:
         _check_mask(mask, q, k)
@@ -273,12 +303,18 @@ def attend(
     if n_k == 0:  # no key at all: empty weights, zero output (kept in the autograd graph)
         weights = torch.matmul(q, k.transpose(-2, -1))  # (..., queries, 0)
         return torch.matmul(weights, v), (weights if need_weights else None)
-    only_causal = causal and mask is None and n_q == n_k and bias is None
     if bias is not None:
         bias = bias.to(q.dtype)
+        # A bias of -inf rules a key out: it joins the mask, so a query left with no key outputs zeros.
+        finite = ~torch.isneginf(bias)
+        mask = finite if mask is None else (mask & finite)
     if causal:
         cm = causal_mask(n_q, n_k, device=q.device)
         mask = cm if mask is None else (mask & cm)
+    # Keys holding NaN (a row summing to NaN: one pass, several times cheaper than isnan().any()); with
+    # a mask, values too, as the kernel would let them reach queries that may not attend to them.
+    bad_keys = k.sum(dim=-1).isnan() if mask is None else (k.sum(dim=-1).isnan() | v.sum(dim=-1).isnan())
+    nan_rows = _nan_rows(q, bad_keys, mask)
     if not need_weights:
         if mask is not None:
             # The fused kernel would produce NaN for rows with nothing to attend to: let them see
@@ -287,27 +323,39 @@ def attend(
             # see are zeroed too, so NaN or inf there (padding) never reaches the output.
             empty_rows = ~mask.any(dim=-1, keepdim=True)  # (..., queries, 1)
             allowed = mask | empty_rows
-            if bias is not None:  # a float mask: the bias where allowed, -inf elsewhere
-                allowed = torch.where(allowed, bias, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
-            out = F.scaled_dot_product_attention(q, _visible_values(k, mask), _visible_values(v, mask),
+            if bias is not None:  # a float mask: the bias where allowed, -inf elsewhere, 0 in empty rows
+                minus_inf = torch.tensor(float("-inf"), dtype=q.dtype, device=q.device)
+                allowed = torch.where(mask, bias, minus_inf).masked_fill(empty_rows, 0.0)
+            out = F.scaled_dot_product_attention(q, _visible_values(k, mask, bad_keys),
+                                                 _visible_values(v, mask, bad_keys),
                                                  attn_mask=allowed, dropout_p=dropout_p, scale=scale)
-            return out.masked_fill(empty_rows, 0.0), None
-        if only_causal:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
-        return out, None
+            return out.masked_fill(nan_rows, float("nan")).masked_fill(empty_rows, 0.0), None
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+        return out.masked_fill(nan_rows, float("nan")), None
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale
     weights = _softmax_where(scores if bias is None else scores + bias, mask)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return torch.matmul(dropped, v if mask is None else _visible_values(v, mask)), weights
+    out = torch.matmul(dropped, v if mask is None else _visible_values(v, mask, bad_keys))
+    return out.masked_fill(nan_rows, float("nan")), weights
 
 
-def _visible_values(v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``v`` (values or keys) with the rows of keys that no query may attend set to 0: a weight
-    of 0 times NaN is NaN, and an infinite key makes a NaN score that no mask removes, so
-    padding must not reach the output whatever it holds."""
-    dead = ~mask.any(dim=-2)  # (..., keys)
+def _nan_rows(q: torch.Tensor, bad_keys: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """(..., queries, 1): True for each query that has a key to attend to (every key when ``mask`` is
+    None) and holds NaN, or may attend to one of ``bad_keys`` (..., keys). Reads nothing on the host."""
+    bad_q = q.sum(dim=-1, keepdim=True).isnan()
+    if mask is None:
+        return bad_q | bad_keys.any(dim=-1, keepdim=True).unsqueeze(-1)
+    return (bad_q & mask.any(dim=-1, keepdim=True)) | (mask & bad_keys.unsqueeze(-2)).any(dim=-1, keepdim=True)
+
+
+def _visible_values(v: torch.Tensor, mask: torch.Tensor, bad_keys: torch.Tensor) -> torch.Tensor:
+    """``v`` (values or keys) with the rows of keys that no query may attend, and of ``bad_keys``, set to 0.
+
+    Padding must not reach the output whatever it holds: a weight of 0 times NaN is NaN, and an
+    infinite key makes a NaN score that no mask removes. PyTorch's kernel also lets NaN in a key
+    or value reach queries that may not attend to it, so those rows are zeroed too and
+    :func:`_nan_rows` marks the queries that may attend to them."""
+    dead = ~mask.any(dim=-2) | bad_keys  # (..., keys)
     return v.masked_fill(dead.unsqueeze(-1), 0.0)
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "check_index",
     "check_tensor_values",
     "check_same_device",
+    "check_same_dtype",
     "check_token_ids",
 ]
 
@@ -140,6 +141,35 @@ def check_same_device(name: str, tensor: Any, module: Any) -> None:
         f"{name} is on device {tensor.device} but {type(module).__name__}'s parameters are on device "
         f"{param.device}; move them to one device, e.g. {name.split()[0]}.to({str(param.device)!r}) "
         f"or model.to({str(tensor.device)!r})"
+    )
+
+
+def check_same_dtype(name: str, tensor: Any, module: Any) -> None:
+    """``ValueError`` naming both dtypes when floating-point ``tensor`` is not in the dtype of
+    ``module``'s floating-point parameters (say bfloat16 input to a float32 layer), instead of
+    PyTorch's "expected m1 and m2 to have the same dtype" from inside a matrix product.
+
+    Inside ``torch.autocast`` for the tensor's device the mix is what autocast is for, so it
+    passes; so do a module without floating-point parameters and a tensor that is not
+    floating point (other checks deal with those)::
+
+        check_same_dtype("queries", torch.zeros(2, 3, 8, dtype=torch.bfloat16), attention)
+        # ValueError: queries is in torch.bfloat16 but MultiHeadAttention's parameters are in
+        # torch.float32; convert one, e.g. queries.to(torch.float32) or model.to(torch.bfloat16), ...
+    """
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        return
+    from torch.nn.parameter import is_lazy
+
+    param = next((p for p in module.parameters() if not is_lazy(p) and p.dtype.is_floating_point), None)
+    if param is None or tensor.dtype == param.dtype or torch.is_autocast_enabled(tensor.device.type):
+        return
+    raise ValueError(
+        f"{name} is in {tensor.dtype} but {type(module).__name__}'s parameters are in {param.dtype}; convert "
+        f"one, e.g. {name.split()[0]}.to({param.dtype}) or model.to({tensor.dtype}), or run the model under "
+        f"torch.autocast({tensor.device.type!r}, dtype={tensor.dtype})"
     )
 
 
