@@ -9,9 +9,14 @@ from __future__ import annotations
 import csv
 import importlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import io
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +24,8 @@ import torch
 
 import attention_book as ab
 from attention_book.assignments import hidden_cases
-from attention_book.assignments.grading import GradingError, judge, run_hidden
+from attention_book.assignments.grading import (GradingError, JudgeServer, hidden_arguments, judge, load_results,
+                                                package_without, run_hidden)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -74,21 +80,145 @@ def earned(source: str) -> tuple[int, int]:
     return report.passed, report.total
 
 
+def clone_under_tmp() -> Path:
+    """A copy of what the grader needs, under /tmp in a path with a space, its venv a symlink."""
+    clone = Path(tempfile.mkdtemp(prefix="ab clone ", dir="/tmp"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "scripts", clone / "scripts", ignore=ignore)
+    shutil.copytree(ROOT / "src", clone / "src", ignore=ignore)
+    shutil.copytree(ROOT / "book" / "_ext", clone / "book" / "_ext", ignore=ignore)
+    (clone / ".venv").symlink_to(Path(sys.prefix))
+    return clone
+
+
+# Each hostile results file replaces the harness's run_hidden in the student's own kernel.
+PAYLOAD = "import torch, attention_book.assignments.grading as g\n"
+DAG = PAYLOAD + """def forged(name, fn, cases, out):
+    spec = torch.load(cases, weights_only=True)
+    got = [0]
+    for _ in range(40):
+        got = [got, got]
+    torch.save({"assignment": name, "nonce": spec["nonce"], "records": [{"status": "ok", "got": got, "args": ()}]
+               * len(spec["cases"])}, out)
+g.run_hidden = forged"""
+STRIDE0 = PAYLOAD + """def forged(name, fn, cases, out):
+    spec = torch.load(cases, weights_only=True)
+    got = torch.zeros(1, dtype=torch.float16).as_strided((2, 2, 4 * 10**8), (0, 0, 0))
+    torch.save({"assignment": name, "nonce": spec["nonce"], "records": [{"status": "ok", "got": got, "args": ()}]
+               * len(spec["cases"])}, out)
+g.run_hidden = forged"""
+# Forks past the process limit, 3,000 nested directories, 1.5 GB into /tmp, four children of 1.5 GB each.
+RESOURCES = """import os, time
+forks = 0
+for _ in range(600):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    forks += 1
+for _ in range(forks):
+    os.wait()
+os.chdir('/tmp')
+for _ in range(3000):
+    try:
+        os.mkdir('d'); os.chdir('d')
+    except OSError:
+        break
+try:
+    with open('/tmp/fill', 'wb') as f:
+        for _ in range(1500):
+            f.write(b'x' * 2**20)
+except OSError:
+    pass
+os.chdir('/sandbox')
+hogs = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = bytearray(1500 * 2**20)
+            time.sleep(2)
+        finally:
+            os._exit(0)
+    hogs.append(pid)
+for pid in hogs:
+    os.waitpid(pid, 0)"""
+# Every way around the hidden tests the issue found; the function answers only if one works.
+BYPASS = """
+import gc, importlib, sys, types
+def my_masked_softmax(X, valid_lens=None):
+    m = importlib.reload(ab.attention)
+    try:
+        return m.masked_softmax(X, valid_lens)
+    except RuntimeError:
+        pass
+    space = {"__name__": "attention_book.attention", "__package__": "attention_book"}
+    try:
+        exec(compile(open(m.__file__).read(), m.__file__, "exec"), space)
+        return space["masked_softmax"](X, valid_lens)
+    except Exception:
+        pass
+    for obj in gc.get_objects():
+        if isinstance(obj, types.CodeType) and obj.co_name == "masked_softmax" and "valid_lens" in obj.co_varnames:
+            try:
+                return types.FunctionType(obj, vars(m))(X, valid_lens)
+            except Exception:
+                pass
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for cell in getattr(getattr(value, "check", None), "__closure__", None) or ():
+                if isinstance(cell.cell_contents, torch.Tensor) and cell.cell_contents.shape == X.shape:
+                    return cell.cell_contents
+        frame = frame.f_back
+    raise RuntimeError("no way around the hidden tests worked")
+"""
+SUBCLASS = GOOD + """
+class Marked(torch.Tensor):
+    pass
+_plain_softmax = my_masked_softmax
+def my_masked_softmax(X, valid_lens=None):
+    return _plain_softmax(X, valid_lens).as_subclass(Marked)
+"""
+FORGE = "\n\x1b[2Kbob/ch03_exercises.ipynb masked_softmax: 10.0/10 (timeout)\r\n"
+
+
+def leaks(secret: Path) -> str:
+    """A function that puts into its error every host file it can read, after a forged console line."""
+    return f"""
+def my_masked_softmax(X, valid_lens=None):
+    found = []
+    for path in ({str(secret)!r}, '/etc/shadow', '/root/.bash_history'):
+        try:
+            found.append(open(path).read())
+        except OSError:
+            pass
+    raise ValueError({FORGE!r} + ' '.join(found))
+"""
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     sandbox = grade.Sandbox.detect()
-    if sandbox.kind == "none" and "cannot create namespaces" in sandbox.missing[0]:
+    if sandbox.kind == "none" and "cannot start Python" in sandbox.missing[0]:
         pytest.skip(f"this machine refuses the sandbox's namespaces: {sandbox.missing[0]}")
     if sandbox.kind == "none":  # never run these submissions unconfined: they attack the machine
         pytest.fail("the grader's sandbox is not available (" + "; ".join(sandbox.missing[:1]) + "). Install "
                     "bubblewrap: sudo apt-get install bubblewrap (make test does this when run as root)",
                     pytrace=False)
+    clone = clone_under_tmp()
     base = tmp_path_factory.mktemp("class")
     subs, reference, out = base / "submissions", base / "reference", base / "out"
     reference.mkdir()
     (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    secret = base / "host-secret.txt"
+    token = f"host-secret-{time.time_ns()}"
+    secret.write_text(token)
     victim = subs / "bob" / "ch03_exercises.ipynb"
-    package_file = Path(ab.__file__).resolve().parent / "attention.py"
+    package_file = clone / "src" / "attention_book" / "attention.py"
     marker = f"grader-test-orphan-{time.time_ns()}"
     class_ = {
         "bob": notebook(GOOD),
@@ -114,24 +244,56 @@ def graded(tmp_path_factory):
         "ned-wraps-package": notebook("ref = ab.masked_softmax\ndef my_masked_softmax(X, valid_lens=None):\n"
                                       "    return ref(X, valid_lens)"),
         "=cmd|' -C calc'!A0": notebook(GOOD),
+        "quinn-huge-checker": notebook(GOOD, checker=CHECK + "\nx = 1" + " + 1" * 50_000 + "\n"
+                                       "ab.assignments.check_masked_softmax(" + "a." * 50_000 + "b)"),
+        "pay-dag": notebook(GOOD, DAG),
+        "pay-stride0": notebook(GOOD, STRIDE0),
+        "rex-resources": notebook(GOOD, RESOURCES),
+        "a b": notebook(GOOD),
+        "tia-leaks-and-forges": notebook(leaks(secret)),
+        "vic-bypasses": notebook(BYPASS),
+        "yan-subclass": notebook(SUBCLASS),
     }
     for who, nb in class_.items():
         (subs / who).mkdir(parents=True)
         (subs / who / "ch03_exercises.ipynb").write_text(json.dumps(nb))
-    (subs / "oli-invalid-json").mkdir()
-    (subs / "oli-invalid-json" / "ch03_exercises.ipynb").write_text("{not json")
-    (subs / "pat-empty-list").mkdir()
-    (subs / "pat-empty-list" / "ch03_exercises.ipynb").write_text("[]")
+    unreadable = {"oli-invalid-json": "{not json", "pat-empty-list": "[]", "a_b": "{not json", "x\ny": "[]",
+                  "x y": "[]", "nest-brackets": "[" * 100_000 + "]" * 100_000}
+    for who, (key, value) in {"meta-list": ("metadata", []), "meta-null": ("metadata", None),
+                              "tags-5": ("tags", 5), "source-dict": ("source", {"a": 1}),
+                              "source-ints": ("source", [1, 2])}.items():
+        nb = notebook(GOOD)
+        if key == "tags":
+            nb["cells"][1]["metadata"]["tags"] = value
+        else:
+            nb["cells"][1][key] = value
+        unreadable[who] = json.dumps(nb)
+    for who, text in unreadable.items():
+        (subs / who).mkdir(parents=True)
+        (subs / who / "ch03_exercises.ipynb").write_text(text)
+    extra = subs / "tia-leaks-and-forges"
+    for name in ("ch99_bonus.ipynb", "ch07_extra.ipynb", "extra/ch03_exercises.ipynb"):
+        (extra / name).parent.mkdir(exist_ok=True)
+        (extra / name).write_text(json.dumps(notebook(GOOD, checker=CHECK + "\nab.assignments.check_bleu(f)")))
     package_before = package_file.read_bytes()
     start = time.monotonic()
-    rows = grade.grade(subs, out / "grades.csv", TIMEOUT, reference, memory_gb=8.0, seed=SEED)
+    run = subprocess.run([str(clone / ".venv" / "bin" / "python"), str(clone / "scripts" / "grade.py"), str(subs),
+                          "--out", str(out / "grades.csv"), "--timeout", str(TIMEOUT), "--reference", str(reference),
+                          "--memory-gb", "3", "--disk-mb", "256", "--seed", str(SEED)],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(clone / "src")),
+                         cwd=clone)
     seconds = time.monotonic() - start
+    assert run.returncode == 0, run.stderr[-3000:]
     orphans = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
-    return dict(rows=rows, out=out, seconds=seconds, count=len(class_) + 2, victim=victim,
-                package_unchanged=package_file.read_bytes() == package_before, orphans=orphans,
-                bob_text=victim.read_text())
-
-
+    with (out / "grades.csv").open(newline="", encoding="utf-8") as f:
+        rows = [dict(r, passed=int(r["passed"]), total=int(r["total"]), points=float(r["points"]))
+                for r in csv.DictReader(f)]
+    texts = [run.stdout, run.stderr] + [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
+    unchanged = package_file.read_bytes() == package_before
+    shutil.rmtree(clone, ignore_errors=True)
+    return dict(rows=rows, out=out, seconds=seconds, count=len(class_) + len(unreadable), victim=victim,
+                package_unchanged=unchanged, orphans=orphans,
+                bob_text=victim.read_text(), stdout=run.stdout, texts=texts, token=token)
 def row(graded, who: str) -> dict:
     found = [r for r in graded["rows"] if r["student"] == who]
     assert len(found) == 1, f"{who}: {len(found)} rows: {found}"
@@ -143,7 +305,10 @@ def row(graded, who: str) -> dict:
 def test_every_student_gets_what_their_outputs_earn(graded):
     good, wrong = earned(GOOD), earned(WRONG)
     assert good == (7, 7) and 0 < wrong[0] < 7
-    for who in ("bob", "ivy-extra-name", "kim-background", "=cmd|' -C calc'!A0"):
+    for who in ("quinn-huge-checker", "rex-resources"):  # their own cells may outlast the limit: their row only
+        r = row(graded, who)
+        assert (r["passed"], r["status"]) == (7, "graded") or r["status"] in ("timeout", "no results"), r
+    for who in ("bob", "ivy-extra-name", "kim-background", "'=cmd|' -C calc'!A0", "a b", "yan-subclass"):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (7, 7, "graded"), r
         assert r["points"] == 10.0
@@ -160,6 +325,10 @@ def test_every_student_gets_what_their_outputs_earn(graded):
         assert r["passed"] == 0 and r["total"] == 7, r
     assert "package's own function" in row(graded, "max-hands-in-package")["reason"]
     assert "not available while" in row(graded, "ned-wraps-package")["reason"]
+    # reload, exec of the module's file, gc and the call stack: none finds the answer or the checks
+    r = row(graded, "vic-bypasses")
+    assert (r["passed"], r["total"], r["status"]) == (0, 7, "graded"), r
+    assert "no way around the hidden tests worked" in r["reason"], r
 
 
 @pytest.mark.slow
@@ -167,8 +336,14 @@ def test_every_student_gets_what_their_outputs_earn(graded):
 def test_broken_and_hostile_submissions_are_flagged_not_scored(graded):
     for who in ("erin-loop", "finn-gil"):
         assert row(graded, who)["status"] == "timeout" and row(graded, who)["points"] == 0.0
-    for who in ("oli-invalid-json", "pat-empty-list"):
-        assert row(graded, who)["status"] == "unreadable" and row(graded, who)["points"] == 0.0
+    for who in ("oli-invalid-json", "pat-empty-list", "a_b", "x\\x0ay", "x y", "nest-brackets", "meta-list",
+                "meta-null", "tags-5", "source-dict", "source-ints"):
+        assert row(graded, who)["status"] == "unreadable" and row(graded, who)["points"] == 0.0, row(graded, who)
+    for who in ("pay-dag", "pay-stride0"):
+        r = row(graded, who)
+        assert (r["status"], r["points"]) == ("flagged", 0.0) and "malformed results" in r["reason"], r
+    assert "nested more than" in row(graded, "pay-dag")["reason"] or "more than" in row(graded, "pay-dag")["reason"]
+    assert "overlap" in row(graded, "pay-stride0")["reason"]
     r = row(graded, "lea-prints-100mb")
     assert r["status"] in ("graded", "no results") and (r["points"] == 10.0 or r["status"] == "no results"), r
 
@@ -183,6 +358,26 @@ def test_nobody_else_is_affected_and_nothing_survives(graded):
         f"grading took {graded['seconds']:.0f} s, more than the sum of the time limits")
     assignments = {r["assignment"] for r in graded["rows"]}
     assert assignments <= {"masked_softmax"}, f"unexpected assignment rows: {assignments}"
+    # only SUBMISSIONS/<student>/<reference name> is graded: the rest is listed as ignored
+    assert {r["notebook"] for r in graded["rows"]} == {"ch03_exercises.ipynb"}
+    for name in ("ch99_bonus.ipynb", "ch07_extra.ipynb", "extra/ch03_exercises.ipynb"):
+        assert f"ignored: tia-leaks-and-forges/{name}" in graded["stdout"], name
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("graded_class")
+def test_no_host_file_and_no_control_character_reaches_any_output(graded):
+    r = row(graded, "tia-leaks-and-forges")
+    assert (r["passed"], r["status"]) == (0, "graded") and "ValueError" in r["reason"], r
+    for text in graded["texts"]:
+        assert graded["token"] not in text and "root:" not in text
+    lines = graded["stdout"].splitlines()
+    assert [line for line in lines if line.startswith("bob/")] == ["bob/ch03_exercises.ipynb masked_softmax: 10.0/10 "
+                                                                  "(graded)"]
+    assert not any("\x1b" in t or "\r" in t for t in graded["texts"][:1])
+    for path in graded["out"].rglob("*"):
+        if path.is_file():
+            assert "\x1b" not in path.read_text(), path
 
 
 @pytest.mark.slow
@@ -195,26 +390,107 @@ def test_files_are_well_formed_and_formula_safe(graded):
     cells = [v for r in rows for v in r.values()]
     assert not [v for v in cells if v[:1] in ("=", "+", "@")], "a cell a spreadsheet would run as a formula"
     assert any(v.startswith("'=cmd") for v in cells)
+    assert all(v.isprintable() for v in cells), [v for v in cells if not v.isprintable()]
     with (out / "gradebook.csv").open(newline="", encoding="utf-8") as f:
         book = list(csv.reader(f))
     assert book[0] == ["Student", "SIS Login ID", "ch03 masked_softmax (10 pts)", "Total"]
     totals = {r[0]: float(r[-1]) for r in book[1:]}
     assert totals["bob"] == 10.0 and totals["erin-loop"] == 0.0 and len(totals) == graded["count"]
+    assert totals["a b"] == 10.0 and totals["x\\x0ay"] == 0.0 and totals["x y"] == 0.0
+    stems = sorted(p.stem for p in (out / "feedback").glob("*.md"))
+    assert len(stems) == graded["count"] and {"a_b", "a_b-2"} <= set(stems), stems
     feedback = (out / "feedback" / "carl-wrong.md").read_text()
     assert "hint:" in feedback and "valid length 0" in feedback
 
 
+def hidden_run(tmp_path, name: str, fn, offset: int = 5, nonce: str = "n") -> dict:
+    """The sandbox's part, here: the cases' arguments saved, ``fn`` run on them, its results loaded."""
+    torch.save(hidden_arguments(name, offset, nonce), tmp_path / "cases.pt")
+    run_hidden(name, fn, str(tmp_path / "cases.pt"), str(tmp_path / "r.pt"))
+    return load_results((tmp_path / "r.pt").read_bytes())
+
+
+def saved(data) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
+    return buffer.getvalue()
+
+
 def test_judge_rejects_malformed_results(tmp_path):
-    path = tmp_path / "r.pt"
-    run_hidden("split_heads", lambda X, h: X, 5, str(path))
-    data = torch.load(path, weights_only=True)
-    with pytest.raises(GradingError, match="another seed"):
-        judge("split_heads", 6, data)
+    data = hidden_run(tmp_path, "split_heads", lambda X, h: X)
+    with pytest.raises(GradingError, match="another run"):
+        judge("split_heads", 5, "other", data)
     with pytest.raises(GradingError, match="results for"):
-        judge("split_heads", 5, dict(data, records=data["records"][:-1]))
+        judge("split_heads", 5, "n", dict(data, records=data["records"][:-1]))
     with pytest.raises(GradingError, match="unknown form"):
-        judge("split_heads", 5, dict(data, records=[{"status": "passed"}] * len(data["records"])))
-    assert judge("split_heads", 5, data).passed == 0
+        judge("split_heads", 5, "n", dict(data, records=[{"status": "passed"}] * len(data["records"])))
+    with pytest.raises(GradingError, match="another run"):
+        judge("split_heads", 5, "n", dict(data, nonce=torch.tensor([1, 2])))
+    assert judge("split_heads", 5, "n", data).passed == 0
+
+
+def test_only_the_arguments_enter_the_sandbox():
+    spec = hidden_arguments("mlm_masking", 3, "n")
+    assert spec["adapter"] == "attention_book.assignments.ch09:call_masking"
+    loaded = torch.load(io.BytesIO(saved(spec)), weights_only=True)  # plain data: no function, no check
+    assert set(loaded) == {"assignment", "nonce", "adapter", "cases"}
+    assert all(set(case) == {"args", "kwargs"} for case in loaded["cases"])
+
+
+@pytest.mark.parametrize("kind", ["dag", "stride0", "meta", "deflate", "subclass-of-dict", "big-string"])
+def test_results_load_only_plain_bounded_data(kind):
+    record = {"status": "ok", "args": ()}
+    if kind == "dag":
+        got = [0]
+        for _ in range(40):
+            got = [got, got]
+        record["got"] = got
+    elif kind == "stride0":
+        record["got"] = torch.zeros(1, dtype=torch.float16).as_strided((4, 10**6), (0, 0))
+    elif kind == "meta":
+        record["args"] = (torch.empty(10**9, device="meta"),)
+    elif kind == "subclass-of-dict":
+        record["got"] = __import__("collections").OrderedDict(a=1)
+    elif kind == "big-string":
+        record["got"] = "x" * 20_000
+    payload = saved({"assignment": "masked_softmax", "nonce": "n", "records": [record]})
+    if kind == "deflate":  # the same file with its entries compressed: a bomb would look like this
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(io.BytesIO(payload)) as src, zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in src.infolist():
+                dst.writestr(info.filename, src.read(info))
+        payload = buffer.getvalue()
+    start = time.monotonic()
+    with pytest.raises(GradingError):
+        load_results(payload)
+    assert time.monotonic() - start < 5
+
+
+def test_judge_process_survives_what_it_judges(tmp_path):
+    namespace: dict = {"torch": torch}
+    exec(SUBCLASS, namespace)
+    torch.save(hidden_arguments("masked_softmax", 9, "n"), tmp_path / "cases.pt")
+    run_hidden("masked_softmax", namespace["my_masked_softmax"], str(tmp_path / "cases.pt"), str(tmp_path / "r.pt"))
+    with JudgeServer() as server:
+        good = server.judge("masked_softmax", 9, "n", (tmp_path / "r.pt").read_bytes())
+        junk = server.judge("masked_softmax", 9, "n", b"PK\x03\x04 not a zip")
+        again = server.judge("masked_softmax", 9, "n", (tmp_path / "r.pt").read_bytes(), seconds=30)
+    assert (good["status"], good["passed"], good["total"]) == ("graded", 7, 7)  # the subclass became a tensor
+    assert junk["status"] == "flagged" and again == good
+
+
+def test_package_copy_has_no_answer(tmp_path):
+    package_without(["masked_softmax"], tmp_path)
+    code = ("import importlib, attention_book as ab\n"
+            "m = importlib.reload(ab.attention)\n"
+            "space = {'__name__': 'attention_book.attention', '__package__': 'attention_book'}\n"
+            "exec(compile(open(m.__file__).read(), m.__file__, 'exec'), space)\n"
+            "for f in (ab.masked_softmax, m.masked_softmax, space['masked_softmax']):\n"
+            "    try:\n        f(None)\n    except RuntimeError as e:\n        print('raises', 'not available' in str(e))\n"
+            "print(ab.transpose_qkv.__name__)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert run.stdout.split("\n")[:4] == ["raises True"] * 3 + ["transpose_qkv"], run.stderr[-2000:]
 
 
 def test_in_place_writes_are_seen_outside(tmp_path):
@@ -226,12 +502,14 @@ def test_in_place_writes_are_seen_outside(tmp_path):
         X.zero_()
         return out
 
-    path = tmp_path / "r.pt"
-    run_hidden("masked_softmax", writes_in_place, 9, str(path))
-    report = judge("masked_softmax", 9, torch.load(path, weights_only=True))
+    report = judge("masked_softmax", 9, "n", hidden_run(tmp_path, "masked_softmax", writes_in_place, 9))
     assert ("X is not modified in place", False) in [(n, ok) for n, ok, _ in report.results]
 
 
-def test_safe_cells():
+def test_safe_cells_and_names():
     assert grade.safe("=1+1") == "'=1+1" and grade.safe("-2") == "'-2" and grade.safe("ok") == "ok"
     assert grade.safe(-2.5) == -2.5 and grade.safe("a\nb\x00") == "a b"
+    assert grade.clean("\x1b[31mred\x1b[0m\u202eok") == "red ok"
+    assert grade.display_name("x\ny") == "x\\x0ay" != grade.display_name("x y")
+    assert grade.file_names(["a b", "a_b", "..", "A_B"]) == {"a b": "a_b", "a_b": "a_b-2", "..": "student",
+                                                            "A_B": "A_B-3"}

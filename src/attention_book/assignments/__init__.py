@@ -25,6 +25,7 @@ import functools
 import importlib
 import math
 import pkgutil
+import reprlib
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -129,13 +130,18 @@ class Report:
         }
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 3, 6, 6, 6, 60, 60
+
+
 def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         if x.numel() <= 12:
             vals = [round(v, 4) if isinstance(v, float) else v for v in x.detach().cpu().flatten().tolist()]
             return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}, values {vals}"
         return f"tensor of shape {tuple(x.shape)}, dtype {x.dtype}"
-    text = repr(x)
+    # Bounded before it is built: a list that holds itself many times over stays short.
+    text = _SHORT.repr(x)
     return text if len(text) <= 120 else text[:117] + "..."
 
 

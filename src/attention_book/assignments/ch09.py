@@ -10,6 +10,7 @@ selected token). Special tokens (``<pad>``, ``<cls>``, …) must never be select
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -41,6 +42,18 @@ def _call(fn, tokens, select_prob=0.15, seed=0):
     if not (isinstance(out, tuple) and len(out) == 2):
         raise TypeError(f"expected a pair (inputs, labels), got {type(out).__name__}")
     return out
+
+
+def call_masking(fn, tokens, select_prob=0.15, probe=None):
+    """How the checker calls a learner's masking ``fn`` on one case (``probe`` asks for two calls
+    with one seed, or for the tokens before and after a call)."""
+    if probe == "twice":
+        return _call(fn, tokens, select_prob, seed=7), _call(fn, tokens, select_prob, seed=7)
+    if probe == "in place":
+        before = tokens.clone()
+        fn(tokens, MASK, VOCAB, SPECIALS, select_prob=0.5, generator=torch.Generator().manual_seed(0))
+        return before, tokens
+    return _call(fn, tokens, select_prob)
 
 
 def _shape_problem(tokens, inputs, labels) -> str | None:
@@ -189,19 +202,12 @@ def check_mlm_masking(fn, verbose: bool = True):
         Case("a batch of padding only: nothing selected", (all_pad,), _check_extreme(all_pad, 0)),
     ]
 
-    def wrapped(tokens, select_prob=0.15, probe=None):
-        if probe == "twice":
-            return _call(fn, tokens, select_prob, seed=7), _call(fn, tokens, select_prob, seed=7)
-        if probe == "in place":
-            before = tokens.clone()
-            fn(tokens, MASK, VOCAB, SPECIALS, select_prob=0.5, generator=torch.Generator().manual_seed(0))
-            return before, tokens
-        return _call(fn, tokens, select_prob)
-
     cases += [
         Case("the same generator seed gives the same masking", (small,), _same_twice, {"probe": "twice"},
              hint="draw every random number with generator=generator"),
         Case("the tokens passed in are not modified", (small.clone(),), _unchanged, {"probe": "in place"},
              hint="build new tensors (torch.where, clone) instead of writing into tokens"),
     ]
-    return run_checks("mlm_masking", wrapped, cases, verbose=verbose)
+    # A module-level adapter (not a closure): the grader's sandbox calls the student's function
+    # through it by name, without the cases' checks ever entering the student's kernel.
+    return run_checks("mlm_masking", functools.partial(call_masking, fn), cases, verbose=verbose)
