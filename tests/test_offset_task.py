@@ -9,6 +9,31 @@ from torch import nn
 import attention_book as ab
 
 
+def train_run(num_heads, *, num_train=2000, epochs=6, seed=0, offsets=ab.OFFSETS):
+    """One model trained as chapter 5's sweep trains each of its models."""
+    batches, X_test, Y_test = ab.offset_task_data(num_train, 1000 if num_train >= 1000 else 32, seed=seed,
+                                                  offsets=offsets, device="cpu")
+    torch.manual_seed(seed)
+    model = ab.OffsetTaskModel(num_heads=num_heads, num_offsets=len(offsets))
+    history = ab.fit(model, batches, ab.offset_task_loss, epochs=epochs, lr=3e-3, device="cpu", progress=False)
+    return ab.HeadRun(num_heads, model, history, ab.task_accuracy(model, X_test, Y_test), X_test, Y_test,
+                      tuple(offsets), seed)
+
+
+def test_offset_task_data_splits_one_draw_into_batches_and_held_out_examples():
+    batches, X_test, Y_test = ab.offset_task_data(130, 20, batch_size=64, seed=2, device="cpu")
+    X, Y = ab.make_offset_task(150, seed=2)
+    assert [len(b[0]) for b in batches] == [64, 64, 2]
+    torch.testing.assert_close(torch.cat([b[0] for b in batches]), X[:130])
+    torch.testing.assert_close(torch.cat([b[1] for b in batches]), Y[:130])
+    assert torch.equal(X_test, X[130:]) and torch.equal(Y_test, Y[130:])
+    model = ab.OffsetTaskModel()
+    loss = ab.offset_task_loss(model, batches[0])
+    assert loss.dim() == 0 and abs(loss.item() - torch.log(torch.tensor(16.0)).item()) < 1.0  # near chance at start
+    with pytest.raises(ValueError, match="batch_size"):
+        ab.offset_task_data(10, 5, batch_size=0)
+
+
 def test_offset_task_labels():
     X, Y = ab.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
     assert X.shape == (50, 6) and Y.shape == (50, 6, 2) and int(X.max()) < 5
@@ -72,7 +97,7 @@ def test_collect_attention_returns_one_four_d_tensor_per_call():
 @pytest.mark.slow
 def test_heads_are_needed_one_per_lookup_and_four_heads_split_them():
     # the chapter's setting, a pinned seed: one head cannot deliver four lookups, four heads can
-    runs = ab.train_head_counts((1, 4), seed=0, progress=False)
+    runs = {h: [train_run(h)] for h in (1, 4)}
     one, four = runs[1][0], runs[4][0]
     assert one.accuracy < 0.5 and four.accuracy > 0.95, (one.accuracy, four.accuracy)
     mass = ab.offset_attention(four)  # each head looks mostly at its own offset
@@ -109,8 +134,6 @@ def test_bad_inputs():
         ab.make_offset_task(10, seq_len=4, offsets=(1, 5))
     with pytest.raises(ValueError, match="offsets must be a non-empty sequence of ints"):
         ab.make_offset_task(10, offsets=())
-    with pytest.raises(ValueError, match="num_seeds"):
-        ab.train_head_counts((1,), num_seeds=0)
     with pytest.raises(ValueError, match="seq_len must be at least 2"):
         ab.make_offset_task(10, seq_len=1)
     mha = ab.MultiHeadAttention(8, 2)
@@ -143,7 +166,7 @@ def test_split_heads_checker():
 
 
 def test_eight_head_maps_wrap_onto_rows_of_four():
-    run = ab.train_offset_task(8, num_train=64, num_test=32, epochs=1, progress=False)
+    run = train_run(8, num_train=64, epochs=1)
     fig = ab.plot_head_maps(run, importance=torch.arange(8) / 100)
     maps = fig.axes[:-1]
     assert len(maps) == 8
@@ -152,7 +175,7 @@ def test_eight_head_maps_wrap_onto_rows_of_four():
 
 
 def test_offset_attention_sums_each_heads_weight_on_the_task_offsets():
-    run = ab.train_offset_task(2, num_train=64, num_test=32, epochs=1, seed=1, offsets=(-1, 2), progress=False)
+    run = train_run(2, num_train=64, epochs=1, seed=1, offsets=(-1, 2))
     assert run.offsets == (-1, 2) and run.seed == 1
     mass = ab.offset_attention(run, num_examples=16)
     assert mass.shape == (2, 2) and torch.all(mass >= 0) and torch.all(mass.sum(-1) <= 1 + 1e-5)

@@ -92,7 +92,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         else:
             if keys is not None or values is not None:
                 raise ValueError("pass either keys and values or kv (their projections, from project_kv), not both")
-            self._check_kv(queries, kv)
+            _check_cache(self, queries, kv)
             q, (k, v) = self.W_q(queries), kv.chunk(2, dim=-1)
             k = transpose_qkv(k, self.num_kv_heads)  # rotated already, by project_kv
         q, v = transpose_qkv(q, self.num_heads), transpose_qkv(v, self.num_kv_heads)
@@ -130,21 +130,23 @@ class GroupedQueryAttention(MultiHeadAttention):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
         return attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants, bias=bias)
 
-    def _check_kv(self, queries, kv) -> None:
-        for name, t in (("queries", queries), ("kv", kv)):
-            if not isinstance(t, torch.Tensor) or t.dim() != 3:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
-                raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
-            check_same_device(name, t, self)
-        width = 2 * self.W_k.out_features
-        if kv.shape[-1] != width or kv.shape[0] != queries.shape[0]:
-            raise ValueError(f"kv has shape {_shape(kv)}; it needs ({queries.shape[0]}, keys, {width}): "
-                             f"keys and values of {self.num_kv_heads} key/value heads, as project_kv returns")
-        if queries.shape[-1] != self.W_q.in_features:
-            raise ValueError(f"queries have {queries.shape[-1]} features (shape {_shape(queries)}) but this layer "
-                             f"expects {self.W_q.in_features}")
-        if not queries.is_floating_point() or queries.dtype != kv.dtype:
-            raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")
+
+def _check_cache(module: GroupedQueryAttention, queries, kv) -> None:
+    """Queries and a cache ``kv`` as ``module`` attends over them (a clear error if not)."""
+    for name, t in (("queries", queries), ("kv", kv)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
+        check_same_device(name, t, module)
+    width = 2 * module.W_k.out_features
+    if kv.shape[-1] != width or kv.shape[0] != queries.shape[0]:
+        raise ValueError(f"kv has shape {_shape(kv)}; it needs ({queries.shape[0]}, keys, {width}): "
+                         f"keys and values of {module.num_kv_heads} key/value heads, as project_kv returns")
+    if queries.shape[-1] != module.W_q.in_features:
+        raise ValueError(f"queries have {queries.shape[-1]} features (shape {_shape(queries)}) but this layer "
+                         f"expects {module.W_q.in_features}")
+    if not queries.is_floating_point() or queries.dtype != kv.dtype:
+        raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")
 
 
 class RotaryAttention(GroupedQueryAttention):

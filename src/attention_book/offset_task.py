@@ -28,19 +28,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import device as pick_device, resolve_seed, single_thread
+from .config import device as pick_device, resolve_seed
 from .attention import MultiHeadAttention, collect_attention
 from .checks import check_heads, check_int, check_positive_int, check_same_device
 from .positional import LearnedPositionalEmbedding
-from .train import History, evaluating, fit
+from .train import History, evaluating
 
 __all__ = [
     "OFFSETS",
     "make_offset_task",
     "OffsetTaskModel",
     "HeadRun",
-    "train_offset_task",
-    "train_head_counts",
+    "offset_task_data",
+    "offset_task_loss",
     "task_accuracy",
     "one_offset_per_head_accuracy",
     "head_count_accuracy_figure",
@@ -149,56 +149,31 @@ class HeadRun:
     vocab_size: int = 16
 
 
-def train_offset_task(num_heads: int, *, num_hiddens: int = 32, seq_len: int = 8, vocab_size: int = 16,
-                      offsets: Sequence[int] = OFFSETS, num_train: int = 2000, num_test: int = 1000,
-                      epochs: int = 6, batch_size: int = 64, lr: float = 3e-3, seed: int | None = None,
-                      device: torch.device | str | None = None, progress: bool = True) -> HeadRun:
-    """Train an :class:`OffsetTaskModel` with ``num_heads`` heads; returns a :class:`HeadRun`.
+def offset_task_data(num_train: int = 2000, num_test: int = 1000, batch_size: int = 64, *, seq_len: int = 8,
+                     vocab_size: int = 16, offsets: Sequence[int] = OFFSETS, seed: int | None = None,
+                     device: torch.device | str | None = None):
+    """Training batches and held-out examples of the offset task: ``(batches, X_test, Y_test)``.
 
-    ``seed`` fixes both the data and the model's initialisation (``None``: the
-    book's seed). ``device`` defaults to :func:`attention_book.device` (a GPU when
-    there is one); the data is moved there once. On the CPU training runs with
-    one thread, because this model is so small that splitting its operations
-    over threads only adds waiting. The test accuracy is recorded after every
-    epoch in ``history.metrics['test accuracy']``.
+    ``num_train + num_test`` sequences drawn from ``seed`` (``None``: the book's
+    seed), moved once to ``device`` (default :func:`attention_book.device`, a GPU
+    when there is one); the first ``num_train`` cut into a list of ``(tokens,
+    answers)`` batches of ``batch_size`` for :func:`attention_book.fit`.
     """
     for name, size in (("num_train", num_train), ("num_test", num_test), ("batch_size", batch_size)):
         check_positive_int(name, size)
-    seed = resolve_seed(seed)
     dev = torch.device(device) if device is not None else pick_device(verbose=False)
-    offsets = _check_offsets(offsets, seq_len)
-    X, Y = make_offset_task(num_train + num_test, seq_len, vocab_size, offsets, seed=seed)
+    X, Y = make_offset_task(num_train + num_test, seq_len, vocab_size, _check_offsets(offsets, seq_len),
+                            seed=resolve_seed(seed))
     X, Y = X.to(dev), Y.to(dev)
-    X_train, Y_train, X_test, Y_test = X[:num_train], Y[:num_train], X[num_train:], Y[num_train:]
-    torch.manual_seed(seed)
-    model = OffsetTaskModel(vocab_size, seq_len, num_hiddens, num_heads, len(offsets))
-    batches = [(X_train[i:i + batch_size], Y_train[i:i + batch_size]) for i in range(0, num_train, batch_size)]
-
-    def loss_fn(m, batch):
-        tokens, labels = batch
-        return F.cross_entropy(m(tokens).flatten(0, -2), labels.flatten())
-
-    with single_thread() if dev.type == "cpu" else contextlib.nullcontext():
-        history = fit(model, batches, loss_fn, epochs=epochs, lr=lr, device=dev, progress=progress,
-                      desc=f"{num_heads} head{'s' if num_heads > 1 else ''}",
-                      evaluate=lambda m: {"test accuracy": task_accuracy(m, X_test, Y_test)})
-        accuracy = task_accuracy(model, X_test, Y_test)
-    return HeadRun(num_heads, model, history, accuracy, X_test, Y_test, offsets, seed, vocab_size)
+    batches = [(X[i:min(i + batch_size, num_train)], Y[i:min(i + batch_size, num_train)])
+               for i in range(0, num_train, batch_size)]
+    return batches, X[num_train:], Y[num_train:]
 
 
-def train_head_counts(head_counts: Sequence[int] = (1, 2, 4, 8), num_seeds: int = 1, seed: int | None = None,
-                      progress: bool = True, **kwargs) -> dict[int, list[HeadRun]]:
-    """:func:`train_offset_task` for every head count and ``num_seeds`` seeds.
-
-    The seeds are ``seed, seed + 1, ...`` (``seed=None``: the book's seed); each
-    head count is trained on the same data and from the same seeds, with the same
-    budget. Returns ``{num_heads: [run of each seed]}``; only the first seed of
-    each head count shows a progress bar.
-    """
-    num_seeds = check_positive_int("num_seeds", num_seeds)
-    first = resolve_seed(seed)
-    return {h: [train_offset_task(h, seed=first + k, progress=progress and k == 0, **kwargs) for k in range(num_seeds)]
-            for h in head_counts}
+def offset_task_loss(model: nn.Module, batch) -> torch.Tensor:
+    """Cross-entropy over every position and offset of a ``(tokens, answers)`` batch (a ``loss_fn`` for fit)."""
+    tokens, answers = batch
+    return F.cross_entropy(model(tokens).flatten(0, -2), answers.flatten())
 
 
 def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):

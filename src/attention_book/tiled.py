@@ -35,6 +35,7 @@ __all__ = [
     "merge_softmax",
     "finish_softmax",
     "tiled_attention",
+    "tiled_forward",
     "tile_plan",
     "tile_counts",
     "tile_figure",
@@ -233,7 +234,13 @@ def _tile_mask(mask, r0, r1, c0, c1, kind, offset, window, device):
     return visible
 
 
-def _tiled_forward(q, k, v, mask, causal, window, block_q, block_k, scale):
+def tiled_forward(q, k, v, mask, causal, window, block_q, block_k, scale):
+    """The forward loop of :func:`tiled_attention`: ``(output, log-sum-exp per query)``.
+
+    For each block of ``block_q`` queries one softmax state per query is carried
+    over the blocks of ``block_k`` keys that the mask does not hide entirely;
+    each tile of scores lives only until its state is merged in.
+    """
     n_q, n_k = q.shape[-2], k.shape[-2]
     offset = n_k - n_q if causal else 0
     out = q.new_zeros(*q.shape[:-1], v.shape[-1])
@@ -283,7 +290,7 @@ class _TiledAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, window, block_q, block_k, scale):
-        out, lse = _tiled_forward(q, k, v, mask, causal, window, block_q, block_k, scale)
+        out, lse = tiled_forward(q, k, v, mask, causal, window, block_q, block_k, scale)
         ctx.save_for_backward(q, k, v, out, lse, mask)
         ctx.settings = (causal, window, block_q, block_k, scale)
         return out
