@@ -20,9 +20,18 @@ PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 # (src/attention_book/explorer.py) and record what they drew in $(FRAMES) for the build log
 # and the browser test.
 FRAMES := $(STAGE)/_frames
-SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES=$(CURDIR)/$(FRAMES)
+# Quoted: the clone may live in a path with a space.
+SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(FRAMES)"
+# nbmake runs JOBS notebooks at a time (pytest-xdist), one torch thread each. kernel_poll
+# (book/_ext/kernel_poll.py) starts kernels on IPC transport, so two kernels starting together
+# cannot take the same TCP port (jupyter_client#487, which once hung a parallel run here), keeps
+# a missed socket wake-up after widget cells from stalling a notebook, and ends the run with a
+# table of notebook times (also written to the --notebook-times file; the next run starts the
+# longest notebooks first).
+NOTEBOOK_RUN = PYTHONPATH=book/_ext $(PAR_ENV) $(PY) -m pytest -p kernel_poll --nbmake -n $(JOBS) -p no:randomly
+NB_TIMES := $(STAGE)/_notebook_times.json
 
-.PHONY: venv book test test-unit test-notebooks test-site test-smoke lab stage clean student grade claims
+.PHONY: venv book test test-unit test-notebooks test-site test-smoke lab stage clean student grade claims gpu-report times
 
 venv: $(STAMP)
 
@@ -46,9 +55,17 @@ $(STAMP):
 stage: venv
 	$(PY) scripts/stage.py $(STAGE)
 
-book: stage
+## Notebooks run by nbmake, JOBS at a time, before the site build; a notebook already executed
+## from the same source and package (marked by scripts/stage.py) is not run again. Staging
+## again afterwards marks the executed ones, so the build reuses their outputs. (Staged here,
+## not as a prerequisite: after test-notebooks, this staging marks what it executed.)
+book: venv
+	$(PY) scripts/stage.py $(STAGE)
+	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=300 --skip-executed --notebook-times $(NB_TIMES) $(STAGE)/notebooks
+	$(PY) scripts/stage.py $(STAGE)
 	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
 	$(PY) scripts/explorers.py $(FRAMES)
+	@$(PY) scripts/timings.py --summary $(NB_TIMES)
 	@echo "Website: _build/html/index.html"
 
 ## The grader's test (tests/test_grade.py) grades hostile submissions: only inside its sandbox.
@@ -56,21 +73,14 @@ test-unit: venv
 	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox"
 	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks and not browser" tests
 
-## Execute every staged notebook once with nbmake, writing outputs into the staged copy,
-## so the site build below reuses them instead of executing again. One notebook at a time:
-## two processes starting kernels together can pick the same TCP ports (jupyter_client#487),
-## which left a run waiting forever here. kernel_poll (book/_ext/kernel_poll.py) keeps a missed
-## socket wake-up after widget cells from stalling a notebook until its timeout.
+## Execute every staged notebook once with nbmake (JOBS at a time), writing outputs into the
+## staged copy, so the site build (`book`) reuses them instead of executing again.
 test-notebooks: stage
-	PYTHONPATH=book/_ext $(SITE_ENV) $(PY) -m pytest -p kernel_poll --nbmake --overwrite --nbmake-timeout=300 -p no:randomly --durations=0 $(STAGE)/notebooks
+	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=300 --notebook-times $(NB_TIMES) $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_debian_package.sh if missing and root).
-test-site: test-notebooks
-	@# Staging again keeps the executed notebooks and marks them, so the build reuses their outputs.
-	$(PY) scripts/stage.py $(STAGE)
-	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
-	$(PY) scripts/explorers.py $(FRAMES)
+test-site: test-notebooks book
 	bash scripts/ensure_debian_package.sh chromium /usr/bin/chromium "the browser test"
 	$(PY) -m pytest -m "browser" tests
 
@@ -84,10 +94,26 @@ SMOKE_STAGE := _stage_smoke
 SMOKE_STEPS ?= 2
 test-smoke: venv
 	$(PY) scripts/stage.py $(SMOKE_STAGE)
-	env -u ATTENTION_BOOK_DATA PYTHONPATH=book/_ext ATTENTION_BOOK_SIZE=full ATTENTION_BOOK_MAX_STEPS=$(SMOKE_STEPS) ATTENTION_BOOK_EXPLORERS=live \
-		OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} $(PY) -m pytest -p kernel_poll --nbmake --nbmake-timeout=600 -p no:randomly --durations=0 $(SMOKE_STAGE)/notebooks
+	env -u ATTENTION_BOOK_DATA ATTENTION_BOOK_SIZE=full ATTENTION_BOOK_MAX_STEPS=$(SMOKE_STEPS) ATTENTION_BOOK_EXPLORERS=live \
+		$(NOTEBOOK_RUN) --nbmake-timeout=600 --notebook-times $(SMOKE_STAGE)/_notebook_times.json $(SMOKE_STAGE)/notebooks
 
 test: test-unit test-site test-smoke
+	@$(PY) scripts/timings.py --summary $(NB_TIMES) $(SMOKE_STAGE)/_notebook_times.json
+
+## The notebook times of the last runs; `make times TIMINGS_ARGS="--write --make-test-seconds N"`
+## records them (with this machine's processor and the date) for book/_timings.md.
+TIMINGS_ARGS ?=
+times: venv
+	$(PY) scripts/timings.py $(TIMINGS_ARGS) $(NB_TIMES) $(SMOKE_STAGE)/_notebook_times.json
+
+## Every chapter at full size on a CUDA GPU, one notebook per piece (each under 10 minutes):
+## wall time, peak GPU memory, the claims' values, precision, GPU, torch -> book/_gpu_report.md.
+## GPU_NOTEBOOKS="ch05 ch07" runs some; GPU_PYTHON is an interpreter with torch for CUDA
+## (a fresh venv here would bring a CPU-only torch). Without CUDA it stops with one line.
+GPU_PYTHON ?= $(PYTHON)
+GPU_NOTEBOOKS ?=
+gpu-report:
+	$(GPU_PYTHON) scripts/gpu_report.py $(GPU_NOTEBOOKS)
 
 ## JupyterLab on the notebooks, with the package and its kernel ("Python 3 (attention_book)").
 ## As root (containers) JupyterLab needs --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS=--no-browser.

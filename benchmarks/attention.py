@@ -42,6 +42,15 @@ Usage::
 
 Timings on a shared machine are inflated by whatever else runs; run it when the
 machine is quiet; more ``--repeats`` help.
+
+**Across machines.** Beside the milliseconds, each row gives every implementation's rate in
+GFLOP/s of *model* FLOPs and its fraction of the machine's own float32 matrix-multiply rate
+(``interleave.matmul_way``: a 2048³ product, timed in the same rounds at the same thread count),
+and the head names the processor and torch build. Model FLOPs are counted plainly, the same for
+every implementation (what it does beyond them is its own cost): a forward pass is the four
+``num_hiddens x num_hiddens`` projections, ``8 b n d²``, plus ``Q Kᵀ`` and the weighted sum of
+``V``, ``2 b n² d`` each (with ``--causal`` only the ``n (n + 1) / 2`` query-key pairs kept);
+forward + backward is three times the forward pass. At 8 x 512 that is 4.3 and 12.9 GFLOP.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ import time
 from pathlib import Path
 
 import torch
+from interleave import MATMUL, attention_flops, gflops, machine_line, matmul_flops, matmul_way, peak_line
 from torch import nn
 from torch.nn import functional as F
 
@@ -156,6 +166,18 @@ def _build(impl: str):
     raise ValueError(f"impl must be one of {BASE_IMPLS + ('d2l',)}, got {impl!r}")
 
 
+def model_flops(batch: int, length: int, causal: bool = False, mode: str = "train") -> float:
+    """Model FLOPs of one timed step: four projections and attention, forward (+ backward unless inference)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return attention_flops(batch, length, NUM_HIDDENS, causal, projections=4, backward=mode != "inference")
+
+
+def short(impl: str) -> str:
+    """A column label's short name for an implementation."""
+    return "pkg" if impl == "package" else impl
+
+
 def step(call, X, causal, mode: str = "train"):
     if mode == "inference":
         with torch.no_grad():
@@ -166,8 +188,11 @@ def step(call, X, causal, mode: str = "train"):
 
 
 def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
-                     clock=time.perf_counter, mode: str = "train") -> dict[str, float]:
+                     clock=time.perf_counter, mode: str = "train", matmul: bool = False) -> dict[str, float]:
     """Median seconds of one forward + backward per implementation, read from ``clock``.
+
+    With ``matmul``, the machine's reference matrix product takes its turn in every round too,
+    and its median is returned under ``interleave.MATMUL``.
 
     The implementations take turns: each round times every one of them once, and the
     starting one rotates from round to round. Timing them one after another instead
@@ -180,16 +205,23 @@ def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
     X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=mode != "inference")
     for _module, call in built.values():
         step(call, X, causal, mode)  # warm-up (allocations, kernel choice)
-    times: dict[str, list[float]] = {impl: [] for impl in impls}
+    reference = matmul_way() if matmul else None
+    names = list(impls) + ([MATMUL] if matmul else [])
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
-        for i in range(len(impls)):
-            impl = impls[(r + i) % len(impls)]
-            module, call = built[impl]
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            if name == MATMUL:
+                start = clock()
+                reference()
+                times[name].append(clock() - start)
+                continue
+            module, call = built[name]
             module.zero_grad(set_to_none=True)
             X.grad = None
             start = clock()
             step(call, X, causal, mode)
-            times[impl].append(clock() - start)
+            times[name].append(clock() - start)
     return {impl: statistics.median(ts) for impl, ts in times.items()}
 
 
@@ -249,6 +281,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     clock = time.process_time if args.cpu_time else time.perf_counter
+    print(machine_line())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
           f"heads={NUM_HEADS}, float32 CPU, {'causal' if args.causal else 'no mask'}, "
           f"mode {args.mode}, median of {args.repeats} "
@@ -258,22 +291,32 @@ def main(argv=None) -> None:
         print("d2l: " + ("left out (--no-d2l)" if HAS_D2L else "not installed, so no d2l column (make venv installs it)"))
     header = (f"{'batch x len':>12} | {'package ms':>10} {'naive ms':>9} {'torch ms':>9}"
               + "".join(f" {impl + ' ms':>9}" for impl in extra)
-              + f" | {'naive/pkg':>9} {'torch/pkg':>9}" + "".join(f" {impl + '/pkg':>9}" for impl in extra))
+              + f" | {'naive/pkg':>9} {'torch/pkg':>9}" + "".join(f" {impl + '/pkg':>9}" for impl in extra)
+              + f" | {'GFLOP':>6} {'matmul GF/s':>11} |" + "".join(f" {short(impl) + ' GF/s':>10}" for impl in impls)
+              + " |" + "".join(f" {short(impl) + ' %mm':>9}" for impl in impls))
     if not args.no_memory:
         header += f" | {'pkg MiB':>8} {'naive MiB':>9} {'torch MiB':>9}" + "".join(f" {impl + ' MiB':>9}" for impl in extra)
     print(header)
     print("-" * len(header))
+    peaks: list[float] = []
     for batch, length in sizes:
-        t = time_interleaved(impls, batch, length, args.causal, args.repeats, clock, args.mode)
+        t = time_interleaved(impls, batch, length, args.causal, args.repeats, clock, args.mode, matmul=True)
+        flops = model_flops(batch, length, args.causal, args.mode)
+        peak = gflops(matmul_flops(), t[MATMUL])
+        peaks.append(t[MATMUL])
         row = (f"{batch:>5} x {length:<5}| {t['package'] * 1e3:>10.1f} {t['naive'] * 1e3:>9.1f} "
                f"{t['torch'] * 1e3:>9.1f}" + "".join(f" {t[impl] * 1e3:>9.1f}" for impl in extra)
                + f" | {t['naive'] / t['package']:>9.2f} {t['torch'] / t['package']:>9.2f}"
-               + "".join(f" {t[impl] / t['package']:>9.2f}" for impl in extra))
+               + "".join(f" {t[impl] / t['package']:>9.2f}" for impl in extra)
+               + f" | {flops / 1e9:>6.2f} {peak:>11.1f} |"
+               + "".join(f" {gflops(flops, t[impl]):>10.1f}" for impl in impls)
+               + " |" + "".join(f" {100 * gflops(flops, t[impl]) / peak:>9.1f}" for impl in impls))
         if not args.no_memory:
             mem = {impl: peak_memory(impl, batch, length, args.causal, args.mode) for impl in impls}
             row += (f" | {mem['package']:>8.1f} {mem['naive']:>9.1f} {mem['torch']:>9.1f}"
                     + "".join(f" {mem[impl]:>9.1f}" for impl in extra))
         print(row, flush=True)
+    print(peak_line(statistics.median(peaks)) + "; GF/s: model GFLOP per second; %mm: percent of that rate")
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -14,6 +14,12 @@ generated token are printed with the ratios. The cache sizes are measured from t
 (``ab.cache_bytes``) and checked against the formula ``ab.kv_cache_bytes``; the tokens decoded with
 and without the cache are checked to be the same.
 
+Each row also gives each way's rate in GFLOP/s of model FLOPs per generated token (the same count
+for all four ways with the same key/value heads: what one new token needs, :func:`token_flops`;
+the work the run without a cache repeats is not counted) and its percentage of the machine's
+float32 matrix-multiply rate, a 2048³ product timed in the same rounds. Decoding a few sequences
+at a time reads every weight once per token, so it reaches a small fraction of that rate.
+
 Usage::
 
     python benchmarks/kv_cache.py            # prompts of 256 and 1024 tokens
@@ -24,9 +30,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 
 import torch
-from interleave import median_interleaved
+from interleave import MATMUL, gflops, machine_line, matmul_flops, matmul_way, median_interleaved, peak_line
 
 import attention_book as ab
 
@@ -37,6 +44,24 @@ def build(num_kv_heads: int, hidden: int, layers: int, max_len: int):
     torch.manual_seed(0)
     return ab.TransformerDecoder(VOCAB, hidden, 4 * hidden, HEADS, layers, 0.0, max_len=max_len, norm_first=True,
                                  cross_attention=False, num_kv_heads=num_kv_heads).eval()
+
+
+def token_flops(hidden: int, layers: int, num_kv_heads: int, context: float, batch: int = 1,
+                vocab: int = VOCAB, heads: int = HEADS) -> float:
+    """Model FLOPs of one generated token per sequence times ``batch``, attending to ``context`` positions.
+
+    Per block: the query and output projections (``2 hidden²`` each), the key and value projections
+    of the new position (``2 hidden x kv_width`` each, ``kv_width = hidden x num_kv_heads / heads``),
+    the scores and the weighted sum over the context (``2 hidden`` per position each), the
+    feed-forward network (``hidden -> 4 hidden -> hidden``: ``16 hidden²``); then the output layer
+    (``2 hidden x vocab``).
+    """
+    for name, value in (("hidden", hidden), ("layers", layers), ("num_kv_heads", num_kv_heads), ("batch", batch)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    kv_width = hidden * num_kv_heads / heads
+    block = 4 * hidden ** 2 + 4 * hidden * kv_width + 4 * hidden * context + 16 * hidden ** 2
+    return batch * (layers * block + 2 * hidden * vocab)
 
 
 def compare(n: int, args) -> tuple[dict[str, float], dict[str, int]]:
@@ -61,7 +86,10 @@ def compare(n: int, args) -> tuple[dict[str, float], dict[str, int]]:
         formula = ab.kv_cache_bytes(args.layers, args.batch, n + args.steps - 1, kv, head_dim)
         if sizes[name] != formula:
             raise AssertionError(f"{name}: measured cache {sizes[name]} bytes, formula {formula}")
-    return median_interleaved(ways, args.repeats, units=args.steps), sizes
+    ways[MATMUL] = matmul_way()
+    times = median_interleaved(ways, args.repeats, units=args.steps)
+    times[MATMUL] *= args.steps  # one product per turn, not per token
+    return times, sizes
 
 
 def main(argv=None) -> None:
@@ -77,20 +105,34 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lengths = (32, 64) if args.quick else (256, 1024)
+    print(machine_line())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, decoder-only Transformer ({args.hidden} "
           f"hidden, {HEADS} heads, {args.layers} blocks), batch {args.batch}, {args.steps} tokens generated, greedy, "
           f"median of {args.repeats}; load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x prompt':>14} | {'no cache':>8} {'MHA':>7} {'GQA':>7} {'MQA':>7} ms/token | "
-              f"{'no cache/MHA':>12} {'MHA/GQA':>7} {'MHA/MQA':>7} | {'MHA MiB':>7} {'GQA MiB':>7} {'MQA MiB':>7}")
+              f"{'no cache/MHA':>12} {'MHA/GQA':>7} {'MHA/MQA':>7} | {'MHA MiB':>7} {'GQA MiB':>7} {'MQA MiB':>7} | "
+              f"{'matmul GF/s':>11} | {'no cache':>8} {'MHA':>6} {'GQA':>6} {'MQA':>6} GF/s | "
+              f"{'no cache':>8} {'MHA':>6} {'GQA':>6} {'MQA':>6} %mm")
     print(header)
     print("-" * len(header))
+    peaks = []
+    kv = {"no cache": HEADS, "MHA": HEADS, "GQA": 2, "MQA": 1}
     for n in lengths:
         t, s = compare(n, args)
         ms = {name: value * 1e3 for name, value in t.items()}
+        peak = gflops(matmul_flops(), t[MATMUL])
+        peaks.append(t[MATMUL])
+        context = n + (args.steps - 1) / 2  # the mean length attended to over the generated tokens
+        rates = {name: gflops(token_flops(args.hidden, args.layers, kv[name], context, args.batch), t[name])
+                 for name in kv}
         print(f"{str(args.batch) + ' x ' + str(n):>14} | {ms['no cache']:>8.2f} {ms['MHA']:>7.2f} {ms['GQA']:>7.2f} "
               f"{ms['MQA']:>7.2f}          | {t['no cache'] / t['MHA']:>12.2f} {t['MHA'] / t['GQA']:>7.2f} "
               f"{t['MHA'] / t['MQA']:>7.2f} | {s['MHA'] / 2**20:>7.2f} {s['GQA'] / 2**20:>7.2f} "
-              f"{s['MQA'] / 2**20:>7.2f}", flush=True)
+              f"{s['MQA'] / 2**20:>7.2f} | {peak:>11.1f} | {rates['no cache']:>8.2f} {rates['MHA']:>6.2f} "
+              f"{rates['GQA']:>6.2f} {rates['MQA']:>6.2f}      | {100 * rates['no cache'] / peak:>8.2f} "
+              f"{100 * rates['MHA'] / peak:>6.2f} {100 * rates['GQA'] / peak:>6.2f} {100 * rates['MQA'] / peak:>6.2f}",
+              flush=True)
+    print(peak_line(statistics.median(peaks)) + "; GF/s: model GFLOP per second; %mm: percent of that rate")
     print("cache sizes equal the formula 2 x layers x batch x length x kv heads x head size x 4 bytes; "
           "the tokens were the same with and without the cache")
 

@@ -16,6 +16,11 @@ same on every run; buffers a fused kernel uses inside one call are not seen). Ti
 turns for ``--repeats`` rounds (the first one rotating) and the median is printed with the ratios to
 the fused kernel. Every length also checks that the tiled output matches the fused one.
 
+Each row also gives the rate of each implementation in GFLOP/s of model FLOPs (``Q Kᵀ`` and the
+weighted sum of ``V`` over the kept query-key pairs, forward + backward counted as three forward
+passes: ``interleave.attention_flops``) and its percentage of the machine's float32 matrix-multiply
+rate, a 2048³ product timed in the same rounds; the head names the processor and torch build.
+
 Usage::
 
     python benchmarks/tiled.py            # lengths 512 .. 4096
@@ -26,9 +31,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 
 import torch
-from interleave import median_interleaved
+from interleave import MATMUL, attention_flops, gflops, machine_line, matmul_flops, matmul_way, median_interleaved, peak_line
 from torch.nn import functional as F
 
 import attention_book as ab
@@ -61,7 +67,9 @@ def measure(n: int, heads: int, head_dim: int, block: int, repeats: int) -> tupl
     q.grad = k.grad = v.grad = None
     for fn in impls.values():  # warm-up
         step(fn)
-    return median_interleaved({name: lambda fn=fn: step(fn) for name, fn in impls.items()}, repeats), memory
+    ways = {name: lambda fn=fn: step(fn) for name, fn in impls.items()}
+    ways[MATMUL] = matmul_way()
+    return median_interleaved(ways, repeats), memory
 
 
 def main(argv=None) -> None:
@@ -76,19 +84,31 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     lengths = (128, 256) if args.quick else (512, 1024, 2048, 4096)
+    print(machine_line())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, causal self-attention, batch 1, "
           f"{args.heads} heads x {args.head_dim}, tiles of {args.block}, forward + backward, median of "
           f"{args.repeats}; load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x length':>14} | {'explicit ms':>11} {'fused ms':>9} {'tiled ms':>9} | "
-              f"{'explicit/fused':>14} {'tiled/fused':>11} | {'explicit MiB':>12} {'fused MiB':>9} {'tiled MiB':>9}")
+              f"{'explicit/fused':>14} {'tiled/fused':>11} | {'explicit MiB':>12} {'fused MiB':>9} {'tiled MiB':>9} | {'GFLOP':>6} {'matmul GF/s':>11} | "
+              f"{'explicit GF/s':>13} {'fused GF/s':>10} {'tiled GF/s':>10} | {'explicit %mm':>12} {'fused %mm':>9} "
+              f"{'tiled %mm':>9}")
     print(header)
     print("-" * len(header))
+    peaks = []
     for n in lengths:
         t, m = measure(n, args.heads, args.head_dim, args.block, args.repeats)
         ms = {name: seconds * 1e3 for name, seconds in t.items()}
+        flops = attention_flops(1, n, args.heads * args.head_dim, causal=True, projections=0)
+        peak = gflops(matmul_flops(), t[MATMUL])
+        peaks.append(t[MATMUL])
+        rates = {name: gflops(flops, t[name]) for name in ("explicit", "fused", "tiled")}
         print(f"{'1 x ' + str(n):>14} | {ms['explicit']:>11.1f} {ms['fused']:>9.1f} {ms['tiled']:>9.1f} | "
               f"{t['explicit'] / t['fused']:>14.2f} {t['tiled'] / t['fused']:>11.2f} | "
-              f"{m['explicit'] / 2**20:>12.2f} {m['fused'] / 2**20:>9.2f} {m['tiled'] / 2**20:>9.2f}", flush=True)
+              f"{m['explicit'] / 2**20:>12.2f} {m['fused'] / 2**20:>9.2f} {m['tiled'] / 2**20:>9.2f} | "
+              f"{flops / 1e9:>6.2f} {peak:>11.1f} | {rates['explicit']:>13.1f} {rates['fused']:>10.1f} "
+              f"{rates['tiled']:>10.1f} | {100 * rates['explicit'] / peak:>12.1f} {100 * rates['fused'] / peak:>9.1f} "
+              f"{100 * rates['tiled'] / peak:>9.1f}", flush=True)
+    print(peak_line(statistics.median(peaks)))
     print("the tiled output matched the fused kernel's at every length")
 
 

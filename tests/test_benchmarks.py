@@ -4,6 +4,7 @@ Speed is judged by reading what ``benchmarks/*.py`` print (see book/how_fast.md)
 a timed assert; these tests only keep the scripts from rotting as the package changes.
 """
 
+import importlib
 import json
 import math
 import re
@@ -17,18 +18,23 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 ROW = re.compile(r"^\s*\d+\s*x\s*\d+")  # a table row starts with "batch x ..."
 
 
-def attention_bench():
+def bench_module(name: str):
+    """A module of benchmarks/, imported as the scripts import one another (their folder on the path)."""
     sys.path.insert(0, str(BENCH))
     try:
-        import attention as bench
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
-    return bench
 
 
-# the attention benchmark adds d2l's implementation (a time and a ratio per row) when d2l is installed
+def attention_bench():
+    return bench_module("attention")
+
+
+# the attention benchmark adds d2l's implementation (a time and a ratio per row) when d2l is installed;
+# then the model GFLOP, the matmul rate, and a rate and a fraction of the matmul rate per implementation
 ATTENTION_IMPLS = attention_bench().IMPLS
-ATTENTION_VALUES = 5 + 2 * (len(ATTENTION_IMPLS) - 3)
+ATTENTION_VALUES = 5 + 2 * (len(ATTENTION_IMPLS) - 3) + 2 + 2 * len(ATTENTION_IMPLS)
 
 
 def run(script: str, *args: str) -> str:
@@ -51,9 +57,52 @@ def check_rows(out: str, expected_rows: int, values_per_row: int) -> None:
         assert all(math.isfinite(v) and v > 0 for v in vals), line
 
 
+def check_machine(out: str) -> None:
+    """The head names the processor and torch build; the foot gives the matmul rate measured."""
+    assert re.search(r"^machine: .+, \d+ logical CPUs; torch \S+", out, re.M), out
+    assert re.search(r"matmul rate \(2048\^3 float32.*\): \d+\.\d GFLOP/s", out), out
+
+
 def test_attention_benchmark_quick_table():
     # 3 sizes; 3 times + 2 ratios each, and d2l's time and ratio when installed (memory tested below)
-    check_rows(run("attention.py", "--quick", "--repeats", "1", "--no-memory"), 3, ATTENTION_VALUES)
+    out = run("attention.py", "--quick", "--repeats", "1", "--no-memory")
+    check_rows(out, 3, ATTENTION_VALUES)
+    check_machine(out)
+    assert "pkg GF/s" in out and "pkg %mm" in out
+
+
+def test_attention_model_flops_as_counted_in_the_issue():
+    # forward = 4 projections + Q K^T + weights x V; forward + backward = 3 x forward
+    bench = attention_bench()
+    assert bench.model_flops(8, 512, mode="inference") == pytest.approx(4.295e9, rel=1e-3)
+    assert bench.model_flops(8, 512, mode="train") == pytest.approx(12.885e9, rel=1e-3)
+    assert bench.model_flops(8, 512, mode="eval") == bench.model_flops(8, 512, mode="train")
+    # causal: only the n (n + 1) / 2 kept pairs of the two attention products
+    n = 512
+    attention_part = 4 * 8 * 256 * n * n
+    assert bench.model_flops(8, n, causal=True, mode="inference") == pytest.approx(
+        4.294967296e9 - attention_part + attention_part * (n + 1) / (2 * n))
+    with pytest.raises(ValueError, match="mode"):
+        bench.model_flops(8, 512, mode="training")
+
+
+def test_flop_counts_and_rates_reject_bad_input():
+    il = bench_module("interleave")
+    assert il.matmul_flops(2048) == 2 * 2048 ** 3
+    assert il.gflops(2e9, 0.5) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="seconds"):
+        il.gflops(1.0, 0.0)
+    with pytest.raises(ValueError, match="length"):
+        il.attention_flops(1, 0, 64)
+    with pytest.raises(ValueError, match="projections"):
+        il.attention_flops(1, 8, 64, projections=-1)
+    with pytest.raises(ValueError, match="repeats"):
+        il.median_interleaved({"a": lambda: None}, 0)
+
+
+def test_processor_name_is_specific():
+    name = bench_module("interleave").processor_name()
+    assert re.search(r"\S.*, \d+ logical CPUs$", name), name
 
 
 def test_attention_benchmark_causal_quick_table():
@@ -64,8 +113,8 @@ def test_attention_benchmark_causal_quick_table():
 
 def test_attention_benchmark_without_d2l_keeps_the_three_columns():
     out = run("attention.py", "--quick", "--repeats", "1", "--no-memory", "--no-d2l")
-    assert "d2l ms" not in out
-    check_rows(out, 3, 5)
+    assert "d2l ms" not in out and "d2l GF/s" not in out
+    check_rows(out, 3, 5 + 2 + 2 * 3)
 
 
 @pytest.mark.parametrize("mode", ["eval", "inference"])
@@ -110,11 +159,15 @@ def test_decoding_benchmark_quick_table():
 
 def test_tiled_benchmark_quick_table():
     out = run("tiled.py", "--quick", "--repeats", "1")
-    check_rows(out, 2, 8)  # 3 times, 2 ratios, 3 memories per length
+    # 3 times, 2 ratios, 3 memories, model GFLOP, matmul rate, 3 rates and 3 fractions per length
+    check_rows(out, 2, 16)
+    check_machine(out)
     assert "matched the fused kernel's at every length" in out
 
 
 def test_kv_cache_benchmark_quick_table():
     out = run("kv_cache.py", "--quick", "--repeats", "1")
-    check_rows(out, 2, 10)  # 4 times, 3 ratios, 3 cache sizes per prompt length
+    # 4 times, 3 ratios, 3 cache sizes, the matmul rate, 4 rates and 4 fractions per prompt length
+    check_rows(out, 2, 19)
+    check_machine(out)
     assert "cache sizes equal the formula" in out and "same with and without the cache" in out

@@ -60,3 +60,94 @@ def test_the_timeout_still_raises_empty():
     with pytest.raises(Empty):
         asyncio.run(FakeChannel(FakeSocket(ready_after=None)).get_msg(timeout=1.2))
     assert 1.1 < time.monotonic() - start < 2.5
+
+
+# ---- kernels on IPC transport, notebook times, skipping executed notebooks ----------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+import nbformat  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+
+EXT = Path(__file__).resolve().parent.parent / "book" / "_ext"
+
+
+def tiny_notebook(path: Path, code: str, executed: bool = False) -> Path:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if executed:  # as scripts/stage.py marks a notebook it keeps
+        nb.metadata["mystnb"] = {"execution_mode": "off"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_kernel_managers_get_ipc_sockets_of_their_own():
+    kernel_poll.use_ipc_transport()
+    nb = nbformat.v4.new_notebook()
+    first = NotebookClient(nb, kernel_name="python3").create_kernel_manager()
+    second = NotebookClient(nb, kernel_name="python3").create_kernel_manager()
+    assert first.transport == second.transport == "ipc"
+    assert os.path.isabs(first.ip) and first.ip != second.ip
+    assert len(os.fsencode(first.ip + "-65535")) <= kernel_poll.MAX_SOCKET_PATH
+
+
+def test_installing_twice_wraps_once():
+    kernel_poll.use_ipc_transport()
+    kernel_poll.use_ipc_transport()
+    km = NotebookClient(nbformat.v4.new_notebook(), kernel_name="python3").create_kernel_manager()
+    assert km.transport == "ipc" and km.ip.count("kernel-") == 1
+
+
+def test_a_runtime_directory_too_long_for_socket_names_is_replaced(monkeypatch, tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(deep))
+    sockets = kernel_poll._socket_dir()
+    assert sockets != str(deep) and len(os.fsencode(sockets)) + kernel_poll.SOCKET_SUFFIX <= kernel_poll.MAX_SOCKET_PATH
+
+
+def run_pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(EXT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "kernel_poll", "--nbmake", "-p", "no:randomly",
+                           "-p", "no:cacheprovider", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+
+def test_two_notebooks_at_a_time_write_their_times(tmp_path):
+    # Two workers start their kernels together; on TCP they could pick the same port.
+    for name in ("a", "b", "c"):
+        tiny_notebook(tmp_path / f"nb_{name}.ipynb", f"import time; time.sleep(0.5); print({name!r})")
+    times = tmp_path / "times.json"
+    done = run_pytest("-n", "2", "--notebook-times", str(times), ".", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "notebook times (wall clock, seconds)" in done.stdout
+    data = json.loads(times.read_text())
+    assert set(data["notebooks"]) == {"nb_a.ipynb", "nb_b.ipynb", "nb_c.ipynb"}
+    assert all(0.5 <= t < 120 for t in data["notebooks"].values())
+    assert data["workers"] == 2 and data["wall_s"] > 0 and data["notebooks_run"] == 3 and data["omp_threads"] == "1"
+
+
+def test_skip_executed_and_longest_first(tmp_path):
+    tiny_notebook(tmp_path / "nb_done.ipynb", "print(1)", executed=True)
+    tiny_notebook(tmp_path / "nb_short.ipynb", "print(2)")
+    tiny_notebook(tmp_path / "nb_long.ipynb", "print(3)")
+    times = tmp_path / "times.json"
+    times.write_text(json.dumps({"notebooks": {"nb_short.ipynb": 1.0, "nb_long.ipynb": 9.0}}))
+    done = run_pytest("--collect-only", "-q", "--skip-executed", "--notebook-times", str(times), ".", cwd=tmp_path)
+    listed = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    assert listed == ["nb_long.ipynb", "nb_short.ipynb"], done.stdout
+    assert kernel_poll.marked_executed(tmp_path / "nb_done.ipynb")
+    assert not kernel_poll.marked_executed(tmp_path / "nb_short.ipynb")
+    # every notebook already executed: success, not pytest's "no tests ran"
+    (tmp_path / "nb_short.ipynb").unlink()
+    (tmp_path / "nb_long.ipynb").unlink()
+    done = run_pytest("--skip-executed", ".", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_read_times_ignores_a_broken_file(tmp_path):
+    broken = tmp_path / "times.json"
+    broken.write_text("{not json")
+    assert kernel_poll.read_times(broken) == {}
+    assert kernel_poll.read_times(tmp_path / "missing.json") == {}
