@@ -482,3 +482,36 @@ def test_bleu_checker_accepts_the_reference_and_rejects_no_clipping():
 
     report = ch04.check_bleu(without_clipping, verbose=False)
     assert not report and "clipping" in " ".join(name for name, ok, _ in report.results if not ok)
+
+
+def test_teacher_forced_scores_take_the_validation_loss_apart(one_thread):
+    data = _synthetic_data(batch_size=128)
+    model, _ = ab.train_translator(data, embed_size=8, num_hiddens=8, num_layers=1, epochs=2, progress=False)
+    scores = ab.teacher_forced_scores(model, data)
+    assert scores["loss"] == pytest.approx(ab.validation_loss(model, data), rel=1e-5)
+    assert 0.0 <= scores["accuracy"] <= 1.0
+    # a wrong token costs at least log 2 (its right answer has at most half the probability)
+    assert scores["loss when wrong"] >= math.log(2) - 1e-6
+    # the mean loss is the mix of the losses of right and wrong tokens, so below the wrong ones'
+    assert scores["loss"] <= scores["loss when wrong"] + 1e-6
+
+
+def test_teacher_forced_scores_of_a_model_that_always_knows():
+    data = _synthetic_data(batch_size=128)
+
+    class Oracle(nn.Module):
+        """Scores the true label far above the rest at every position (it peeks at the labels)."""
+
+        def __init__(self):
+            super().__init__()
+            self.bias = nn.Parameter(torch.zeros(()))
+
+        def forward(self, src, tgt_input, src_valid_len):
+            labels = labels_of[src.data_ptr()]
+            return F.one_hot(labels, len(data.tgt_vocab)).float() * 30.0 + self.bias
+
+    batches = list(data.val_loader())
+    labels_of = {b[0].data_ptr(): b[3] for b in batches}
+    data.val_loader = lambda: batches
+    scores = ab.teacher_forced_scores(Oracle(), data)
+    assert scores["accuracy"] == 1.0 and scores["loss"] < 1e-6 and scores["loss when wrong"] == 0.0

@@ -31,6 +31,7 @@ from .lookup import *  # noqa: F401,F403
 from .kernels import *  # noqa: F401,F403
 from .scoring import *  # noqa: F401,F403
 from .seq2seq import *  # noqa: F401,F403
+from .long_inputs import *  # noqa: F401,F403
 from .offset_task import *  # noqa: F401,F403
 from .layer_comparison import *  # noqa: F401,F403
 from .transformer import *  # noqa: F401,F403
@@ -53,7 +54,7 @@ from . import assignments  # noqa: F401
 
 MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "attention_variants", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
            "scoring",
-           "seq2seq", "offset_task", "layer_comparison", "transformer", "vit",
+           "seq2seq", "long_inputs", "offset_task", "layer_comparison", "transformer", "vit",
            "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling",
            "memory", "tiled", "kv_cache", "long_context")
 

@@ -61,6 +61,7 @@ __all__ = [
     "translation_table",
     "attention_map",
     "validation_loss",
+    "teacher_forced_scores",
     "train_translator",
     "compare_translators",
 ]
@@ -80,10 +81,13 @@ class Decoder(nn.Module):
     """Base decoder: ``init_state(enc_all_outputs, valid_len)`` then ``forward(X, state) -> (logits, state)``."""
 
     # once per source: the encoder's outputs -> the decoder's first state
-    def init_state(self, enc_all_outputs, valid_len=None):  # pragma: no cover - interface
+    def init_state(
+        self, enc_all_outputs, valid_len=None
+    ):  # pragma: no cover - interface
         raise NotImplementedError
 
-    # target tokens X (batch, steps) and the state before them -> (logits, the state after them)
+    # target tokens X (batch, steps) and the state before them
+    # -> (logits, the state after them)
     def forward(self, X, state):  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -104,9 +108,15 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder = encoder, decoder
 
     def forward(self, src, tgt_input, src_valid_len=None):
-        enc_all_outputs = self.encoder(src, src_valid_len)  # everything the encoder read from the source
-        state = self.decoder.init_state(enc_all_outputs, src_valid_len)  # what the decoder starts from
-        return self.decoder(tgt_input, state)[0]  # teacher forcing: every target step in one call
+        enc_all_outputs = self.encoder(
+            src, src_valid_len
+        )  # everything the encoder read from the source
+        state = self.decoder.init_state(
+            enc_all_outputs, src_valid_len
+        )  # what the decoder starts from
+        return self.decoder(tgt_input, state)[
+            0
+        ]  # teacher forcing: every target step in one call
 
 
 def init_seq2seq(module: nn.Module) -> None:
@@ -170,6 +180,7 @@ def _top_hidden(hidden):
 
 # --- encoder and decoders -----------------------------------------------------------------
 
+
 class Seq2SeqEncoder(Encoder):
     """Embedding + multi-layer GRU (or LSTM) reading the source.
 
@@ -181,18 +192,19 @@ class Seq2SeqEncoder(Encoder):
     tokens, so the attention mask (not the encoder) keeps it out of the result.
     """
 
-    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
-                 dropout: float = 0.0, cell: str = "gru"):
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int,
+                 num_layers: int, dropout: float = 0.0, cell: str = "gru"):
         super().__init__()
-        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
+        sizes = (vocab_size, embed_size, num_hiddens, num_layers, dropout)
+        self.embedding = _checked_embedding(*sizes)
         self.cell = str(cell).lower()
         self.rnn = _rnn(cell, embed_size, num_hiddens, num_layers, dropout)
         self.apply(init_seq2seq)
 
     def forward(self, X, valid_len=None):
         _check_input("X", X, self)
-        # h_t = f(x_t, h_{t-1}) for t = 1..T: outputs holds the last layer's h_t at every t,
-        # hidden the final h_T of every layer
+        # h_t = f(x_t, h_{t-1}) for t = 1..T: outputs holds the last layer's h_t
+        # at every t, hidden the final h_T of every layer
         outputs, hidden = self.rnn(self.embedding(X))
         return outputs, _batch_first(hidden)
 
@@ -204,12 +216,15 @@ class Seq2SeqDecoder(Decoder):
     with every target embedding. State: ``(context, hidden)``.
     """
 
-    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
-                 dropout: float = 0.0, cell: str = "gru"):
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int,
+                 num_layers: int, dropout: float = 0.0, cell: str = "gru"):
         super().__init__()
-        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
+        sizes = (vocab_size, embed_size, num_hiddens, num_layers, dropout)
+        self.embedding = _checked_embedding(*sizes)
         self.cell = str(cell).lower()
-        self.rnn = _rnn(cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout)
+        self.rnn = _rnn(
+            cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout
+        )
         self.dense = nn.Linear(num_hiddens, vocab_size)
         self.apply(init_seq2seq)
 
@@ -222,9 +237,12 @@ class Seq2SeqDecoder(Decoder):
         _check_input("X", X, self)
         context, hidden = state
         emb = self.embedding(X)  # e(y_{t'-1}): (batch, steps, embed)
-        ctx = context.unsqueeze(1).expand(-1, emb.shape[1], -1)  # the same c at every step t'
+        # the same c at every step t'
+        ctx = context.unsqueeze(1).expand(-1, emb.shape[1], -1)
         # s_{t'} = g([e(y_{t'-1}); c], s_{t'-1}) for every step t' at once
-        outputs, new_hidden = self.rnn(torch.cat((emb, ctx), dim=-1), _layer_first(hidden))
+        outputs, new_hidden = self.rnn(
+            torch.cat((emb, ctx), dim=-1), _layer_first(hidden)
+        )
         logits = self.dense(outputs)  # scores from every s_{t'}: (batch, steps, vocab)
         return logits, (context, _batch_first(new_hidden))
 
@@ -245,27 +263,38 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
     the fast dot-product kernel ran in training).
     """
 
-    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int,
-                 dropout: float = 0.0, cell: str = "gru", attention: str = "additive"):
+    def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int,
+                 num_layers: int, dropout: float = 0.0, cell: str = "gru",
+                 attention: str = "additive"):
         super().__init__()
         self.cell, self.attention_kind = str(cell).lower(), str(attention).lower()
         if self.attention_kind == "additive":  # a(s, h) = w_v^T tanh(W_q s + W_k h)
-            self.attention = AdditiveAttention(num_hiddens, dropout, query_size=num_hiddens, key_size=num_hiddens)
+            self.attention = AdditiveAttention(
+                num_hiddens, dropout, query_size=num_hiddens, key_size=num_hiddens
+            )
         elif self.attention_kind == "dot":
             self.attention = DotProductAttention(dropout)
         else:
-            raise ValueError(f"attention must be 'additive' or 'dot', got {attention!r}")
-        self.attention.role = "cross"  # the decoder's state queries the encoder's outputs
-        # after the attention, as always: the modules draw their initial weights in the same order
-        self.embedding = _checked_embedding(vocab_size, embed_size, num_hiddens, num_layers, dropout)
-        self.rnn = _rnn(cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout)
+            raise ValueError(
+                f"attention must be 'additive' or 'dot', got {attention!r}"
+            )
+        # the decoder's state queries the encoder's outputs
+        self.attention.role = "cross"
+        # after the attention, as always: the modules draw their initial weights
+        # in the same order
+        self.embedding = _checked_embedding(
+            vocab_size, embed_size, num_hiddens, num_layers, dropout
+        )
+        self.rnn = _rnn(
+            cell, embed_size + num_hiddens, num_hiddens, num_layers, dropout
+        )
         self.dense = nn.Linear(num_hiddens, vocab_size)
         self._attention_weights: list = []
         self.apply(init_seq2seq)
 
     def init_state(self, enc_all_outputs, valid_len=None):
         enc_outputs, hidden = enc_all_outputs
-        # keys and values h_1..h_T, s_0 = the encoder's final states, and the source lengths
+        # keys and values h_1..h_T, s_0 = the encoder's final states, source lengths
         return (enc_outputs, hidden, valid_len)
 
     def forward(self, X, state):
@@ -276,14 +305,17 @@ class Seq2SeqAttentionDecoder(AttentionDecoder):
         outputs, self._attention_weights = [], []
         for step in range(emb.shape[1]):  # one output step t' at a time
             top = hidden[0][-1] if isinstance(hidden, tuple) else hidden[-1]
-            query = top.unsqueeze(1)  # the query s_{t'-1}, last layer: (batch, 1, num_hiddens)
-            # c_{t'} = sum_t alpha(s_{t'-1}, h_t) h_t, padding masked: (batch, 1, num_hiddens)
+            query = top.unsqueeze(1)  # the query s_{t'-1}, last layer: (batch, 1, d)
+            # c_{t'} = sum_t alpha(s_{t'-1}, h_t) h_t, padding masked: (batch, 1, d)
             context = self.attention(query, enc_outputs, enc_outputs, enc_valid_len)
-            step_in = torch.cat((context, emb[:, step:step + 1]), dim=-1)  # [c_{t'}; e(y_{t'-1})]
-            out, hidden = self.rnn(step_in, hidden)  # s_{t'} = g([c_{t'}; e(y_{t'-1})], s_{t'-1})
+            # [c_{t'}; e(y_{t'-1})]
+            step_in = torch.cat((context, emb[:, step : step + 1]), dim=-1)
+            # s_{t'} = g([c_{t'}; e(y_{t'-1})], s_{t'-1})
+            out, hidden = self.rnn(step_in, hidden)
             outputs.append(out)
             self._attention_weights.append(self.attention.attention_weights)
-        logits = self.dense(torch.cat(outputs, dim=1))  # scores from every s_{t'}: (batch, steps, vocab)
+        # scores from every s_{t'}: (batch, steps, vocab)
+        logits = self.dense(torch.cat(outputs, dim=1))
         return logits, (enc_outputs, _batch_first(hidden), enc_valid_len)
 
     @property
@@ -637,6 +669,37 @@ def validation_loss(model: nn.Module, data) -> float:
             total += float(mean) * float(n)
             count += float(n)
     return total / max(count, 1.0)
+
+
+@torch.no_grad()
+def teacher_forced_scores(model: nn.Module, data) -> dict[str, float]:
+    """What the validation loss averages, taken apart: every real validation token, teacher forcing.
+
+    The decoder reads the true previous tokens (as in training) and predicts
+    each next one. Returns ``{"loss": cross-entropy per token (the validation
+    loss), "accuracy": share of tokens whose highest score is the right one,
+    "loss when wrong": mean cross-entropy over the tokens it gets wrong}``.
+    A model can be right more often and still have the higher loss when its
+    mistakes are confident ones.
+    """
+    dev = _device_of(model)
+    pad = data.tgt_vocab[PAD]
+    total, right, wrong_loss, count, wrong = 0.0, 0.0, 0.0, 0.0, 0.0
+    with evaluating(model):
+        for batch in capped_batches(data.val_loader()):
+            src, tgt_input, src_valid_len, label = [t.to(dev) for t in batch]
+            logits = model(src, tgt_input, src_valid_len).float()
+            per_token = F.cross_entropy(logits.transpose(1, 2), label, reduction="none")
+            real = label != pad
+            hit = (logits.argmax(-1) == label) & real
+            miss = real & ~hit
+            total += float(per_token[real].sum())
+            right += float(hit.sum())
+            wrong_loss += float(per_token[miss].sum())
+            count += float(real.sum())
+            wrong += float(miss.sum())
+    return {"loss": total / max(count, 1.0), "accuracy": right / max(count, 1.0),
+            "loss when wrong": wrong_loss / max(wrong, 1.0)}
 
 
 def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_layers: int = 2,
