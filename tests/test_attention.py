@@ -520,3 +520,15 @@ def test_lengths_on_the_meta_device():
     assert layer(Xm, Xm, Xm, lens).device.type == "meta"
     with ab.keep_attention_weights():
         assert layer(Xm, Xm, Xm, lens).shape == (2, 3, 4)
+
+
+def test_grouped_query_causal_nan_row_agrees_on_both_paths():
+    """A NaN query under causal self-attention gives NaN in its own row on the fused path too."""
+    layer = ab.GroupedQueryAttention(num_hiddens=16, num_heads=4, num_kv_heads=2).eval()
+    x = torch.randn(1, 5, 16)
+    x[0, 2, 0] = float("nan")
+    fast = layer(x, x, x, causal=True)
+    with ab.keep_attention_weights():
+        slow = layer(x, x, x, causal=True)
+    assert torch.isnan(fast[0, 2]).all() and torch.isnan(slow[0, 2]).all()
+    torch.testing.assert_close(fast[0, :2], slow[0, :2])

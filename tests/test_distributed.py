@@ -84,7 +84,7 @@ def test_the_pretraining_script_runs_on_two_processes(tmp_path):
     assert "lm_head.weight" in weights
 
 
-def test_the_setup_page_shows_the_script_as_it_is_in_the_repository():
-    page = (ROOT / "book" / "setup.md").read_text(encoding="utf-8")
+def test_the_gpu_page_shows_the_script_as_it_is_in_the_repository():
+    page = (ROOT / "book" / "distributed.md").read_text(encoding="utf-8")
     script = (ROOT / "scripts" / "pretrain_distributed.py").read_text(encoding="utf-8")
-    assert f"```python\n{script}```" in page, "book/setup.md must show scripts/pretrain_distributed.py verbatim"
+    assert f"```python\n{script}```" in page, "book/distributed.md must show scripts/pretrain_distributed.py verbatim"

@@ -514,10 +514,11 @@ class MultiHeadAttention(nn.Module):
     a key/value cache), :class:`~attention_book.RotaryAttention` and
     :class:`~attention_book.ALiBiAttention` (positions inside the heads).
 
-    Speed (see ``benchmarks/attention.py``): the fast path never builds a
-    (queries, keys) matrix for the common cases — no mask, ``causal=True`` alone
-    (the kernel's ``is_causal``) and 1-D ``valid_lens`` (a (batch, 1, 1, keys)
-    mask broadcast by the kernel) — so its memory grows linearly in length.
+    Speed (see ``benchmarks/attention.py``): the fast path builds no
+    (queries, keys) matrix without a mask or with 1-D ``valid_lens`` (a
+    (batch, 1, 1, keys) mask broadcast by the kernel). ``causal=True`` builds a
+    boolean (queries, keys) mask, one byte per pair, so that NaN inputs and empty
+    rows come out the same on the fused and the explicit path.
     """
 
     def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False,

@@ -23,7 +23,6 @@ queries than keys).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import (MultiHeadAttention, _check_projection_inputs, _shape, _wants_weights, attend, heads_mask,
@@ -125,9 +124,6 @@ class GroupedQueryAttention(MultiHeadAttention):
                 out = out.reshape(b, self.num_heads, n_q, v.shape[-1])
                 return out, None if weights is None else weights.reshape(b, self.num_heads, n_q, n_k)
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        if causal and mask is None and bias is None and n_q == n_k and not wants and n_k > 0:
-            # The kernel masks by itself: no (queries, keys) mask is built or scanned.
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True), None
         return attend(q, k, v, mask, causal=causal, dropout_p=p, need_weights=wants, bias=bias)
 
 

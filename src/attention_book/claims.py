@@ -41,7 +41,7 @@ import torch
 
 from .config import book_seed, claims_log, experiment_size, max_steps
 
-__all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained"]
+__all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained", "glue"]
 
 REPORT_PATH = Path(__file__).with_name("claims_report.json")
 _KEY = re.compile(r"^ch\d\d[a-z]?\.[a-z0-9_.]+$")
@@ -174,3 +174,20 @@ def assert_trained(holds: Any, statement: str) -> None:
         holds = bool(holds.item())
     if not holds:
         raise AssertionError(f"training did not achieve what this chapter relies on: {statement}")
+
+
+def glue(name: str, value: Any) -> None:
+    """Hand a number of this run to the page's prose, where ``{glue:text}`name``` shows it.
+
+    On the website myst-nb's ``glue`` stores the value in the cell's outputs and the
+    built page prints it inside the sentence. Where myst-nb is not installed (Colab, a
+    plain Jupyter) the prose shows the role's text instead, and the value is what the
+    cell beside it printed: nothing is lost, so this is then a no-op.
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ValueError(f"glue: name must be an identifier-like string, got {name!r}")
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return
+    myst_glue(name, value, display=False)

@@ -1,0 +1,46 @@
+"""ab.glue: numbers of a run handed to the page's prose, and notebooks that run without myst-nb."""
+
+import builtins
+import json
+from pathlib import Path
+
+import pytest
+
+import attention_book as ab
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_glue_without_myst_nb_is_quiet(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_myst(name, *args, **kwargs):
+        if name.startswith("myst_nb"):
+            raise ImportError("no myst_nb here (as in Colab)")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_myst)
+    assert ab.glue("loss", 0.25) is None
+
+
+def test_glue_hands_the_value_to_myst_nb(monkeypatch):
+    myst_nb = pytest.importorskip("myst_nb")
+    seen = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: seen.update({name: (value, display)}))
+    ab.glue("bleu", 0.5)
+    assert seen == {"bleu": (0.5, False)}
+
+
+@pytest.mark.parametrize("name", ["", "two words", "1st", None, 3])
+def test_glue_rejects_names_the_prose_cannot_refer_to(name):
+    with pytest.raises(ValueError, match="glue"):
+        ab.glue(name, 1.0)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_glue_through_the_package(path):
+    """Colab has no myst-nb: a notebook importing it directly would stop at that cell."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            assert "myst_nb" not in "".join(cell["source"]), f"{path.name}: use ab.glue, not myst_nb"
