@@ -122,12 +122,12 @@ class NaiveMultiHead(nn.Module):
 MODES = ("train", "eval", "inference")
 
 
-def build(impl: str, mode: str = "train"):
-    """The module (in the mode's train/eval state) and a ``call(X, causal)`` for one implementation."""
+def build(impl: str, mode: str = "train", device: str = "cpu"):
+    """The module (in the mode's train/eval state, on ``device``) and a ``call(X, causal)`` for one implementation."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     module, call = _build(impl)
-    module.train(mode == "train")
+    module.train(mode == "train").to(device)
     return module, call
 
 
@@ -173,6 +173,18 @@ def model_flops(batch: int, length: int, causal: bool = False, mode: str = "trai
     return attention_flops(batch, length, NUM_HIDDENS, causal, projections=4, backward=mode != "inference")
 
 
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """``"8x512,2x2048"`` -> ``[(8, 512), (2, 2048)]``."""
+    sizes = []
+    for part in text.split(","):
+        batch, sep, length = part.strip().lower().partition("x")
+        if not sep or not batch.isdigit() or not length.isdigit() or int(batch) < 1 or int(length) < 1:
+            raise argparse.ArgumentTypeError(f"sizes must look like 8x512,2x2048 (batch x length, both at least 1), "
+                                             f"got {text!r}")
+        sizes.append((int(batch), int(length)))
+    return sizes
+
+
 def short(impl: str) -> str:
     """A column label's short name for an implementation."""
     return "pkg" if impl == "package" else impl
@@ -182,13 +194,18 @@ def step(call, X, causal, mode: str = "train"):
     if mode == "inference":
         with torch.no_grad():
             call(X, causal)
+        if X.is_cuda:
+            torch.cuda.synchronize()
         return
     out = call(X, causal)
     out.sum().backward()
+    if X.is_cuda:  # GPU work is queued: wait for it, or the clock measures only the queueing
+        torch.cuda.synchronize()
 
 
 def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
-                     clock=time.perf_counter, mode: str = "train", matmul: bool = False) -> dict[str, float]:
+                     clock=time.perf_counter, mode: str = "train", matmul: bool = False,
+                     device: str = "cpu") -> dict[str, float]:
     """Median seconds of one forward + backward per implementation, read from ``clock``.
 
     With ``matmul``, the machine's reference matrix product takes its turn in every round too,
@@ -201,11 +218,11 @@ def time_interleaved(impls, batch: int, length: int, causal: bool, repeats: int,
     on one of them only: an earlier version of this script reported a 10% gap between
     two implementations that run the same kernels, and it vanished when interleaved.
     """
-    built = {impl: build(impl, mode) for impl in impls}
-    X = torch.randn(batch, length, NUM_HIDDENS, requires_grad=mode != "inference")
+    built = {impl: build(impl, mode, device) for impl in impls}
+    X = torch.randn(batch, length, NUM_HIDDENS, device=device, requires_grad=mode != "inference")
     for _module, call in built.values():
         step(call, X, causal, mode)  # warm-up (allocations, kernel choice)
-    reference = matmul_way() if matmul else None
+    reference = matmul_way(device=device) if matmul else None
     names = list(impls) + ([MATMUL] if matmul else [])
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
@@ -269,13 +286,23 @@ def main(argv=None) -> None:
     parser.add_argument("--cpu-time", action="store_true",
                         help="time with the process CPU clock instead of the wall clock: with --threads 1 this "
                              "measures the work done, nearly independent of other programs on a busy machine")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where to run (cuda: one GPU; peak memory is then not measured)")
+    parser.add_argument("--sizes", type=parse_sizes, default=None, metavar="BxN,...",
+                        help="batch x length pairs to time instead of the preset ones, e.g. 8x512,2x2048")
     parser.add_argument("--no-d2l", action="store_true", help="leave d2l's implementation out even if installed")
     parser.add_argument("--child", nargs=3, metavar=("IMPL", "BATCH", "LENGTH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _peak_child(args.child[0], int(args.child[1]), int(args.child[2]), args.causal, args.mode)
         return
-    sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            parser.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU here")
+        if args.cpu_time:
+            parser.error("--cpu-time measures the CPU's work; on a GPU use the wall clock")
+        args.no_memory = True  # the memory columns measure the process's resident memory (CPU)
     impls = BASE_IMPLS if args.no_d2l else IMPLS
     extra = [impl for impl in impls if impl not in BASE_IMPLS]
     if args.threads:
@@ -283,7 +310,7 @@ def main(argv=None) -> None:
     clock = time.process_time if args.cpu_time else time.perf_counter
     print(machine_line())
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
-          f"heads={NUM_HEADS}, float32 CPU, {'causal' if args.causal else 'no mask'}, "
+          f"heads={NUM_HEADS}, float32 {args.device.upper()}, {'causal' if args.causal else 'no mask'}, "
           f"mode {args.mode}, median of {args.repeats} "
           f"{'forward' if args.mode == 'inference' else 'forward+backward'} runs; "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -300,7 +327,8 @@ def main(argv=None) -> None:
     print("-" * len(header))
     peaks: list[float] = []
     for batch, length in sizes:
-        t = time_interleaved(impls, batch, length, args.causal, args.repeats, clock, args.mode, matmul=True)
+        t = time_interleaved(impls, batch, length, args.causal, args.repeats, clock, args.mode, matmul=True,
+                             device=args.device)
         flops = model_flops(batch, length, args.causal, args.mode)
         peak = gflops(matmul_flops(), t[MATMUL])
         peaks.append(t[MATMUL])

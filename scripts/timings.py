@@ -151,6 +151,7 @@ def render_page(record_path: Path = RECORD, page: Path = PAGE, gpu_report: Path 
                 notebooks: Path = NOTEBOOKS) -> Path:
     """Write the timings page from the recorded runs and the GPU report (if any)."""
     records = json.loads(record_path.read_text(encoding="utf-8"))["runs"] if record_path.exists() else []
+    records = sorted(records, key=lambda r: r.get("date") or "", reverse=True)  # the newest first
     gpu = gpu_report.read_text(encoding="utf-8") if gpu_report.exists() else ""
     page.write_text(render(records, gpu, chapter_titles(notebooks)), encoding="utf-8")
     return page

@@ -4,6 +4,7 @@ Speed is judged by reading what ``benchmarks/*.py`` print (see book/how_fast.md)
 a timed assert; these tests only keep the scripts from rotting as the package changes.
 """
 
+import argparse
 import importlib
 import json
 import math
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 ROW = re.compile(r"^\s*\d+\s*x\s*\d+")  # a table row starts with "batch x ..."
@@ -84,6 +86,23 @@ def test_attention_model_flops_as_counted_in_the_issue():
         4.294967296e9 - attention_part + attention_part * (n + 1) / (2 * n))
     with pytest.raises(ValueError, match="mode"):
         bench.model_flops(8, 512, mode="training")
+
+
+def test_attention_benchmark_sizes_option():
+    bench = attention_bench()
+    assert bench.parse_sizes("8x512, 2X2048") == [(8, 512), (2, 2048)]
+    for bad in ("8x", "x512", "8*512", "0x64", "8x512,"):
+        with pytest.raises(argparse.ArgumentTypeError, match="sizes"):
+            bench.parse_sizes(bad)
+    out = run("attention.py", "--sizes", "2x16", "--repeats", "1", "--no-memory")
+    check_rows(out, 1, ATTENTION_VALUES)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_attention_benchmark_on_cuda_without_a_gpu_says_so():
+    done = subprocess.run([sys.executable, str(BENCH / "attention.py"), "--device", "cuda", "--quick"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "sees no CUDA GPU" in done.stderr, done.stderr
 
 
 def test_flop_counts_and_rates_reject_bad_input():
