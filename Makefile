@@ -108,9 +108,10 @@ times: venv
 
 ## Every chapter at full size on a CUDA GPU, one notebook per piece (each under 10 minutes):
 ## wall time, peak GPU memory, the claims' values, precision, GPU, torch -> book/_gpu_report.md.
-## GPU_NOTEBOOKS="ch05 ch07" runs some; GPU_PYTHON is an interpreter with torch for CUDA
-## (a fresh venv here would bring a CPU-only torch). Without CUDA it stops with one line.
-GPU_PYTHON ?= $(PYTHON)
+## GPU_NOTEBOOKS="ch05 ch07" runs some. GPU_PYTHON: the Python whose torch sees the GPU, by default
+## .venv's when it exists (make venv), else python3, e.g. a GPU machine's own PyTorch; into that one,
+## `pip install -e ".[dev]"` adds the rest and keeps its torch. Without CUDA it stops with one line.
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 GPU_NOTEBOOKS ?=
 gpu-report:
 	$(GPU_PYTHON) scripts/gpu_report.py $(GPU_NOTEBOOKS)
