@@ -44,3 +44,16 @@ def test_notebooks_glue_through_the_package(path):
     for cell in cells:
         if cell["cell_type"] == "code":
             assert "myst_nb" not in "".join(cell["source"]), f"{path.name}: use ab.glue, not myst_nb"
+
+
+def test_glue_counts_hands_the_seed_checks_counts_to_the_prose(monkeypatch):
+    myst_nb = pytest.importorskip("myst_nb")
+    seen = {}
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: seen.update({name: value}))
+    key, counted = next(iter(ab.claim_report()["claims"].items()))
+    assert ab.glue_counts("c", key) is None
+    assert seen == {"c_held": counted["held"], "c_runs": counted["runs"]}
+    ab.glue_counts("new", "ch99.not_counted_yet")  # not yet in the report: 0 of 0
+    assert seen["new_held"] == 0 and seen["new_runs"] == 0
+    with pytest.raises(ValueError, match="key"):
+        ab.glue_counts("c", "no chapter")

@@ -41,7 +41,7 @@ import torch
 
 from .config import book_seed, claims_log, experiment_size, max_steps
 
-__all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained", "glue"]
+__all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained", "glue", "glue_counts"]
 
 REPORT_PATH = Path(__file__).with_name("claims_report.json")
 _KEY = re.compile(r"^ch\d\d[a-z]?\.[a-z0-9_.]+$")
@@ -191,3 +191,17 @@ def glue(name: str, value: Any) -> None:
     except ImportError:
         return
     myst_glue(name, value, display=False)
+
+
+def glue_counts(name: str, key: str) -> None:
+    """Glue how often claim ``key`` held in the seed check, as ``{name}_held`` and ``{name}_runs``.
+
+    The prose then writes "in {glue:text}`name_held` of {glue:text}`name_runs` runs of the
+    seed check". A claim the report does not list yet glues 0 of 0 (the claim's own line
+    says it is not yet counted).
+    """
+    if not isinstance(key, str) or not _KEY.match(key):
+        raise ValueError(f"glue_counts: key must look like 'ch05.more_heads_help', got {key!r}")
+    record = _record(key)
+    glue(f"{name}_held", record.held if record else 0)
+    glue(f"{name}_runs", record.runs if record else 0)
