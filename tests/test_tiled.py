@@ -1,6 +1,9 @@
 """Chapter 10: the online softmax, tiled attention against PyTorch's kernel, tile plans, peak memory, the checker."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -246,9 +249,21 @@ def test_hidden_grading_round_trip_and_the_package_merge_is_blocked(tmp_path):
         x, y = torch.exp(a[0] - ref), torch.exp(b[0] - ref)
         return m, a[1] * x + b[1] * y, a[2] * x[:, None] + b[2] * y[:, None]
 
-    results = tmp_path / "results.pt"
-    grading.run_hidden("merge_softmax", student, 12345, str(results))
-    assert grading.judge("merge_softmax", 12345, grading.load_results(results)).score == 1.0
-    grading.run_hidden("merge_softmax", lambda a, b: ab.merge_softmax(a, b), 7, str(results))
-    assert grading.judge("merge_softmax", 7, grading.load_results(results)).score == 0.0
+    def graded(fn, offset):
+        """The grader's round trip: arguments in, the student's outputs out, judged outside."""
+        cases, results = tmp_path / "cases.pt", tmp_path / "results.pt"
+        torch.save(grading.hidden_arguments("merge_softmax", offset, "nonce"), cases)
+        grading.run_hidden("merge_softmax", fn, str(cases), str(results))
+        data = grading.load_results(results.read_bytes())
+        return grading.judge("merge_softmax", offset, "nonce", data).score
+
+    assert graded(student, 12345) == 1.0
+    assert graded(ab.merge_softmax, 7) == 0.0  # handing in the package's own function earns nothing
+    # In the sandbox's copy of the package the answer does not exist, so wrapping it fails too.
+    grading.package_without(["merge_softmax"], tmp_path / "copy")
+    run = subprocess.run([sys.executable, "-c", "import torch, attention_book as ab\n"
+                          "try:\n    ab.merge_softmax(None, None)\nexcept RuntimeError as e:\n"
+                          "    print('not available' in str(e))"],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tmp_path / "copy")))
+    assert run.stdout.strip() == "True", run.stderr[-2000:]
     assert ab.assignments.check_merge_softmax(ab.merge_softmax, verbose=False)  # unblocked again afterwards
