@@ -632,31 +632,19 @@ def test_next_token_accuracy_counts_the_argmax_and_the_constant_guess():
         ab.next_token_accuracy(None, [(inputs, labels)])
 
 
-def test_label_efficiency_pairs_the_runs_and_draws_a_figure(tok):
+def test_label_efficiency_averages_pairs_and_draws_a_figure():
     import matplotlib.pyplot as plt
 
-    ids = torch.tensor(tok.encode(TEXT * 6))
-    torch.manual_seed(0)
-    bert = ab.EncoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
-    before = {k: v.clone() for k, v in bert.state_dict().items()}
-    result = ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), num_seeds=2, seq_len=8, steps=(2, 3),
-                                 num_val=16, seed=5)
-    assert result.counts == [4, 8] and result.steps == [2, 3] and result.seeds == [6, 7]
-    for name in ("pretrained", "from scratch"):
-        assert len(result.accuracy[name]) == 2 and all(len(row) == 2 for row in result.accuracy[name])
-        assert all(0.0 <= a <= 1.0 for row in result.accuracy[name] for a in row)
-    gaps = result.gaps()
-    assert gaps[0][1] == pytest.approx(result.accuracy["pretrained"][0][1] - result.accuracy["from scratch"][0][1])
-    assert len(result.mean("pretrained")) == 2
-    assert all(torch.equal(v, before[k]) for k, v in bert.state_dict().items())  # the pretrained model is untouched
-    again = ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), num_seeds=2, seq_len=8, steps=(2, 3),
-                                num_val=16, seed=5)
-    assert again.accuracy == result.accuracy  # seeded: the same runs again
+    accuracy = {"pretrained": [[0.75, 0.5, 0.7], [0.9, 0.8, 1.0]],
+                "from scratch": [[0.5, 0.55, 0.4], [0.85, 0.8, 0.9]]}
+    result = ab.LabelEfficiency(counts=[16, 64], steps=[31, 36], seeds=[1, 2, 3], accuracy=accuracy)
+    assert result.mean("pretrained") == pytest.approx([0.65, 0.9])
+    assert result.mean("from scratch") == pytest.approx([0.4833333, 0.85])
+    # per count and seed: the pretrained run minus the scratch run on the same labelled examples
+    assert result.gaps() == [pytest.approx([0.25, -0.05, 0.3]), pytest.approx([0.05, 0.0, 0.1])]
     fig = ab.label_efficiency_figure(result)
-    assert len(fig.axes) == 1
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64"]
+    means = [line.get_ydata().tolist() for line in ax.get_lines()[:2]]
+    assert means[0] == pytest.approx([65.0, 90.0]) and means[1] == pytest.approx([48.333333, 85.0])
     plt.close(fig)
-    assert ab.label_efficiency(bert, ids, ids, tok, counts=(4,), num_seeds=1, seq_len=8, num_val=8).steps == [30]
-    with pytest.raises(ValueError, match="counts must be increasing"):
-        ab.label_efficiency(bert, ids, ids, tok, counts=(8, 4))
-    with pytest.raises(ValueError, match="one entry per count"):
-        ab.label_efficiency(bert, ids, ids, tok, counts=(4, 8), steps=(2,))

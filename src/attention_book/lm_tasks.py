@@ -1,9 +1,10 @@
 """Tasks made from the corpus, for fine-tuning and prompting the pretrained models, and their scores.
 
 Labelled tasks for the encoder (:func:`order_task_batch`, :func:`replaced_task_batch`,
-scored by :func:`classification_accuracy`; :func:`label_efficiency` fine-tunes a
-pretrained encoder and the same architecture from scratch on growing numbers of
-labelled examples, drawn by :func:`label_efficiency_figure`), text-to-text tasks for the
+scored by :func:`classification_accuracy`; :class:`LabelEfficiency` holds the accuracies
+of a pretrained encoder and the same architecture from scratch fine-tuned on growing
+numbers of labelled examples (chapter 9 writes that loop on the page), drawn by
+:func:`label_efficiency_figure`), text-to-text tasks for the
 encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 :func:`exact_match`) and few-shot prompts for the decoder
 (:func:`few_shot_prompts`, scored by :func:`next_word_accuracy`).
@@ -11,7 +12,6 @@ encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass
 from typing import Sequence
@@ -19,16 +19,15 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .checks import check_positive_int
 from .config import resolve_seed
-from .objectives import IGNORE, classification_loss, random_windows
+from .objectives import IGNORE, random_windows
 from .sampling import greedy_decode
 from .tokenizer import Tokenizer
-from .train import capped_batches, evaluating, fit
+from .train import capped_batches, evaluating
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",
-    "LabelEfficiency", "label_efficiency", "label_efficiency_figure",
+    "LabelEfficiency", "label_efficiency_figure",
     "TEXT_TASKS", "text_to_text_batch", "exact_match",
     "few_shot_prompts", "next_word_accuracy",
 ]
@@ -128,59 +127,6 @@ class LabelEfficiency:
         """Pretrained minus from-scratch accuracy, per count and seed (same labelled examples)."""
         return [[p - s for p, s in zip(pre, scr)]
                 for pre, scr in zip(self.accuracy["pretrained"], self.accuracy["from scratch"])]
-
-
-def _fine_tune_steps(count: int) -> int:
-    """The default budget: a few dozen steps for a handful of labels, more for larger sets."""
-    return 30 + count // 10
-
-
-def label_efficiency(pretrained: nn.Module, ids: torch.Tensor, val_ids: torch.Tensor, tok: Tokenizer,
-                     counts: Sequence[int] = (16, 64, 256, 1024), num_seeds: int = 3, seq_len: int = 16,
-                     steps: Sequence[int] | None = None, batch_size: int = 32, lr: float = 2e-3,
-                     replace_prob: float = 0.4, num_val: int = 512, seed: int | None = None) -> LabelEfficiency:
-    """Fine-tune a pretrained encoder and the same architecture from scratch on ``counts`` labelled examples.
-
-    The task is :func:`replaced_task_batch` (has the passage been tampered with?)
-    with ``seq_len``-token passages and ``replace_prob``. For each of ``num_seeds``
-    seeds (``seed, seed + 1, ...``; ``None``: the book's seed) one labelled set of
-    ``max(counts)`` passages is drawn from ``ids``, and a run on ``n`` labels uses
-    its first ``n``: the pretrained run and the from-scratch run see the same
-    examples, in the same order, and start from the same classification head. Each
-    run makes ``steps[i]`` Adam steps (default ``30 + n // 10``) on minibatches of
-    ``min(n, batch_size)`` examples drawn from its set, then is scored on ``num_val``
-    passages of ``val_ids``. ``pretrained`` (an :class:`EncoderOnlyLM`) is copied,
-    never changed; the scratch model is built from its config. Runs on the
-    pretrained model's device. Returns a :class:`LabelEfficiency`.
-    """
-    counts = [check_positive_int("counts", n) for n in counts]
-    if not counts or counts != sorted(set(counts)):
-        raise ValueError(f"counts must be increasing positive ints, got {counts}")
-    num_seeds = check_positive_int("num_seeds", num_seeds)
-    steps = [_fine_tune_steps(n) for n in counts] if steps is None else [check_positive_int("steps", s) for s in steps]
-    if len(steps) != len(counts):
-        raise ValueError(f"steps needs one entry per count ({len(counts)}), got {len(steps)}")
-    dev = next(pretrained.parameters()).device
-    first = resolve_seed(seed)
-    task = dict(replace_prob=replace_prob)
-    val = [replaced_task_batch(val_ids, tok, num_val, seq_len, torch.Generator().manual_seed(first), **task)]
-    seeds = [first + 1 + k for k in range(num_seeds)]
-    accuracy: dict[str, list[list[float]]] = {"pretrained": [[] for _ in counts], "from scratch": [[] for _ in counts]}
-    for s in seeds:
-        X, Y = replaced_task_batch(ids, tok, max(counts), seq_len, torch.Generator().manual_seed(s), **task)
-        for i, (n, num_steps) in enumerate(zip(counts, steps)):
-            for name in accuracy:
-                torch.manual_seed(s)  # from scratch: the same start for every count
-                model = copy.deepcopy(pretrained) if name == "pretrained" else type(pretrained)(pretrained.config)
-                torch.manual_seed(s)  # the same classification head for both models and every count
-                model.add_classifier(2)
-                picks = torch.Generator().manual_seed(s)
-                size = min(n, batch_size)
-                batches = [(X[idx], Y[idx]) for idx in
-                           (torch.randint(0, n, (size,), generator=picks) for _ in range(num_steps))]
-                fit(model, batches, classification_loss, epochs=1, lr=lr, clip_grad=1.0, device=dev, progress=False)
-                accuracy[name][i].append(classification_accuracy(model, val))
-    return LabelEfficiency(counts, steps, seeds, accuracy)
 
 
 def label_efficiency_figure(result: LabelEfficiency):
