@@ -119,6 +119,12 @@ class Report:
     def __bool__(self) -> bool:
         return self.total > 0 and self.passed == self.total
 
+    def __repr__(self) -> str:
+        # One line: a checker cell ends with this value, under the lines it printed.
+        if self.not_implemented:
+            return f"{self.assignment}: not implemented yet"
+        return f"{self.assignment}: {self.passed} of {self.total} cases passed"
+
     def to_json(self) -> dict:
         return {
             "assignment": self.assignment,
