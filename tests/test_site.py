@@ -459,7 +459,8 @@ def shown_sources(docname: str) -> list[str]:
     code = notebook_code(docname)
     names = []
     for call in re.finditer(r"ab\.show_source\(([^)]*)\)", code):
-        names += re.findall(r"ab\.(\w+)", call.group(1))
+        # ab.Name, or ab.module.Name: the page shows Name
+        names += [dotted.split(".")[-1] for dotted in re.findall(r"ab\.((?:\w+\.)*\w+)", call.group(1))]
     return names
 
 

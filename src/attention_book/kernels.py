@@ -33,7 +33,7 @@ from torch import nn
 from .attention import masked_softmax
 from .checks import check_optional_positive_int, check_positive_int, check_same_device
 from .config import resolve_seed
-from .plot import BOOK_CMAP, _ensure_style
+from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
 __all__ = [
     "KERNEL_NAMES",
@@ -450,7 +450,7 @@ def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train
     y_hat, weights = nadaraya_watson(data.x_train, data.y_train, data.x_val, kernel, sigma)
     defined = ~torch.isnan(y_hat)
     mse = float(((y_hat - data.y_val)[defined] ** 2).mean()) if defined.any() else float("nan")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.8), layout="constrained",
+    fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.1, 1]})
     _draw_fit(left, data, y_hat, f"{_TITLES[kernel]}, σ={sigma:.3g}, n={n_train}: val MSE {mse:.3f}"
               + ("" if defined.all() else f"\n({int((~defined).sum())} queries reach no training point)"))

@@ -201,7 +201,7 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     weight written in its cell. Right: the pooled probabilities of the first
     names for ``query``. Returns the figure.
     """
-    from .plot import _ensure_style, BOOK_CMAP
+    from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     _check_database(database)
@@ -210,7 +210,7 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     weights = lookup_weights(list(queries), keys, t).numpy()
     answer = soft_lookup(query, database, t)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 3.8), layout="constrained",
+    fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.25, 1]})
     image = left.imshow(weights, cmap=BOOK_CMAP, vmin=0.0, vmax=1.0, aspect="auto")
     left.grid(False)

@@ -115,6 +115,8 @@ def show_heatmaps(
         cell = min(cell, (PAGE_FIGURE_WIDTH - 1.0) / num_cols)  # many columns: smaller maps, same text
         aspect = n_q / n_k
         figsize = (1.0 + cell * num_cols, min(0.6 + cell * num_rows * min(max(aspect, 0.4), 2.0), 14.0))
+    elif figsize[0] > PAGE_FIGURE_WIDTH:  # wider than the page's column: the same layout, scaled to fit
+        figsize = (PAGE_FIGURE_WIDTH, figsize[1] * PAGE_FIGURE_WIDTH / figsize[0])
     if vmin is None:
         vmin = float(min(data.min(), 0.0))
     if vmax is None:

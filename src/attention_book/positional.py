@@ -288,13 +288,13 @@ def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
 def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
     _check_encoding_args(encoding_dim, num_steps)
-    from .plot import _ensure_style
+    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     import matplotlib.pyplot as plt
 
     P = sinusoidal_table(num_steps, encoding_dim)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained",
+    fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.4, 1]})
     columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
     plot_encoding_columns(encoding_dim, num_steps, columns, ax=left)
