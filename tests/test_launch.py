@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,18 @@ def test_colab_install_keeps_colab_torch_and_widgets():
     for path in NOTEBOOKS:
         setup = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][1]["source"])
         assert "--upgrade" not in setup and " -U " not in setup, f"{path.name}: the install cell must not upgrade"
+
+
+def test_the_formatter_leaves_the_setup_cell_as_it_is(tmp_path):
+    """`ruff format` (how notebooks are kept within the column) must not reflow the setup cell."""
+    pytest.importorskip("ruff")
+    nb = {"cells": [{"cell_type": "code", "id": "setup", "metadata": {"tags": ["remove-cell"]},
+                     "execution_count": None, "outputs": [], "source": setup_template()}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                       "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "setup.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--diff", "--line-length", "88",
+                          str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, f"ruff would reformat the setup cell:\n{run.stdout}{run.stderr}"
