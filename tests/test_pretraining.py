@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book.objectives import IGNORE
+from attention_book.train import IGNORE
 
 TEXT = ("The Time Traveller (for so it will be convenient to speak of him) was expounding a recondite "
         "matter to us. His grey eyes shone and twinkled, and his usually pale face was flushed. "

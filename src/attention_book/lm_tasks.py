@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from .config import resolve_seed
-from .objectives import IGNORE, random_windows
+from .objectives import random_windows
 from .sampling import greedy_decode
 from .tokenizer import Tokenizer
-from .train import capped_batches, evaluating
+from .train import IGNORE, capped_batches, evaluating
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",

@@ -42,7 +42,7 @@ from .attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAtt
 from .checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
 from .config import resolve_seed
 from .positional import LearnedPositionalEmbedding, PositionalEncoding
-from .train import evaluating, fit
+from .train import IGNORE, evaluating, fit
 
 __all__ = [
     "POSITION_SCHEMES",
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 POSITION_SCHEMES = ("sinusoidal", "learned", "rotary", "alibi")
-IGNORE = -100  # the label of positions before the first marker (cross_entropy's default ignore_index)
 
 
 # --- the task -----------------------------------------------------------------------------------

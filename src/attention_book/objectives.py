@@ -26,10 +26,9 @@ from torch.nn import functional as F
 
 from .config import resolve_seed
 from .tokenizer import Tokenizer
-from .train import capped_batches, evaluating, move_to
+from .train import IGNORE, capped_batches, evaluating, move_to
 
 __all__ = [
-    "IGNORE",
     "mask_for_mlm", "span_lengths", "corrupt_spans", "restore_spans",
     "random_windows", "mlm_batch", "span_batch", "clm_batch", "Batches",
     "mlm_loss", "seq2seq_loss", "clm_loss", "classification_loss", "evaluate_loss",
@@ -37,7 +36,6 @@ __all__ = [
     "masked_accuracy", "next_token_accuracy", "fill_masks", "span_loss_parts",
 ]
 
-IGNORE = -100  # label of positions that carry no target (PyTorch's default ignore_index)
 
 
 # --------------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, 
                      training_precision)
 from .config import device as pick_device
 
-__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches"]
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE"]
+
+IGNORE = -100  # the label of a position with no target: PyTorch's default ignore_index in cross_entropy
 
 # An epoch whose mean training loss exceeds this many times the loss of the first
 # step (taken before any update) has diverged. The book's runs start at 2–10 and
