@@ -309,7 +309,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     clock = time.process_time if args.cpu_time else time.perf_counter
     print(machine_line())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
+    print(f"{'CPU' if args.cpu_time else 'wall'} clock, num_hiddens={NUM_HIDDENS}, "
           f"heads={NUM_HEADS}, float32 {args.device.upper()}, {'causal' if args.causal else 'no mask'}, "
           f"mode {args.mode}, median of {args.repeats} "
           f"{'forward' if args.mode == 'inference' else 'forward+backward'} runs; "

@@ -106,7 +106,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     lengths = (32, 64) if args.quick else (256, 1024)
     print(machine_line())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, decoder-only Transformer ({args.hidden} "
+    print(f"decoder-only Transformer ({args.hidden} "
           f"hidden, {HEADS} heads, {args.layers} blocks), batch {args.batch}, {args.steps} tokens generated, greedy, "
           f"median of {args.repeats}; load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x prompt':>14} | {'no cache':>8} {'MHA':>7} {'GQA':>7} {'MQA':>7} ms/token | "

@@ -85,7 +85,7 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     lengths = (128, 256) if args.quick else (512, 1024, 2048, 4096)
     print(machine_line())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, causal self-attention, batch 1, "
+    print(f"causal self-attention, batch 1, "
           f"{args.heads} heads x {args.head_dim}, tiles of {args.block}, forward + backward, median of "
           f"{args.repeats}; load average {os.getloadavg()[0]:.2f}")
     header = (f"{'batch x length':>14} | {'explicit ms':>11} {'fused ms':>9} {'tiled ms':>9} | "

@@ -133,7 +133,7 @@ def label_efficiency_figure(result: LabelEfficiency):
     """Held-out accuracy against the number of labelled examples: one dot per seed, a line through the means."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, chance_line
 
     _ensure_style()
     fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
@@ -145,7 +145,7 @@ def label_efficiency_figure(result: LabelEfficiency):
             ax.scatter([n * f for f in shift], [100 * a for a in accs], color=f"C{c}", alpha=0.45, s=18, marker=marker)
         ax.plot(result.counts, [100 * m for m in result.mean(name)], color=f"C{c}", marker=marker,
                 label=f"{name} (mean of {n_seeds} seeds)")
-    ax.axhline(50, color="0.6", ls=":", label="chance")
+    chance_line(ax, 50)
     ax.set_xscale("log", base=2)
     ax.set_xticks(result.counts, [str(n) for n in result.counts])
     ax.minorticks_off()

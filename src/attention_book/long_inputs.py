@@ -25,7 +25,7 @@ from torch import nn
 
 from .checks import check_int, check_positive_int
 from .config import resolve_seed
-from .seq2seq import greedy_search, make_seq2seq, translation_loss
+from .seq2seq import _device_of, greedy_search, make_seq2seq, translation_loss
 from .train import History, fit
 
 __all__ = [
@@ -135,10 +135,6 @@ def train_copy_model(attention: str | None, *, vocab_size: int = 8, min_len: int
     return model, history
 
 
-def _device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
 @torch.no_grad()
 def copy_accuracy_by_length(model: nn.Module, lengths: Sequence[int], per_length: int = 50, vocab_size: int = 8,
                             seed: int | None = None) -> dict[int, float]:
@@ -211,7 +207,7 @@ def long_input_figure(runs: Sequence[CopyRun], vocab_size: int = 8):
     """Token accuracy against source length: one thin line per seed and model, the mean in bold, chance dotted."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, chance_line
 
     _ensure_style()
     if not runs:
@@ -223,7 +219,7 @@ def long_input_figure(runs: Sequence[CopyRun], vocab_size: int = 8):
             ax.plot(lengths, [100 * run.accuracy[name][n] for n in lengths], color=colour, lw=0.8, alpha=0.45)
         mean = [100 * sum(r.accuracy[name][n] for r in runs) / len(runs) for n in lengths]
         ax.plot(lengths, mean, color=colour, lw=2.2, label=f"{name} (mean of {len(runs)} seeds)")
-    ax.axhline(100 / vocab_size, color="0.5", ls=":", label="chance")
+    chance_line(ax, 100 / vocab_size)
     ax.set_ylim(0, 102)
     ax.set_xlabel("source length (symbols)")
     ax.set_ylabel("tokens copied right (%)")

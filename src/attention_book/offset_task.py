@@ -184,7 +184,7 @@ def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, chance_line
 
     _ensure_style()
     heads = sorted(spread)
@@ -203,7 +203,7 @@ def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):
     ax.plot(heads, means, color="C1", marker="o", label="mean over seeds", zorder=2)
     ax.plot(heads, [100 * one_offset_per_head_accuracy(h, num_offsets, vocab_size) for h in heads], color="0.4",
             ls="--", label="one offset per head, guesses for the rest", zorder=1)
-    ax.axhline(100 / vocab_size, color="0.6", ls=":", label="chance")
+    chance_line(ax, 100 / vocab_size)
     ax.set_xscale("log", base=2)
     ax.set_xticks(heads, [str(h) for h in heads])
     ax.minorticks_off()

@@ -826,7 +826,7 @@ def warmup_experiment_figure(rows: list[dict], figsize=(6.0, 3.2)):
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from .plot import _ensure_style, chance_line
 
     if not rows:
         raise ValueError("rows is empty: pass the list that warmup_experiment returns")
@@ -837,7 +837,7 @@ def warmup_experiment_figure(rows: list[dict], figsize=(6.0, 3.2)):
         finals = [r["val_accuracy"][-1] for r in rows if (r["lr"], r["warmup"]) == (lr, warmup)]
         offsets = torch.linspace(-0.12, 0.12, len(finals)).tolist() if len(finals) > 1 else [0.0]
         ax.scatter([x + o for o in offsets], finals, s=36, color="C0" if warmup else "C1", zorder=3)
-    ax.axhline(0.1, color="0.6", linestyle="--", linewidth=1)
+    chance_line(ax, 0.1)
     ax.set_xticks(range(len(settings)))
     ax.set_xticklabels([f"peak {lr:g}\n" + (f"warm-up {w}" if w else "no warm-up") for lr, w in settings])
     ax.set_ylim(0.0, 1.05)
