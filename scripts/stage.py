@@ -113,7 +113,7 @@ def main(dest: str) -> None:
         files = vendor_js.vendor(out / "_vendor")
     except vendor_js.VendorError as err:
         sys.exit(f"stage: cannot vendor the JavaScript: {err}")
-    print(f"stage _vendor: widget and MathJax JavaScript ({len(files)} files)")
+    print(f"stage _vendor: widget, MathJax and onnxruntime-web JavaScript ({len(files)} files)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Vendor the website's third-party JavaScript: widgets and MathJax.
+"""Vendor the website's third-party JavaScript: widgets, MathJax and onnxruntime-web.
 
 Usage: python scripts/vendor_js.py DEST [--cache DIR]
 
@@ -12,6 +12,8 @@ check (tests/test_site.py) run exactly the same files:
   makes myst-nb add them once, and only to pages that carry widget state.
 - MathJax 3 (`_config.yml`: `mathjax_path`), with the fonts and the TeX
   extensions it loads on demand.
+- onnxruntime-web (wasm backend only), which the live views load on the pages
+  that have one, the first time a reader comes to the view.
 
 `scripts/stage.py` calls this for the staged book (DEST = `_stage/_vendor`,
 listed in `html_static_path`, so the files land in `_static/` of the site).
@@ -92,6 +94,19 @@ PINS = (
         # (TeX extensions, CHTML fonts, the context menu and accessibility).
         include=("tex-mml-chtml.js", "input/*", "output/chtml.js", "output/chtml/*",
                  "a11y/*", "ui/*", "sre/*", "adaptors/*"),
+    ),
+    # The live views (src/attention_book/book/live.py, book/_static/live/live.mjs) run the
+    # chapters' models with onnxruntime-web: its wasm-only ES module, the wasm binary and the
+    # module that loads it. Only .mjs and .wasm: Jupyter Book adds every *.js under _static/
+    # to every page.
+    Pin(
+        name="onnxruntime-web",
+        version="1.30.0",
+        integrity="sha512-q0y+JrrtukXSzsBWEMccVfqX25LRmosXHF+CaRJmg8pZClzcV7svNc4rKY3jL02Vb7QmRMDs1SigqR4CXAfKYQ==",
+        shasum="b88b09117992e6f486321e931a826fd2f7775377",
+        strip="package/dist/",
+        dest="onnxruntime-web/",
+        include=("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"),
     ),
 )
 

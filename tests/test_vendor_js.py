@@ -117,3 +117,16 @@ def test_without_npm_the_error_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(vendor_js.VendorError, match="apt-get install npm"):
         vendor_js.fetch((pin_for(TARBALL),), tmp_path / "cache")
+
+
+def test_the_live_views_runtime_ships_no_plain_js_file():
+    """onnxruntime-web (issue 31) ships as .mjs and .wasm only: Jupyter Book would add any *.js
+    file under _static/ to every page of the site."""
+    (ort,) = [pin for pin in vendor_js.PINS if pin.name == "onnxruntime-web"]
+    assert ort.include and all(p.endswith((".mjs", ".wasm")) for p in ort.include), ort.include
+    assert "ort.wasm.min.mjs" in ort.include  # the wasm-only bundle: no WebGL or WebGPU code
+    cached = vendor_js.DEFAULT_CACHE / ort.tarball
+    if not cached.is_file():
+        pytest.skip(f"{ort.spec} not in the npm cache (no network here)")
+    data = cached.read_bytes()
+    vendor_js.verify(ort, data)
