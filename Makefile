@@ -20,8 +20,12 @@ PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 # (src/attention_book/explorer.py) and record what they drew in $(FRAMES) for the build log
 # and the browser test.
 FRAMES := $(STAGE)/_frames
+# Live views (src/attention_book/book/live.py) export their models and data into $(LIVE), which
+# scripts/stage.py keeps between stagings and _config.yml lists in html_static_path: the files land
+# in _static/live/models/ of the site, beside book/_static/live/*.mjs.
+LIVE := $(STAGE)/_live/live/models
 # Quoted: the clone may live in a path with a space.
-SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(FRAMES)"
+SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(FRAMES)" ATTENTION_BOOK_LIVE="$(CURDIR)/$(LIVE)"
 # nbmake runs JOBS notebooks at a time (pytest-xdist), one torch thread each. kernel_poll
 # (book/_ext/kernel_poll.py) starts kernels on IPC transport, so two kernels starting together
 # cannot take the same TCP port (jupyter_client#487, which once hung a parallel run here), keeps

@@ -109,6 +109,9 @@ def main(dest: str) -> None:
     package = package_hash()
     for src in sources:
         print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition, package)}")
+    # The live views' models and data (ATTENTION_BOOK_LIVE in the Makefile): written by the notebooks,
+    # kept here while their outputs are kept; listed in html_static_path, so it must exist.
+    (out / "_live" / "live" / "models").mkdir(parents=True, exist_ok=True)
     try:
         files = vendor_js.vendor(out / "_vendor")
     except vendor_js.VendorError as err:
