@@ -1,0 +1,137 @@
+// The live views' loader (issue 31; src/attention_book/book/live.py writes the blocks it boots).
+//
+// boot(root) waits until the reader comes to the view (it scrolls into sight, or is touched,
+// focused or typed into), then loads onnxruntime-web once per page (the wasm build vendored
+// by scripts/vendor_js.py, one thread: static hosts cannot send the headers that threads
+// need), fetches the view's <name>.json from models/, imports the view's own module and calls
+// its mount(root, ctx). Until then, and whenever something fails, the notebook's precomputed
+// frames stay in the page with a short message; nothing is thrown at the reader.
+//
+// ctx = {ort, data, manifest, session(model), status(text), result(ms), root}:
+//   session(model)  a Promise of the ort.InferenceSession of one of the view's graphs (cached);
+//   status(text)    the line under the view;
+//   result(ms)      the view reports each result it shows (ms: the time it took), which the
+//                   browser tests and benchmarks/live_views.py read from root.dataset.
+
+const RUNTIME = new URL("../onnxruntime-web/", import.meta.url);
+const MODELS = new URL("models/", import.meta.url);
+const FILE_NOTE =
+  "The live model runs only when the site is served over http: " +
+  "python -m http.server -d _build/html, then open http://localhost:8000/.";
+
+let runtime = null;
+
+/** onnxruntime-web, loaded once for the whole page. */
+export function loadRuntime() {
+  if (runtime === null) {
+    runtime = import(new URL("ort.wasm.min.mjs", RUNTIME).href).then((ort) => {
+      ort.env.wasm.numThreads = 1;
+      ort.env.wasm.proxy = false;
+      ort.env.wasm.wasmPaths = RUNTIME.href;
+      return ort;
+    });
+    runtime.catch(() => {
+      runtime = null; // a later view may try again
+    });
+  }
+  return runtime;
+}
+
+async function fetchJson(url) {
+  const response = await fetch(url);
+  if (!response.ok) {
+    throw new Error(`${url.pathname.split("/").pop()}: HTTP ${response.status}`);
+  }
+  return response.json();
+}
+
+function statusLine(root) {
+  let line = root.querySelector(".ab-live-status");
+  if (!line) {
+    line = document.createElement("p");
+    line.className = "ab-live-status";
+    line.setAttribute("role", "status");
+    root.appendChild(line);
+  }
+  return line;
+}
+
+/** Start the view in `root` (a div.ab-live) when the reader comes to it. */
+export function boot(root) {
+  if (root.dataset.booted) return;
+  root.dataset.booted = "1";
+  const line = statusLine(root);
+  const status = (text) => {
+    line.textContent = text;
+  };
+  if (location.protocol === "file:") {
+    root.dataset.state = "file";
+    status(root.dataset.fileNote || FILE_NOTE);
+    return;
+  }
+  let started = 0;
+  let observer = null;
+  const triggers = ["pointerdown", "focusin", "keydown", "input"];
+  const start = () => {
+    if (started) return;
+    started = performance.now();
+    if (observer) observer.disconnect();
+    triggers.forEach((t) => root.removeEventListener(t, start, true));
+    run(root, status, started);
+  };
+  triggers.forEach((t) => root.addEventListener(t, start, true));
+  if ("IntersectionObserver" in window) {
+    observer = new IntersectionObserver((entries) => {
+      if (entries.some((e) => e.isIntersecting)) start();
+    }, { rootMargin: "200px" });
+    observer.observe(root);
+  } else {
+    start();
+  }
+}
+
+async function run(root, status, t0) {
+  root.dataset.state = "loading";
+  root.setAttribute("aria-busy", "true");
+  status("Loading the model…");
+  try {
+    const name = root.dataset.live;
+    const [ort, manifest] = await Promise.all([
+      loadRuntime(),
+      fetchJson(new URL(`${name}.json`, MODELS)),
+    ]);
+    const view = await import(new URL(root.dataset.module, import.meta.url).href);
+    const sessions = {};
+    const session = (model) => {
+      const info = manifest.models[model];
+      if (!info) return Promise.reject(new Error(`${name} has no model ${model}`));
+      if (!sessions[model]) {
+        sessions[model] = ort.InferenceSession.create(new URL(info.file, MODELS).href, {
+          executionProviders: ["wasm"],
+          graphOptimizationLevel: "all",
+        });
+      }
+      return sessions[model];
+    };
+    let results = 0;
+    const result = (ms) => {
+      results += 1;
+      if (results === 1) root.dataset.firstResultMs = (performance.now() - t0).toFixed(1);
+      if (typeof ms === "number") root.dataset.lastStepMs = ms.toFixed(2);
+      root.dataset.results = String(results);
+    };
+    const ctx = { ort, data: manifest.data, manifest, session, status, result, root };
+    status("Running the model in your browser…");
+    await view.mount(root, ctx);
+    const fallback = root.querySelector(".ab-live-fallback");
+    if (fallback) fallback.hidden = true;
+    root.dataset.state = "ready";
+  } catch (err) {
+    root.dataset.state = "error";
+    status(`The live model could not start (${err && err.message ? err.message : err}); ` +
+      "the notebook's frames stay above.");
+    console.warn("live view", root.dataset.live, err);
+  } finally {
+    root.removeAttribute("aria-busy");
+  }
+}
