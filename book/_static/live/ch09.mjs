@@ -1,0 +1,312 @@
+// Chapter 9, live: type a prompt, and the book's decoder-only model continues it in the page.
+//
+// The ONNX graph "next" maps token ids (1, T) to the scores of the next token (1, vocab).
+// Everything around it mirrors the package so the page gives the notebook's numbers:
+// tokenize() is Tokenizer.encode at level 'word', nextTokenDistribution() is
+// ab.next_token_distribution, and continuing a prompt follows ab.generate (<bos> + prompt,
+// cropped to the model's context, special tokens other than <eos> never drawn, stop at
+// <eos>). Only the random numbers differ: the page draws from its own seeded generator,
+// so a sampled continuation repeats under a seed here but is not the notebook's sample.
+// Temperature 0 draws nothing at random, and there the page equals ab.generate token for token.
+
+const WORD = /<[a-z0-9_]+>|\p{L}[\p{L}\p{M}]*(?:'\p{L}[\p{L}\p{M}]*)?|[.,;:!?]/gu;
+
+// ---------------------------------------------------------------------------- tokens
+
+/** The text as the tokenizer reads it: NFKC, case folding, NFKC again, ’ as '. */
+export function normalize(text, casefold) {
+  let folded = "";
+  for (const ch of text.normalize("NFKC")) {
+    const exception = casefold[ch.codePointAt(0)];
+    folded += exception !== undefined ? exception : ch.toLowerCase();
+  }
+  return folded.normalize("NFKC").replaceAll("\u2019", "'");
+}
+
+/** The word-level tokens of `text` (digits, symbols and stray apostrophes are dropped). */
+export function split(text, casefold) {
+  return normalize(text, casefold).match(WORD) || [];
+}
+
+/** Tokens and ids of `text`; a token outside the vocabulary becomes <unk>. */
+export function tokenize(text, data) {
+  const index = vocabularyIndex(data);
+  const words = split(text, data.casefold);
+  const ids = words.map((w) => (index.has(w) ? index.get(w) : data.unk));
+  return { words, ids, tokens: ids.map((i) => data.tokens[i]) };
+}
+
+const indexes = new WeakMap();
+function vocabularyIndex(data) {
+  if (!indexes.has(data)) indexes.set(data, new Map(data.tokens.map((t, i) => [t, i])));
+  return indexes.get(data);
+}
+
+/** Text of tokens, as Tokenizer.decode writes it: spaces between words, none before . , ; : ! ? */
+export function decode(tokens) {
+  return tokens.join(" ").replace(/ ([.,;:!?])/g, "$1");
+}
+
+// ---------------------------------------------------------------------------- sampling
+
+/** Probabilities of the next token from `scores`, as ab.next_token_distribution computes them. */
+export function nextTokenDistribution(scores, temperature, topK) {
+  const n = scores.length;
+  const probs = new Float64Array(n);
+  if (!n) return probs;
+  let best = 0;
+  for (let i = 1; i < n; i++) if (scores[i] > scores[best]) best = i;
+  if (temperature === 0) {
+    probs[best] = 1;
+    return probs;
+  }
+  let scaled = Float64Array.from(scores, (s) => s / temperature);
+  // A temperature so small that the quotients overflow: the limit, all mass on the maximum.
+  const broken = scaled.some((s) => Number.isNaN(s) || s === Infinity) || scaled.every((s) => s === -Infinity);
+  if (broken) scaled = Float64Array.from(scores, (s) => (s === scores[best] ? 0 : -Infinity));
+  if (topK && topK < n) {
+    const kth = Float64Array.from(scaled).sort().reverse()[topK - 1];
+    scaled = scaled.map((s) => (s < kth ? -Infinity : s));
+  }
+  const top = Math.max(...scaled);
+  let total = 0;
+  for (let i = 0; i < n; i++) total += probs[i] = Math.exp(scaled[i] - top);
+  for (let i = 0; i < n; i++) probs[i] /= total;
+  return probs;
+}
+
+/** Scores with the never-sampled ids set to -Infinity (a copy). */
+export function banned(scores, ids) {
+  const out = Float64Array.from(scores);
+  for (const i of ids) out[i] = -Infinity;
+  return out;
+}
+
+/** A seeded generator of uniform numbers in [0, 1) (mulberry32): the same seed, the same stream. */
+export function randomStream(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** One id drawn from `probs` with the uniform number `u`; a one-hot distribution gives its id whatever `u`. */
+export function draw(probs, u) {
+  let last = -1;
+  let acc = 0;
+  for (let i = 0; i < probs.length; i++) {
+    if (probs[i] <= 0) continue;
+    acc += probs[i];
+    last = i;
+    if (u < acc) return i;
+  }
+  return last;
+}
+
+/** The `count` most likely ids of `probs`, most likely first (ties: lower id first). */
+export function topIds(probs, count) {
+  const order = Array.from(probs.keys());
+  order.sort((a, b) => probs[b] - probs[a] || a - b);
+  return order.slice(0, count);
+}
+
+// ---------------------------------------------------------------------------- the model
+
+/** Scores of the next token after `ids` (already cropped), from the ONNX session. */
+async function nextScores(ort, session, ids) {
+  const feeds = { [session.inputNames[0]]: new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, ids.length]) };
+  const out = await session.run(feeds);
+  return out[session.outputNames[0]].data;
+}
+
+function context(data, ids) {
+  return [data.bos, ...ids].slice(-data.max_len);
+}
+
+/** Continue `ids` by up to `count` tokens, as ab.generate does; `uniform` gives the random numbers. */
+export async function continueIds(ort, session, data, ids, count, temperature, topK, uniform) {
+  const out = [];
+  let stopped = false;
+  for (let step = 0; step < count; step++) {
+    const scores = banned(await nextScores(ort, session, context(data, [...ids, ...out])), data.banned);
+    const next = draw(nextTokenDistribution(scores, temperature, topK), temperature === 0 ? 0 : uniform());
+    if (next === data.eos) {
+      stopped = true;
+      break;
+    }
+    out.push(next);
+  }
+  return { ids: out, stopped };
+}
+
+// ---------------------------------------------------------------------------- the view
+
+const STYLE = `
+.ab-ch09 { display: grid; gap: .5rem; margin: .5rem 0; }
+.ab-ch09 label { display: inline-flex; gap: .4rem; align-items: center; margin-right: 1rem; }
+.ab-ch09 input[type=text] { width: 100%; max-width: 36rem; font-size: 1rem; padding: .2rem .4rem; }
+.ab-ch09 input[type=number] { width: 5rem; }
+.ab-ch09 .ab-tokens code { margin-right: .3rem; }
+.ab-ch09 .ab-unk { color: #b00; }
+.ab-ch09 .ab-bars { display: grid; grid-template-columns: minmax(4rem, max-content) 1fr 4.5rem; gap: .15rem .5rem;
+  align-items: center; max-width: 40rem; font-size: .9rem; }
+.ab-ch09 .ab-bar { position: relative; height: 1.1rem; background: #f2f2f2; }
+.ab-ch09 .ab-bar span { position: absolute; left: 0; }
+.ab-ch09 .ab-bar .ab-raw { top: 0; height: .45rem; background: #b3b3b3; }
+.ab-ch09 .ab-bar .ab-adj { bottom: 0; height: .6rem; background: #d62728; }
+.ab-ch09 .ab-message { color: #b00; }
+.ab-ch09 .ab-text { font-family: monospace; white-space: pre-wrap; }
+`;
+
+function element(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  el.append(...children);
+  return el;
+}
+
+function labelled(text, input) {
+  return element("label", {}, text, input);
+}
+
+/** Build the view in `root` and run the model behind it (ctx from live.mjs: ort, data, session, status). */
+export async function mount(root, ctx) {
+  const { ort, data } = ctx;
+  if (!document.getElementById("ab-ch09-style")) document.head.append(element("style", { id: "ab-ch09-style" }, STYLE));
+  const prompt = element("input", { type: "text", value: data.prompt, "aria-label": "prompt", name: "prompt" });
+  const examples = element("select", { "aria-label": "example prompts", name: "example" },
+    ...data.examples.map((e) => element("option", { value: e }, e)));
+  const temperature = element("input", { type: "range", min: "0", max: "2", step: "0.01", value: "1", name: "temperature" });
+  const temperatureShown = element("output", {}, "1.00");
+  const topK = element("input", { type: "number", min: "0", max: String(data.tokens.length), step: "1", value: "0", name: "top_k" });
+  const seed = element("input", { type: "number", min: "0", step: "1", value: String(data.seed), name: "seed" });
+  const count = element("input", { type: "number", min: "1", max: "200", step: "1", value: String(data.num_tokens), name: "num_tokens" });
+  const generateButton = element("button", { type: "button", name: "generate" }, "Generate");
+  const stepButton = element("button", { type: "button", name: "step" }, "Step");
+  const tokensLine = element("div", { class: "ab-tokens" });
+  const message = element("div", { class: "ab-message", role: "alert" });
+  const caption = element("div", { class: "ab-caption" });
+  const bars = element("div", { class: "ab-bars", role: "img" });
+  const text = element("div", { class: "ab-text", "aria-live": "polite" });
+  const view = element("div", { class: "ab-ch09" },
+    element("div", {}, labelled("prompt", prompt), labelled("examples", examples)),
+    element("div", {}, labelled("temperature", temperature), temperatureShown,
+      labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("words", count),
+      generateButton, " ", stepButton),
+    tokensLine, message, caption, bars, text);
+  root.replaceChildren(view);
+
+  const session = await ctx.session("next");
+  let stream = null; // the seeded random numbers of Step, restarted when the seed changes
+  let busy = Promise.resolve();
+
+  function settings() {
+    const t = Math.min(2, Math.max(0, Number(temperature.value) || 0));
+    const k = Math.max(0, Math.floor(Number(topK.value) || 0));
+    const s = Math.max(0, Math.floor(Number(seed.value) || 0));
+    const n = Math.min(200, Math.max(1, Math.floor(Number(count.value) || 1)));
+    return { temperature: t, topK: k, seed: s, count: n };
+  }
+
+  function showTokens(tokens) {
+    tokensLine.replaceChildren("tokens: ", ...tokens.map((t) => element("code", t === data.tokens[data.unk] ? { class: "ab-unk" } : {}, t)));
+  }
+
+  function showBars(raw, adjusted, t, k) {
+    const order = topIds(raw, data.show);
+    const rows = [];
+    for (const i of order) {
+      const bar = element("div", { class: "ab-bar" },
+        element("span", { class: "ab-raw", style: `width:${(100 * raw[i]).toFixed(2)}%` }),
+        element("span", { class: "ab-adj", style: `width:${(100 * adjusted[i]).toFixed(2)}%` }));
+      rows.push(element("code", {}, data.tokens[i]), bar, element("span", {}, adjusted[i].toFixed(3)));
+    }
+    bars.replaceChildren(...rows);
+    bars.setAttribute("aria-label", order.map((i) => `${data.tokens[i]} ${adjusted[i].toFixed(3)}`).join(", "));
+    caption.textContent = `next token: grey at temperature 1 with all tokens, red at temperature ${t.toFixed(2)}` +
+      `, top-k ${k || "all"} (the ${data.show} most likely at temperature 1)`;
+  }
+
+  // The distribution after the prompt; returns the prompt's ids, or null when it has no tokens.
+  async function update() {
+    const { temperature: t, topK: k } = settings();
+    temperatureShown.textContent = t.toFixed(2);
+    const { ids, tokens } = tokenize(prompt.value, data);
+    showTokens(tokens);
+    if (!ids.length) {
+      message.textContent = "The prompt has no tokens: type a few words (digits and symbols are dropped).";
+      bars.replaceChildren();
+      caption.textContent = "";
+      root.dataset.distribution = "";
+      return null;
+    }
+    message.textContent = "";
+    const scores = banned(await nextScores(ort, session, context(data, ids)), data.banned);
+    const raw = nextTokenDistribution(scores, 1, 0);
+    const adjusted = nextTokenDistribution(scores, t, k);
+    showBars(raw, adjusted, t, k);
+    const top = topIds(adjusted, Math.max(data.show, k || 0)).filter((i) => adjusted[i] > 0);
+    root.dataset.distribution = JSON.stringify({
+      prompt: prompt.value, ids, temperature: t, top_k: k,
+      top: top.map((i) => [i, adjusted[i]]), raw_top: topIds(raw, data.show).map((i) => [i, raw[i]]),
+    });
+    root.abProbabilities = adjusted;
+    return ids;
+  }
+
+  async function generate() {
+    const ids = await update();
+    if (!ids) return;
+    const { temperature: t, topK: k, seed: s, count: n } = settings();
+    const out = await continueIds(ort, session, data, ids, n, t, k, randomStream(s));
+    const words = out.ids.map((i) => data.tokens[i]);
+    text.textContent = `${prompt.value.trim()} ▸ ${decode(words)}${out.stopped ? " <eos>" : ""}` +
+      `\n(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
+    root.dataset.continuation = JSON.stringify({
+      prompt: prompt.value, temperature: t, top_k: k, seed: s, count: n, ids: out.ids, text: decode(words),
+      stopped: out.stopped,
+    });
+  }
+
+  async function step() {
+    const ids = await update();
+    if (!ids) return;
+    const { temperature: t, topK: k, seed: s } = settings();
+    if (!stream || stream.seed !== s) stream = { seed: s, uniform: randomStream(s) };
+    const out = await continueIds(ort, session, data, ids, 1, t, k, stream.uniform);
+    if (out.stopped) {
+      text.textContent = "The model chose <eos>: the text ends here.";
+      return;
+    }
+    prompt.value = `${prompt.value.trimEnd()} ${data.tokens[out.ids[0]]}`;
+    await update();
+  }
+
+  // One computation at a time, in order; an error shows in the view instead of the console.
+  let pending = 0;
+  function queue(job) {
+    pending += 1;
+    root.dataset.busy = "true";
+    busy = busy.then(job).catch((err) => {
+      message.textContent = `Something went wrong: ${err.message}`;
+    }).then(() => {
+      pending -= 1;
+      root.dataset.busy = String(pending > 0);
+    });
+    return busy;
+  }
+
+  prompt.addEventListener("input", () => queue(update));
+  examples.addEventListener("change", () => { prompt.value = examples.value; queue(update); });
+  temperature.addEventListener("input", () => queue(update));
+  topK.addEventListener("input", () => queue(update));
+  seed.addEventListener("input", () => { stream = null; });
+  generateButton.addEventListener("click", () => queue(generate));
+  stepButton.addEventListener("click", () => queue(step));
+  await queue(generate);
+  if (ctx.status) ctx.status("");
+}
