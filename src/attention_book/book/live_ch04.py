@@ -1,0 +1,235 @@
+"""Chapter 4's live view: the reader types English, the trained translator answers in French.
+
+On the website the page runs two ONNX graphs cut from the notebook's model: the
+encoder (read the padded source once) and one decoder step (previous token,
+hidden state, encoder outputs, source length -> scores for the next token, the
+new hidden state and the attention weights of that step). ``ch04.mjs`` repeats
+the package's preprocessing and greedy decoding around them, so a typed sentence
+gets the very tokens and alignment that ``ab.translate`` gives in Python. In
+Jupyter or Colab the same view is a text box redrawing ``ab.attention_map``.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import attention_book as ab
+
+from ..core.config import frames_dir
+from ..data.text import BOS, EOS, PAD, preprocess_nmt, tokenize_nmt
+from .live import LiveView
+
+__all__ = [
+    "DecoderStepGraph",
+    "SourceEncoderGraph",
+    "TranslatorView",
+    "ch04_live_view",
+    "reference_translation",
+    "save_reference",
+]
+
+# The longest source the exported graphs accept (the page pads to the model's num_steps).
+MAX_SOURCE_STEPS = 64
+
+
+class SourceEncoderGraph(nn.Module):
+    """The encoder as one graph: source ids (1, T) -> (outputs (1, T, h), final states (1, layers, h))."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, src):
+        outputs, hidden = self.encoder(src)
+        # Slicing to the input's length keeps T symbolic in the exported output's shape
+        # (the recurrent layer's own shape record holds the example's length).
+        return outputs[:, : src.shape[1]], hidden
+
+
+class DecoderStepGraph(nn.Module):
+    """One greedy step of the attention decoder as a graph.
+
+    Inputs: the previous token (1, 1), the decoder's hidden state (1, layers, h),
+    the encoder outputs (1, T, h) and the source's valid length (1,). Outputs: the
+    scores of the next token (1, vocab), the new hidden state, and the attention
+    weights of this step over the T source positions (1, T).
+    """
+
+    def __init__(self, decoder: nn.Module):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, token, hidden, enc_outputs, valid_len):
+        with ab.keep_attention_weights():
+            logits, (_, new_hidden, _) = self.decoder(
+                token, (enc_outputs, hidden, valid_len)
+            )
+        return logits[:, -1], new_hidden, self.decoder.attention_weights[-1][:, 0]
+
+
+def _source_labels(data, sentence: str) -> list[str]:
+    """The heatmap's column labels, as ``ab.attention_map`` writes them (unknown words marked)."""
+    tokens = tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
+    return [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in tokens]
+
+
+def reference_translation(model: nn.Module, data, sentence: str) -> dict:
+    """What the page must show for ``sentence``, computed by the package (``ab.translate``, greedy).
+
+    ``{"source": column labels, "reads": the source tokens the model gets
+    (unknown words as <unk>), "tokens": the French tokens without <eos>, "rows":
+    the heatmap's row labels (those tokens, then <eos> if the model wrote it),
+    "attention": one list of weights over the source labels per row}``.
+    """
+    (result,) = ab.translate(model, data, [sentence], save_attention=True)
+    source = _source_labels(data, sentence)
+    reads = [
+        t if t in data.src_vocab.token_to_idx else "<unk>"
+        for t in tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
+    ]
+    rows = result.tokens + (
+        [EOS] if result.attention.shape[0] > len(result.tokens) else []
+    )
+    weights = result.attention[: len(rows), : len(source)]
+    return {
+        "source": source,
+        "reads": reads,
+        "tokens": result.tokens,
+        "rows": rows,
+        "attention": weights.tolist(),
+    }
+
+
+def save_reference(model: nn.Module, data, path: str | os.PathLike) -> Path:
+    """Pickle the model and its data for the browser test (``torch.load(path, weights_only=False)``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": copy.deepcopy(model).cpu().eval(), "data": data}, path)
+    return path
+
+
+class TranslatorView(LiveView):
+    """Type an English sentence; get the translator's greedy French and its alignment heatmap."""
+
+    name = "ch04.translate"
+    module = "ch04.mjs"
+
+    def __init__(self, model: nn.Module, data, examples: Sequence[str] = ()):
+        decoder = getattr(model, "decoder", None)
+        if not isinstance(decoder, ab.Seq2SeqAttentionDecoder) or decoder.cell != "gru":
+            raise ValueError(
+                "the live translator needs a model from ab.train_translator with attention and a GRU "
+                f"cell (ab.make_seq2seq(..., cell='gru', attention=...)), got {type(model).__name__}"
+            )
+        self.model = copy.deepcopy(model).cpu().eval()
+        self.corpus = data
+        self.examples = [str(s) for s in examples]
+
+    def models(self) -> dict:
+        src = torch.zeros(1, self.corpus.num_steps, dtype=torch.long)
+        with torch.no_grad():
+            enc_outputs, hidden = self.model.encoder(src)
+        token = torch.tensor([[self.corpus.tgt_vocab[BOS]]])
+        valid_len = torch.tensor([self.corpus.num_steps])
+        length = torch.export.Dim("src_len", min=1, max=MAX_SOURCE_STEPS)
+        return {
+            "encoder": (
+                SourceEncoderGraph(self.model.encoder).eval(),
+                (src,),
+                ({1: length},),
+                ["enc_outputs", "hidden"],
+            ),
+            "step": (
+                DecoderStepGraph(self.model.decoder).eval(),
+                (token, hidden, enc_outputs, valid_len),
+                (None, None, {1: length}, None),
+                ["logits", "new_hidden", "attention"],
+            ),
+        }
+
+    def data(self) -> dict:
+        frames = frames_dir()
+        if frames is not None:  # the browser test decodes with the very same weights
+            save_reference(self.model, self.corpus, frames / "live" / f"{self.name}.pt")
+        src_vocab, tgt_vocab = self.corpus.src_vocab, self.corpus.tgt_vocab
+        return {
+            "src_vocab": src_vocab.idx_to_token,
+            "tgt_vocab": tgt_vocab.idx_to_token,
+            "num_steps": self.corpus.num_steps,
+            "max_steps": self.corpus.num_steps,  # ab.translate's default
+            "pad": src_vocab[PAD],
+            "bos": tgt_vocab[BOS],
+            "eos": tgt_vocab[EOS],
+            "examples": self.examples,
+        }
+
+    def _translations(self) -> list[tuple[str, str]]:
+        results = (
+            ab.translate(self.model, self.corpus, self.examples)
+            if self.examples
+            else []
+        )
+        return [(r.source, r.text) for r in results]
+
+    def fallback_html(self) -> str:
+        rows = "".join(
+            f"<tr><td>{html.escape(en)}</td><td>{html.escape(fr)}</td></tr>"
+            for en, fr in self._translations()
+        )
+        table = (
+            (
+                f"<table class='ab-live-table'><thead><tr><th>English</th><th>the model's French</th></tr></thead>"
+                f"<tbody>{rows}</tbody></table>"
+            )
+            if rows
+            else ""
+        )
+        return (
+            "<p>Translations the model wrote when the book was built (their alignment maps are in the "
+            f"player above):</p>{table}"
+        )
+
+    def widget(self):
+        import ipywidgets as widgets
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+
+        box = widgets.Text(
+            value=self.examples[0] if self.examples else "",
+            description="English",
+            placeholder="type an English sentence",
+            continuous_update=False,
+        )
+        out = widgets.Output()
+
+        def show(_=None):
+            out.clear_output(wait=True)
+            with out:
+                if not box.value.strip():
+                    print("Type an English sentence (for example: i'm home .)")
+                    return
+                reads = reference_translation(self.model, self.corpus, box.value)[
+                    "reads"
+                ]
+                print("the model reads:", " ".join(reads))
+                fig = ab.attention_map(self.model, self.corpus, box.value)
+                display(fig)
+                plt.close(fig)
+
+        box.observe(show, names="value")
+        show()
+        return widgets.VBox([box, out])
+
+
+def ch04_live_view(
+    model: nn.Module, data, examples: Sequence[str] = ()
+) -> TranslatorView:
+    """The live view of a trained attention translator (``ab.live(ch04_live_view(model, data))``)."""
+    return TranslatorView(model, data, examples)
