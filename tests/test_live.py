@@ -90,7 +90,7 @@ class TinyView(ab.LiveView):
 
 
 def test_live_returns_the_widget_in_a_notebook(monkeypatch):
-    monkeypatch.setenv(ab.EXPLORERS_ENV, "live")
+    monkeypatch.setenv(ab.core.config.EXPLORERS_ENV, "live")
     view = TinyView()
     assert ab.live(view) == "the ipywidgets form" and view.widgets_made == 1
 
@@ -98,7 +98,7 @@ def test_live_returns_the_widget_in_a_notebook(monkeypatch):
 def test_live_exports_once_and_returns_the_page_block_on_the_website(
     monkeypatch, tmp_path
 ):
-    monkeypatch.setenv(ab.EXPLORERS_ENV, "static")
+    monkeypatch.setenv(ab.core.config.EXPLORERS_ENV, "static")
     monkeypatch.setenv(live_mod.LIVE_ENV, str(tmp_path))
     view = TinyView()
     page = ab.live(view)
@@ -127,7 +127,7 @@ def test_live_exports_once_and_returns_the_page_block_on_the_website(
 
 
 def test_live_without_a_live_folder_writes_nothing(monkeypatch, tmp_path):
-    monkeypatch.setenv(ab.EXPLORERS_ENV, "static")
+    monkeypatch.setenv(ab.core.config.EXPLORERS_ENV, "static")
     monkeypatch.delenv(live_mod.LIVE_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     page = ab.live(TinyView())

@@ -26,6 +26,7 @@ from .explorer import *  # noqa: F401,F403
 from .source import *  # noqa: F401,F403
 from .diagrams import *  # noqa: F401,F403
 from .book.live import live, LiveView  # noqa: F401
+from .book.live_ch02 import ch02_live_view  # noqa: F401
 
 # Chapters 1–8.
 from .lookup import *  # noqa: F401,F403

@@ -38,7 +38,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import attention_book as ab
+from ..core.config import static_explorers
 
 __all__ = [
     "LIVE_ENV",
@@ -306,6 +306,6 @@ def live(view: LiveView):
     ``ATTENTION_BOOK_LIVE`` (nothing is written when it is unset).
     """
     view = _check(view)
-    if not ab.static_explorers():
+    if not static_explorers():
         return view.widget()
     return LivePage(view, _export_all(view, live_dir()))

@@ -1,0 +1,244 @@
+// Chapter 2's live view: Nadaraya–Watson pooling computed in the page (issue 31).
+//
+// The graph (src/attention_book/book/live_ch02.py) is ab.nadaraya_watson exported to ONNX, one
+// per kernel: inputs keys (n), values (n), queries (q), sigma (); outputs the estimate (q) and
+// the attention weights (q × n). One run pools the curve's 251 queries and the reader's query.
+// The numbers shown are written to data-* attributes of the view, for the browser test.
+
+const SVG = "http://www.w3.org/2000/svg";
+const W = 640;
+const TOP = [12, 212]; // y range of the fit panel, in SVG units
+const BOTTOM = [242, 322]; // y range of the weights panel
+const LEFT = 46;
+const RIGHT = 628;
+
+function el(tag, attrs = {}, parent = null) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function control(form, label, input, id) {
+  const wrap = document.createElement("label");
+  wrap.className = "ab-live-control";
+  wrap.htmlFor = id;
+  wrap.append(label, " ");
+  input.id = id;
+  const out = document.createElement("output");
+  out.htmlFor = id;
+  wrap.append(input, " ", out);
+  form.appendChild(wrap);
+  return out;
+}
+
+function range(min, max, step, value) {
+  const input = document.createElement("input");
+  Object.assign(input, { type: "range", min, max, step, value });
+  return input;
+}
+
+/** A path through (xs[i], ys[i]); NaN values (no training point in reach) break the line. */
+function pathOf(xs, ys, sx, sy) {
+  let d = "";
+  let pen = false;
+  for (let i = 0; i < xs.length; i++) {
+    if (!Number.isFinite(ys[i])) {
+      pen = false;
+      continue;
+    }
+    d += `${pen ? "L" : "M"}${sx(xs[i]).toFixed(1)},${sy(ys[i]).toFixed(1)}`;
+    pen = true;
+  }
+  return d;
+}
+
+export async function mount(root, ctx) {
+  const data = ctx.data;
+  const d = data.defaults;
+  const nMax = data.x.length;
+  const xs = Float32Array.from(data.x);
+  const ys = Float32Array.from(data.y);
+  const uid = `ab-ch02-${Math.random().toString(36).slice(2, 8)}`;
+
+  const view = document.createElement("div");
+  view.className = "ab-live-view";
+  const form = document.createElement("div");
+  form.className = "ab-live-controls";
+  const kernel = document.createElement("select");
+  for (const k of data.kernels) kernel.add(new Option(k, k, k === d.kernel, k === d.kernel));
+  control(form, "kernel", kernel, `${uid}-kernel`);
+  const [lo, hi] = data.sigma_range.map(Math.log10);
+  const sigma = range(lo, hi, "any", Math.log10(d.sigma));
+  const sigmaOut = control(form, "width σ", sigma, `${uid}-sigma`);
+  const count = range(2, nMax, 1, d.n);
+  const countOut = control(form, "points n", count, `${uid}-n`);
+  const query = range(0, data.x_max, "any", d.query);
+  const queryOut = control(form, "query x", query, `${uid}-query`);
+  view.appendChild(form);
+
+  const svg = el("svg", { viewBox: `0 0 ${W} 362`, class: "ab-live-plot", role: "img" });
+  svg.style.width = "100%";
+  svg.style.maxWidth = `${W * 1.25}px`;
+  svg.style.touchAction = "none";
+  view.appendChild(svg);
+  const readout = document.createElement("p");
+  readout.className = "ab-live-readout";
+  readout.setAttribute("aria-live", "polite");
+  view.appendChild(readout);
+  root.insertBefore(view, root.querySelector(".ab-live-status"));
+
+  // Scales: x over [0, x_max]; the fit panel's y over all the labels (fixed, so curves can be compared).
+  const sx = (x) => LEFT + ((RIGHT - LEFT) * x) / data.x_max;
+  const yMin = Math.min(...data.y, ...data.y_val) - 0.5;
+  const yMax = Math.max(...data.y, ...data.y_val) + 0.5;
+  const sy = (y) => TOP[1] - ((TOP[1] - TOP[0]) * (y - yMin)) / (yMax - yMin);
+  const curveX = Float32Array.from({ length: data.curve_points }, (_, i) => (data.x_max * i) / (data.curve_points - 1));
+
+  // Static parts: axes, ticks, the true function.
+  const axes = el("g", { class: "ab-live-axes", fill: "none", stroke: "#888", "stroke-width": 1 }, svg);
+  el("line", { x1: LEFT, x2: RIGHT, y1: TOP[1], y2: TOP[1] }, axes);
+  el("line", { x1: LEFT, x2: RIGHT, y1: BOTTOM[1], y2: BOTTOM[1] }, axes);
+  el("line", { x1: LEFT, x2: LEFT, y1: TOP[0], y2: TOP[1] }, axes);
+  el("line", { x1: LEFT, x2: LEFT, y1: BOTTOM[0], y2: BOTTOM[1] }, axes);
+  const labels = el("g", { "font-size": 12, fill: "#444" }, svg);
+  for (let t = 0; t <= data.x_max + 1e-9; t += 1) {
+    el("text", { x: sx(t), y: BOTTOM[1] + 15, "text-anchor": "middle" }, labels).textContent = String(t);
+  }
+  for (let t = Math.ceil(yMin); t <= yMax; t += 2) {
+    el("text", { x: LEFT - 6, y: sy(t) + 4, "text-anchor": "end" }, labels).textContent = String(t);
+  }
+  el("text", { x: RIGHT, y: BOTTOM[1] + 30, "text-anchor": "end" }, labels).textContent =
+    "x (click or drag to move the query)";
+  el("text", { x: LEFT + 6, y: BOTTOM[0] + 2 }, labels).textContent = "attention weights of the query";
+  el("path", {
+    d: pathOf(data.x_val, data.y_val, sx, sy), fill: "none", stroke: "#7b3294",
+    "stroke-dasharray": "5 4", "stroke-width": 1.5,
+  }, svg);
+  const points = el("g", { fill: "#1f77b4" }, svg);
+  const stems = el("g", { stroke: "#d62728", "stroke-width": 1.5 }, svg);
+  const curve = el("path", { fill: "none", stroke: "#d62728", "stroke-width": 2 }, svg);
+  const cursor = el("line", { y1: TOP[0], y2: BOTTOM[1], stroke: "#555", "stroke-width": 1 }, svg);
+  const marker = el("circle", { r: 5, fill: "#d62728", stroke: "white", "stroke-width": 1.5 }, svg);
+  const legend = el("g", { "font-size": 12 }, svg);
+  [["#1f77b4", "training points (size: weight)"], ["#7b3294", "2 sin x + x"], ["#d62728", "estimate"]]
+    .forEach(([colour, text], i) => {
+      el("rect", { x: LEFT + 10, y: TOP[0] + 4 + 16 * i, width: 10, height: 10, fill: colour }, legend);
+      el("text", { x: LEFT + 26, y: TOP[0] + 13 + 16 * i, fill: "#333" }, legend).textContent = text;
+    });
+
+  const settings = () => ({
+    kernel: kernel.value,
+    sigma: 10 ** Number(sigma.value),
+    n: Math.round(Number(count.value)),
+    query: Math.min(Math.max(Number(query.value), 0), data.x_max),
+  });
+
+  async function compute(s) {
+    const session = await ctx.session(s.kernel);
+    const queries = new Float32Array(curveX.length + 1);
+    queries.set(curveX);
+    queries[curveX.length] = s.query;
+    const T = ctx.ort.Tensor;
+    const feeds = {
+      keys: new T("float32", xs.slice(0, s.n), [s.n]),
+      values: new T("float32", ys.slice(0, s.n), [s.n]),
+      queries: new T("float32", queries, [queries.length]),
+      sigma: new T("float32", Float32Array.of(s.sigma), []),
+    };
+    const out = await session.run(feeds);
+    const estimate = out.estimate.data;
+    const weights = out.weights.data;
+    const q = curveX.length;
+    return {
+      curve: estimate.slice(0, q),
+      at: estimate[q],
+      weights: Array.from(weights.slice(q * s.n, (q + 1) * s.n)),
+    };
+  }
+
+  function draw(s, r) {
+    sigmaOut.textContent = s.sigma.toPrecision(3);
+    sigma.setAttribute("aria-valuetext", `σ = ${s.sigma.toPrecision(3)}`);
+    countOut.textContent = String(s.n);
+    queryOut.textContent = s.query.toFixed(2);
+    curve.setAttribute("d", pathOf(curveX, r.curve, sx, sy));
+    const wMax = Math.max(...r.weights, 1e-12);
+    const sw = (w) => BOTTOM[1] - ((BOTTOM[1] - BOTTOM[0] - 12) * w) / wMax;
+    points.replaceChildren();
+    stems.replaceChildren();
+    for (let i = 0; i < s.n; i++) {
+      const w = r.weights[i];
+      el("circle", { cx: sx(xs[i]), cy: sy(ys[i]), r: 2 + 9 * Math.sqrt(w / wMax), "fill-opacity": 0.25 + 0.6 * (w / wMax) }, points);
+      if (w > 0) el("line", { x1: sx(xs[i]), x2: sx(xs[i]), y1: BOTTOM[1], y2: sw(w) }, stems);
+    }
+    cursor.setAttribute("x1", sx(s.query));
+    cursor.setAttribute("x2", sx(s.query));
+    const truth = 2 * Math.sin(s.query) + s.query;
+    if (Number.isFinite(r.at)) {
+      marker.setAttribute("cx", sx(s.query));
+      marker.setAttribute("cy", sy(r.at));
+      marker.style.display = "";
+      const top = r.weights.indexOf(Math.max(...r.weights));
+      readout.textContent = `At x = ${s.query.toFixed(2)} the estimate is ${r.at.toFixed(3)} ` +
+        `(2 sin x + x = ${truth.toFixed(3)}). The largest weight, ${r.weights[top].toFixed(3)}, ` +
+        `goes to the point at x = ${xs[top].toFixed(2)}.`;
+    } else {
+      marker.style.display = "none";
+      readout.textContent = `At x = ${s.query.toFixed(2)} no training point is within the ${s.kernel} ` +
+        `kernel's reach (σ = ${s.sigma.toPrecision(3)}): the estimate is undefined, every weight is 0.`;
+    }
+    svg.setAttribute("aria-label", readout.textContent);
+    Object.assign(view.dataset, {
+      kernel: s.kernel, sigma: String(s.sigma), n: String(s.n), query: String(s.query),
+      estimate: String(r.at), weights: JSON.stringify(r.weights),
+    });
+  }
+
+  // One run at a time; moves made meanwhile are folded into the next run.
+  let running = false;
+  let pending = false;
+  async function update(first = false) {
+    if (running) {
+      pending = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        pending = false;
+        const s = settings();
+        const t = performance.now();
+        const r = await compute(s);
+        const ms = performance.now() - t;
+        draw(s, r);
+        ctx.status(`Computed in your browser in ${ms.toFixed(1)} ms (onnxruntime-web).`);
+        ctx.result(ms);
+      } while (pending);
+    } catch (err) {
+      if (first) throw err; // live.mjs keeps the frames and says what failed
+      ctx.status(`The pooling could not run: ${err && err.message ? err.message : err}`);
+    } finally {
+      running = false;
+    }
+  }
+
+  for (const input of [kernel, sigma, count, query]) {
+    input.addEventListener("input", update);
+    input.addEventListener("change", update);
+  }
+  const moveQuery = (event) => {
+    const box = svg.getBoundingClientRect();
+    const x = (((event.clientX - box.left) / box.width) * W - LEFT) / (RIGHT - LEFT) * data.x_max;
+    query.value = String(Math.min(Math.max(x, 0), data.x_max));
+    update();
+  };
+  svg.addEventListener("pointerdown", (event) => {
+    svg.setPointerCapture(event.pointerId);
+    moveQuery(event);
+  });
+  svg.addEventListener("pointermove", (event) => {
+    if (svg.hasPointerCapture(event.pointerId)) moveQuery(event);
+  });
+  await update(true);
+}
