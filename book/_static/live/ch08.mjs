@@ -150,7 +150,7 @@ function drawMap(canvas, pixels, native, heat, grid) {
   g.globalAlpha = 1;
 }
 
-export function mount(root, ctx) {
+export async function mount(root, ctx) {
   const { data } = ctx;
   const native = data.native;
   const classes = data.classes;
@@ -263,9 +263,11 @@ export function mount(root, ctx) {
 
   async function classify(pixels, what) {
     const session = await ctx.session("vit");
+    const t0 = performance.now();
     const input = new ctx.ort.Tensor("float32", Float32Array.from(pixels), [1, 1, native[0], native[1]]);
     const out = await session.run({ [session.inputNames[0]]: input });
     const [probs, cls, roll] = session.outputNames.map((name) => Array.from(out[name].data));
+    if (ctx.result) ctx.result(performance.now() - t0);
     shown = { pixels, probs, cls_attention: cls, rollout: roll };
     root.dataset.pixels = JSON.stringify(pixels);
     root.dataset.probs = JSON.stringify(probs);
@@ -340,5 +342,11 @@ export function mount(root, ctx) {
 
   paintPad();
   clearResult("Draw a digit in the box to see what the model makes of it.");
+  // A first answer at once, on the first test image, so the reader sees what the view shows.
+  if (examples.length) {
+    const [, ex] = examples[0];
+    await classify(ex.pixels, `Test image of a ${ex.label}`);
+    message.textContent += " Now draw your own in the box.";
+  }
   ctx.status("");
 }
