@@ -104,9 +104,11 @@ function textWidth(label) {
   return 8 * label.length + 8; // about 8 px a character at 13 px
 }
 
-// Rows: output tokens (queries); columns: source tokens (keys); each cell its weight.
+// Rows: output tokens (queries); columns: source tokens (keys); each cell its weight. As the
+// book's heatmaps (ab.show_heatmaps), the colours run from 0 to the map's largest weight.
 export function heatmap(result) {
   const cell = 52;
+  const largest = Math.max(...result.attention.flat()) || 1;
   const left = Math.max(60, ...result.rows.map(textWidth));
   const top = Math.max(40, ...result.source.map((l) => 0.75 * textWidth(l) + 10));
   const width = left + cell * result.source.length + 10;
@@ -125,15 +127,15 @@ export function heatmap(result) {
     svg.append(el("text", { x: left - 8, y, "text-anchor": "end", "font-size": 13 }, label, SVG));
     result.attention[i].forEach((w, j) => {
       const rect = el("rect", { x: left + cell * j, y: top + cell * i, width: cell - 2, height: cell - 2,
-        fill: red(w) }, null, SVG);
+        fill: red(w / largest) }, null, SVG);
       rect.append(el("title", {}, `${label} ← ${result.source[j]}: ${w.toFixed(3)}`, SVG));
       svg.append(rect);
       svg.append(el("text", { x: left + cell * (j + 0.5) - 1, y: top + cell * (i + 0.5) + 4,
-        "text-anchor": "middle", "font-size": 12, fill: w > 0.5 ? "white" : "black" }, w.toFixed(2), SVG));
+        "text-anchor": "middle", "font-size": 12, fill: w / largest > 0.6 ? "white" : "black" }, w.toFixed(2), SVG));
     });
   });
   svg.append(el("text", { x: left, y: height - 10, "font-size": 12 },
-    "columns: source tokens (keys) · rows: output tokens (queries)", SVG));
+    `columns: source tokens (keys) · rows: output tokens (queries) · darkest: ${largest.toFixed(2)}`, SVG));
   return svg;
 }
 
