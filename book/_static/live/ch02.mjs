@@ -20,6 +20,7 @@ function el(tag, attrs = {}, parent = null) {
 }
 
 function control(form, label, input, id) {
+  input.name = id.split("-").pop(); // kernel, sigma, n, query: what the browser test sets
   const wrap = document.createElement("label");
   wrap.className = "ab-live-control";
   wrap.htmlFor = id;
