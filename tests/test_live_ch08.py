@@ -158,3 +158,17 @@ def test_shifting_moves_the_image_and_fills_black():
     moved = live_ch08._shifted(image, 1, -1)
     assert torch.equal(moved[1:, :3], image[:3, 1:])
     assert moved[0].eq(0).all() and moved[:, 3].eq(0).all()
+
+
+def test_a_model_too_big_for_a_page_is_not_exported(data):
+    """The full-size ViT (millions of weights) stays in the notebook: the page keeps its frames."""
+    big = live_ch08.ch08_live_view(
+        ab.ViT(24, 4, 256, 1024, 4, 2, 0.1, 0.1), data, num_examples=1
+    )
+    assert big.weight_bytes() > 2_000_000
+    assert big.models() == {}
+    assert "MB" in big.data()["too_large"]
+
+
+def test_the_small_model_is_exported(view):
+    assert set(view.models()) == {"vit"} and view.data()["too_large"] == ""

@@ -152,6 +152,8 @@ function drawMap(canvas, pixels, native, heat, grid) {
 
 export async function mount(root, ctx) {
   const { data } = ctx;
+  // A model too big for a page was not exported: the loader keeps the frames and shows this.
+  if (!ctx.manifest.models.vit) throw new Error(data.too_large || "the model was not exported");
   const native = data.native;
   const classes = data.classes;
   const digits = data.dataset === "digits";
@@ -255,18 +257,22 @@ export async function mount(root, ctx) {
   }
 
   function clearResult(text) {
+    latest += 1;
     shown = null;
     for (const key of ["pixels", "probs", "clsAttention", "rollout"]) delete root.dataset[key];
     message.textContent = text;
     render();
   }
 
+  let latest = 0; // the newest request; an answer to an older one is not shown
   async function classify(pixels, what) {
+    const mine = ++latest;
     const session = await ctx.session("vit");
     const t0 = performance.now();
     const input = new ctx.ort.Tensor("float32", Float32Array.from(pixels), [1, 1, native[0], native[1]]);
     const out = await session.run({ [session.inputNames[0]]: input });
     const [probs, cls, roll] = session.outputNames.map((name) => Array.from(out[name].data));
+    if (mine !== latest) return;
     if (ctx.result) ctx.result(performance.now() - t0);
     shown = { pixels, probs, cls_attention: cls, rollout: roll };
     root.dataset.pixels = JSON.stringify(pixels);

@@ -33,7 +33,7 @@ from ..core.plot import PAGE_FIGURE_WIDTH, use_book_style
 from ..core.train import evaluating
 from ..models.attention import MultiHeadAttention
 from ..models.vit import ImageBatches, ViT, attention_rollout, cls_attention
-from .live import LiveView
+from .live import MAX_MODEL_BYTES, LiveView
 
 __all__ = ["DigitView", "ViTProbe", "ch08_live_view", "probe_figure"]
 
@@ -178,7 +178,13 @@ class DigitView(LiveView):
         ]
         self.test_images, self.test_labels = images, labels
 
+    def weight_bytes(self) -> int:
+        """Bytes of the model's float32 weights: about the size of the exported file."""
+        return 4 * sum(p.numel() for p in self.probe.parameters())
+
     def models(self):
+        if self.weight_bytes() > MAX_MODEL_BYTES:
+            return {}  # too big to send to every reader: the page keeps its frames and says why
         example = torch.from_numpy(self.examples[0][1])[None, None]
         return {"vit": (self.probe, (example,), None, list(OUTPUTS))}
 
@@ -186,6 +192,13 @@ class DigitView(LiveView):
         h, w = self.probe.native
         return {
             "dataset": self.dataset,
+            "too_large": (
+                f"This model's weights take {self.weight_bytes() / 1e6:.1f} MB, more than a page "
+                f"may load ({MAX_MODEL_BYTES / 1e6:.0f} MB), so it does not run here; "
+                "the frames above show it on test images."
+            )
+            if self.weight_bytes() > MAX_MODEL_BYTES
+            else "",
             "classes": list(self.classes),
             "native": [h, w],
             "block": BLOCK,
