@@ -17,7 +17,7 @@ JOBS ?= 2
 # several processes each spinning several threads slow one another down many times over.
 PAR_ENV := OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}
 # Notebooks executed for the website draw every explorer's settings into a kernel-free player
-# (src/attention_book/explorer.py) and record what they drew in $(FRAMES) for the build log
+# (src/attention_book/book/explorer.py) and record what they drew in $(FRAMES) for the build log
 # and the browser test.
 FRAMES := $(STAGE)/_frames
 # Live views (src/attention_book/book/live.py) export their models and data into $(LIVE), which
@@ -130,7 +130,7 @@ clean:
 	rm -rf _build $(STAGE) $(SMOKE_STAGE) student _claims
 
 ## The seed check (not part of `make test`: about 20 minutes on 2 cores): every notebook for
-## seeds 0-4 at ci size; writes src/attention_book/claims_report.json and book/_claims.md.
+## seeds 0-4 at ci size; writes book/_claims_report.json and book/_claims.md.
 ## make claims CLAIMS_ARGS="--notebooks ch05" reruns some notebooks and merges their counts.
 CLAIMS_ARGS ?=
 claims: venv

@@ -72,9 +72,9 @@ def main(argv=None) -> None:
         torch.manual_seed(0)
         q, k, v = (torch.randn(batch, n, d, requires_grad=True) for _ in range(3))
         for lens in (None, torch.randint(n // 2, n + 1, (batch,))):
-            t = {name: ab.best_time(step_of(lambda m=m: m(q, k, v, lens), q, k, v), args.repeats)
+            t = {name: ab.models.scoring.best_time(step_of(lambda m=m: m(q, k, v, lens), q, k, v), args.repeats)
                  for name, m in (("fast", fast), ("weights", weights))}
-            t["plain"] = ab.best_time(step_of(lambda: plain_attention(q, k, v, lens), q, k, v), args.repeats)
+            t["plain"] = ab.models.scoring.best_time(step_of(lambda: plain_attention(q, k, v, lens), q, k, v), args.repeats)
             torch.testing.assert_close(fast(q, k, v, lens), plain_attention(q, k, v, lens), atol=1e-5, rtol=1e-4)
             print(f"{batch:>4} x {n:>4} x {d:>3} {'yes' if lens is not None else 'no':>5} | "
                   f"{t['fast'] * 1e3:>8.2f} {t['weights'] * 1e3:>10.2f} {t['plain'] * 1e3:>9.2f} | "

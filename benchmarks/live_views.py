@@ -46,6 +46,13 @@ VIEWS = {
             s.value = String(-1.5 + 1.8 * Math.abs(((i * 0.13) % 2) - 1));
             s.dispatchEvent(new Event('input', {bubbles: true})); }""",
     },
+    "ch09.generate": {
+        "page": "notebooks/ch09_pretraining",
+        # the temperature moves (one forward pass of the prompt per move)
+        "step": """(root, i) => { const t = root.querySelector('[name=temperature]');
+            t.value = String(0.1 + 0.07 * (i % 25));
+            t.dispatchEvent(new Event('input', {bubbles: true})); }""",
+    },
 }
 
 JS_STEP = """async ([root, i]) => {

@@ -12,7 +12,7 @@ for odd ones, so the check also crosses thread counts. Every
 :func:`attention_book.claim` call appends a line to a log; the script then
 writes
 
-* ``src/attention_book/claims_report.json``: per claim key, its statement, how
+* ``book/_claims_report.json``: per claim key, its statement, how
   many runs it held in and the values measured (the chapters print these counts);
 * ``book/_claims.md``: the same as a table, included by ``book/robustness.md``.
 
@@ -37,7 +37,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT = ROOT / "src" / "attention_book" / "claims_report.json"
+REPORT = ROOT / "book" / "_claims_report.json"
 TABLE = ROOT / "book" / "_claims.md"
 TITLES = {
     "ch01": "1 Queries, keys and values", "ch02": "2 Attention pooling", "ch03": "3 Scoring functions",

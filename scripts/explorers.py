@@ -1,4 +1,4 @@
-"""The build log's account of the website's explorers (src/attention_book/explorer.py).
+"""The build log's account of the website's explorers (src/attention_book/book/explorer.py).
 
 Usage: python scripts/explorers.py FRAMES_DIR
 

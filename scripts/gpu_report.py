@@ -52,7 +52,7 @@ TIMED_OUT = "NotebookTimeout"
 # Run in the notebook's kernel after its last cell (or after the cell that stopped it).
 PROBE = f"""
 import json as _json, torch as _torch, attention_book as _ab
-from attention_book.train import _precision as _resolve
+from attention_book.core.train import _precision as _resolve
 _dev = _ab.device(verbose=False)
 _chosen = _ab.training_precision()
 _dtype, _scaled = _resolve(_chosen, _dev)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attention_book as ab
-from attention_book import claims as claims_mod
+from attention_book.book import claims as claims_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -27,9 +27,9 @@ def cells(path: Path, kind: str | None = None):
 # --- the seed knob -------------------------------------------------------------------------
 
 def test_book_seed_defaults_to_zero_and_follows_the_environment(monkeypatch):
-    monkeypatch.delenv(ab.SEED_ENV, raising=False)
+    monkeypatch.delenv(ab.core.config.SEED_ENV, raising=False)
     assert ab.book_seed() == 0
-    monkeypatch.setenv(ab.SEED_ENV, " 7 ")
+    monkeypatch.setenv(ab.core.config.SEED_ENV, " 7 ")
     assert ab.book_seed() == 7
     assert ab.resolve_seed(None) == 7 and ab.resolve_seed(None, offset=3) == 10
     assert ab.resolve_seed(2) == 2  # an explicit seed wins
@@ -37,7 +37,7 @@ def test_book_seed_defaults_to_zero_and_follows_the_environment(monkeypatch):
 
 @pytest.mark.parametrize("bad", ["-1", "one", "1.5"])
 def test_bad_book_seed_is_a_clear_error(monkeypatch, bad):
-    monkeypatch.setenv(ab.SEED_ENV, bad)
+    monkeypatch.setenv(ab.core.config.SEED_ENV, bad)
     with pytest.raises(ValueError, match="ATTENTION_BOOK_SEED"):
         ab.book_seed()
 
@@ -49,25 +49,25 @@ def test_resolve_seed_rejects_bad_seeds(bad):
 
 
 def test_seed_everything_uses_the_book_seed(monkeypatch):
-    monkeypatch.setenv(ab.SEED_ENV, "5")
+    monkeypatch.setenv(ab.core.config.SEED_ENV, "5")
     assert ab.seed_everything() == 5
     a = torch.rand(3)
     ab.seed_everything(5)
     assert torch.equal(a, torch.rand(3))
-    monkeypatch.setenv(ab.SEED_ENV, "6")
+    monkeypatch.setenv(ab.core.config.SEED_ENV, "6")
     ab.seed_everything()
     assert not torch.equal(a, torch.rand(3))
 
 
 def test_describe_run_names_the_seed(monkeypatch, capsys):
-    monkeypatch.setenv(ab.SEED_ENV, "4")
+    monkeypatch.setenv(ab.core.config.SEED_ENV, "4")
     assert "seed: 4" in ab.describe_run()
 
 
 # --- ab.claim --------------------------------------------------------------------------------
 
 def test_claim_prints_the_outcome_and_never_raises_for_a_false_one(capsys, monkeypatch):
-    monkeypatch.delenv(ab.CLAIMS_ENV, raising=False)
+    monkeypatch.delenv(ab.core.config.CLAIMS_ENV, raising=False)
     assert ab.claim("ch99.example", False, "an example that fails") is False
     out = capsys.readouterr().out
     assert "does not hold in this run: an example that fails" in out
@@ -77,8 +77,8 @@ def test_claim_prints_the_outcome_and_never_raises_for_a_false_one(capsys, monke
 
 def test_claim_records_to_the_log(tmp_path, monkeypatch):
     log = tmp_path / "sub" / "claims.jsonl"
-    monkeypatch.setenv(ab.CLAIMS_ENV, str(log))
-    monkeypatch.setenv(ab.SEED_ENV, "3")
+    monkeypatch.setenv(ab.core.config.CLAIMS_ENV, str(log))
+    monkeypatch.setenv(ab.core.config.SEED_ENV, "3")
     ab.claim("ch99.logged", True, "  spaces   are\nfolded ", value=torch.tensor([0.123456, 2.0]), quiet=True)
     ab.claim("ch99.logged", False, "spaces are folded", value={"a": np.float32(1.5)}, quiet=True)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
@@ -128,23 +128,23 @@ def claim_keys_in_notebooks() -> dict[str, str]:
 
 def test_every_claim_in_the_notebooks_was_counted_by_the_seed_check():
     """A claim gets into the book only through `make claims` (CONTRIBUTING.md)."""
-    report = ab.claim_report()
+    report = ab.book.claims.claim_report()
     counted = report.get("claims", {})
     missing = sorted(set(claim_keys_in_notebooks()) - set(counted))
-    assert not missing, f"claims not in src/attention_book/claims_report.json (run `make claims`): {missing}"
+    assert not missing, f"claims not in book/_claims_report.json (run `make claims`): {missing}"
     for key, entry in counted.items():
         assert entry["runs"] >= len(report["seeds"]) - sum(f["notebook"][:4] == key[:4] for f in report["failures"]), (
             f"{key}: counted in only {entry['runs']} runs")
 
 
 def test_the_report_has_no_claims_the_notebooks_dropped():
-    stale = sorted(set(ab.claim_report().get("claims", {})) - set(claim_keys_in_notebooks()))
+    stale = sorted(set(ab.book.claims.claim_report().get("claims", {})) - set(claim_keys_in_notebooks()))
     assert not stale, f"the claims report lists claims no notebook makes any more (rerun `make claims`): {stale}"
 
 
 def test_the_robustness_page_shows_the_report():
     table = (ROOT / "book" / "_claims.md").read_text(encoding="utf-8")
-    for key in ab.claim_report().get("claims", {}):
+    for key in ab.book.claims.claim_report().get("claims", {}):
         assert f"`{key}`" in table, f"book/_claims.md misses {key}: rerun `make claims`"
     assert "_claims.md" in (ROOT / "book" / "robustness.md").read_text(encoding="utf-8")
 

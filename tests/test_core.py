@@ -13,28 +13,28 @@ import torch
 from torch import nn
 
 import attention_book as ab
-from attention_book import data as abdata
+from attention_book.data import registry as abdata
 
 
 # --- configuration -------------------------------------------------------------------
 
 def test_size_switch(monkeypatch):
-    monkeypatch.setenv(ab.SIZE_ENV, "full")
+    monkeypatch.setenv(ab.core.config.SIZE_ENV, "full")
     assert ab.experiment_size() == "full" and ab.sized(ci=1, full=2) == 2
-    monkeypatch.setenv(ab.SIZE_ENV, "ci")
+    monkeypatch.setenv(ab.core.config.SIZE_ENV, "ci")
     assert ab.sized(ci=1, full=2) == 1
-    monkeypatch.setenv(ab.SIZE_ENV, "huge")
+    monkeypatch.setenv(ab.core.config.SIZE_ENV, "huge")
     with pytest.raises(ValueError, match="ci, full"):
         ab.experiment_size()
-    monkeypatch.delenv(ab.SIZE_ENV)
+    monkeypatch.delenv(ab.core.config.SIZE_ENV)
     assert ab.experiment_size() == ("full" if torch.cuda.is_available() else "ci")
 
 
 def test_data_dir_follows_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
-    assert ab.data_dir() == tmp_path.resolve()
-    monkeypatch.delenv(ab.DATA_ENV)
-    assert "attention_book" in str(ab.data_dir())
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
+    assert ab.core.config.data_dir() == tmp_path.resolve()
+    monkeypatch.delenv(ab.core.config.DATA_ENV)
+    assert "attention_book" in str(ab.core.config.data_dir())
 
 
 def test_describe_run_names_size_and_device(capsys):
@@ -138,83 +138,83 @@ def _register_fake(server, content: bytes, name="fake-data"):
     digest = hashlib.sha1(content).hexdigest()
     source = root / "fake.txt"
     source.write_bytes(content)
-    ab.register(ab.Dataset(name, (ab.DataFile("fake.txt", (url + "fake.txt",), f"sha1:{digest}"),)))
+    ab.data.registry.register(ab.data.registry.Dataset(name, (ab.data.registry.DataFile("fake.txt", (url + "fake.txt",), f"sha1:{digest}"),)))
     return source
 
 
 def test_unknown_data_set_names_known_ones():
     with pytest.raises(KeyError, match="fra-eng"):
-        ab.fetch("no-such-data")
+        ab.data.registry.fetch("no-such-data")
 
 
 def test_bad_hash_spec_is_rejected():
     with pytest.raises(ValueError, match="sha1"):
-        ab.DataFile("x", ("http://example.invalid/x",), "crc32:1234")
+        ab.data.registry.DataFile("x", ("http://example.invalid/x",), "crc32:1234")
 
 
 def test_fetch_downloads_verifies_and_reuses(tmp_path, monkeypatch, server):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path / "cache"))
     _register_fake(server, b"hello attention\n")
-    path = ab.fetch("fake-data", progress=False)
+    path = ab.data.registry.fetch("fake-data", progress=False)
     assert path.read_bytes() == b"hello attention\n"
     mtime = path.stat().st_mtime_ns
-    assert ab.fetch("fake-data", progress=False).stat().st_mtime_ns == mtime  # cached, not re-downloaded
+    assert ab.data.registry.fetch("fake-data", progress=False).stat().st_mtime_ns == mtime  # cached, not re-downloaded
 
 
 def test_corrupt_cache_is_redownloaded_never_used(tmp_path, monkeypatch, server):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path / "cache"))
     _register_fake(server, b"the real bytes\n")
     cached = tmp_path / "cache" / "fake.txt"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"corrupted!")
-    assert ab.fetch("fake-data", progress=False).read_bytes() == b"the real bytes\n"
+    assert ab.data.registry.fetch("fake-data", progress=False).read_bytes() == b"the real bytes\n"
 
 
 def test_corrupt_cache_without_source_gives_clear_error(tmp_path, monkeypatch, server):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path / "cache"))
     source = _register_fake(server, b"the real bytes\n")
     source.unlink()  # the "server" is gone: offline
     cached = tmp_path / "cache" / "fake.txt"
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"corrupted!")
-    with pytest.raises(ab.DataUnavailableError, match=r"(?s)does not match.*put it at"):
-        ab.fetch("fake-data", progress=False, retries=0)
+    with pytest.raises(ab.data.registry.DataUnavailableError, match=r"(?s)does not match.*put it at"):
+        ab.data.registry.fetch("fake-data", progress=False, retries=0)
 
 
 def test_offline_error_says_what_and_where(tmp_path, monkeypatch, server):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path / "cache"))
     source = _register_fake(server, b"x")
     source.unlink()
-    with pytest.raises(ab.DataUnavailableError) as info:
-        ab.fetch("fake-data", progress=False, retries=0)
+    with pytest.raises(ab.data.registry.DataUnavailableError) as info:
+        ab.data.registry.fetch("fake-data", progress=False, retries=0)
     message = str(info.value)
     assert "fake.txt" in message and str(tmp_path / "cache") in message and "Download it yourself" in message
 
 
 def test_local_file_is_used_as_is(tmp_path, monkeypatch):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
-    assert ab.find_local("fra-eng") is None
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
+    assert ab.data.registry.find_local("fra-eng") is None
     (tmp_path / "fra-eng").mkdir()
     (tmp_path / "fra-eng" / "fra.txt").write_text("Go.\tVa !\n")
-    assert ab.find_local("fra-eng") == tmp_path / "fra-eng" / "fra.txt"
+    assert ab.data.registry.find_local("fra-eng") == tmp_path / "fra-eng" / "fra.txt"
 
 
 def test_extract_member(tmp_path):
     archive = tmp_path / "a.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("dir/file.txt", "content")
-    out = ab.extract_member(archive, "dir/file.txt", tmp_path / "out" / "file.txt")
+    out = ab.data.registry.extract_member(archive, "dir/file.txt", tmp_path / "out" / "file.txt")
     assert out.read_text() == "content"
-    with pytest.raises(ab.DataUnavailableError, match="no member"):
-        ab.extract_member(archive, "missing.txt", tmp_path / "out" / "missing.txt")
+    with pytest.raises(ab.data.registry.DataUnavailableError, match="no member"):
+        ab.data.registry.extract_member(archive, "missing.txt", tmp_path / "out" / "missing.txt")
 
 
 def test_registered_book_data_match_shared_copies():
     shared = Path(__file__).resolve().parents[2] / "shared" / "data" / "timemachine.txt"
     if not shared.exists():
         pytest.skip("../shared/data is not present")
-    expected = ab.DATA_HUB["time-machine"].files[0].known_hash.split(":")[1]
-    assert ab.file_hash(shared) == expected
+    expected = ab.data.registry.DATA_HUB["time-machine"].files[0].known_hash.split(":")[1]
+    assert ab.data.registry.file_hash(shared) == expected
 
 
 # --- training loop ----------------------------------------------------------------------
@@ -278,23 +278,31 @@ def test_grad_clipping_caps_norm():
 
 def test_move_to_nested():
     batch = {"a": (torch.zeros(1), [torch.ones(1)]), "b": 3}
-    moved = ab.move_to(batch, torch.device("cpu"))
+    moved = ab.core.train.move_to(batch, torch.device("cpu"))
     assert moved["b"] == 3 and torch.equal(moved["a"][1][0], torch.ones(1))
 
 
-def test_every_public_name_is_defined_once_and_exported_at_the_top():
+def test_every_public_name_is_defined_once_and_the_top_level_offers_concepts():
     import importlib
+    import pkgutil
 
     owners = {}
-    for name in ab.MODULES:
-        module = importlib.import_module(f"attention_book.{name}")
-        for public in module.__all__:
-            assert public not in owners, f"{public!r} is exported by both {owners[public]} and {name}"
-            owners[public] = name
-            assert getattr(ab, public) is getattr(module, public), f"ab.{public} is not {name}.{public}"
-    modules_on_disk = {p.stem for p in Path(ab.__file__).parent.glob("*.py") if not p.stem.startswith("_")}
-    assert modules_on_disk == set(ab.MODULES), "ab.MODULES must list every package module"
-
+    for layer in ("core", "data", "models", "experiments", "book"):
+        package = importlib.import_module(f"attention_book.{layer}")
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"attention_book.{layer}.{info.name}")
+            for public in module.__all__:
+                assert public not in owners, f"{public!r} is exported by both {owners[public]} and {info.name}"
+                owners[public] = f"{layer}.{info.name}"
+    public = [n for n in dir(ab) if not n.startswith("_")]
+    layers = {"assignments", "book", "core", "data", "experiments", "models"}
+    for name in public:
+        assert name in layers or name in owners, f"ab.{name} is not defined by any module's __all__"
+        if name not in layers:
+            assert not owners[name].startswith(("experiments.", "core.checks")), (
+                f"ab.{name}: experiments and validators stay in their modules")
+    # issue 29: at most half of the 373 public names the flat package had
+    assert len(public) <= 186, f"{len(public)} public top-level names"
 
 def test_fit_reads_the_loss_on_the_host_a_fixed_number_of_times_per_epoch(monkeypatch):
     """No host sync per step: the package's reads of tensor values do not grow with the number of

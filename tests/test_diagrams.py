@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 import attention_book as ab
-from attention_book.diagrams import _pretraining_masks
+from attention_book.book.diagrams import _pretraining_masks
 
 DIAGRAMS = {
     "attention pooling": (ab.draw_attention_pooling, {}),
@@ -31,7 +31,7 @@ DIAGRAMS = {
     "vit, 224 x 336 photo": (ab.draw_vit, dict(img_size=(224, 336), patch_size=16, in_channels=3)),
     "pretraining modes": (ab.draw_pretraining_modes, {}),
     "pretraining modes, longest": (ab.draw_pretraining_modes, dict(
-        config=ab.LMConfig(vocab_size=1234, num_hiddens=256, num_heads=8, num_blks=4), seq_len=10, target_len=6)),
+        config=ab.models.language_models.LMConfig(vocab_size=1234, num_hiddens=256, num_heads=8, num_blks=4), seq_len=10, target_len=6)),
 }
 
 
@@ -109,7 +109,7 @@ def test_multihead_draws_the_heads_it_is_given():
 
 def test_layer_comparison_shows_the_chapter_costs_and_sizes():
     words = label(ab.draw_layer_comparison(num_tokens=5, kernel_size=2, num_hiddens=32))
-    for _, *costs in ab.LAYER_COSTS:
+    for _, *costs in ab.experiments.layer_comparison.LAYER_COSTS:
         for cost in costs:
             assert cost in words
     assert "$n = 5$" in words and "$d = 32$" in words and "$k = 2$" in words
@@ -136,7 +136,7 @@ def test_vit_is_drawn_from_a_model():
 
 
 def test_pretraining_masks_are_the_models_own():
-    config = ab.LMConfig(vocab_size=20, num_hiddens=16, num_heads=2, num_blks=1)
+    config = ab.models.language_models.LMConfig(vocab_size=20, num_hiddens=16, num_heads=2, num_blks=1)
     masks = _pretraining_masks(config, 5, 3)
     assert masks["bert"].all() and masks["bert"].shape == (5, 5)
     np.testing.assert_array_equal(masks["gpt"], ab.causal_mask(5, 5).numpy())
@@ -162,9 +162,9 @@ def test_pretraining_masks_are_the_models_own():
     (ab.draw_vit, dict(img_size=100), "not divisible"),
     (ab.draw_vit, dict(pool="max"), "pool"),
     (ab.draw_vit, dict(model="a ViT"), "model must be an ab.ViT"),
-    (ab.draw_pretraining_modes, dict(config=64), "config must be an ab.LMConfig"),
+    (ab.draw_pretraining_modes, dict(config=64), "config must be a models.language_models.LMConfig"),
     (ab.draw_pretraining_modes, dict(seq_len=11), "seq_len must be at most 10"),
-    (ab.draw_pretraining_modes, dict(config=ab.LMConfig(vocab_size=9, max_len=4)), "max_len"),
+    (ab.draw_pretraining_modes, dict(config=ab.models.language_models.LMConfig(vocab_size=9, max_len=4)), "max_len"),
 ])
 def test_bad_sizes_are_refused(draw, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -173,7 +173,7 @@ def test_bad_sizes_are_refused(draw, kwargs, match):
 
 def test_pretraining_modes_need_a_token_that_is_not_pad():
     with pytest.raises(ValueError, match="besides <pad>"):
-        ab.draw_pretraining_modes(ab.LMConfig(vocab_size=1, pad_id=0))
+        ab.draw_pretraining_modes(ab.models.language_models.LMConfig(vocab_size=1, pad_id=0))
 
 
 def test_drawing_leaves_torch_alone():

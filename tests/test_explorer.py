@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 import attention_book as ab  # noqa: E402
-from attention_book.config import EXPLORERS_ENV, FRAMES_ENV  # noqa: E402
+from attention_book.core.config import EXPLORERS_ENV, FRAMES_ENV  # noqa: E402
 
 
 def draw_line(slope, label):
@@ -105,7 +105,7 @@ def test_static_explorer_draws_every_setting_and_records_it(static):
     assert [c["values"] for c in record["controls"]] == [["1", "2", "3"], ["first", "second"]]
     assert record["default"] == 2  # slope index 1 of 3, label index 0 of 2: 1 * 2 + 0
     for flat, (ids, text) in enumerate(player.frames[i] for i in player.index):
-        assert record["digests"][flat] == ab.frame_digest([player.images[i] for i in ids], text)
+        assert record["digests"][flat] == ab.book.explorer.frame_digest([player.images[i] for i in ids], text)
     assert player.frames[player.index[5]][1] == "slope 3 </script> b\n", "settings run row-major, last control fastest"
 
 

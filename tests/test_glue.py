@@ -50,7 +50,7 @@ def test_glue_counts_hands_the_seed_checks_counts_to_the_prose(monkeypatch):
     myst_nb = pytest.importorskip("myst_nb")
     seen = {}
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: seen.update({name: value}))
-    key, counted = next(iter(ab.claim_report()["claims"].items()))
+    key, counted = next(iter(ab.book.claims.claim_report()["claims"].items()))
     assert ab.glue_counts("c", key) is None
     assert seen == {"c_held": counted["held"], "c_runs": counted["runs"]}
     ab.glue_counts("new", "ch99.not_counted_yet")  # not yet in the report: 0 of 0

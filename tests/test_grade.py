@@ -155,7 +155,7 @@ def my_masked_softmax(X, valid_lens=None):
         return m.masked_softmax(X, valid_lens)
     except RuntimeError:
         pass
-    space = {"__name__": "attention_book.attention", "__package__": "attention_book"}
+    space = {"__name__": "attention_book.models.attention", "__package__": "attention_book"}
     try:
         exec(compile(open(m.__file__).read(), m.__file__, "exec"), space)
         return space["masked_softmax"](X, valid_lens)
@@ -483,7 +483,7 @@ def test_package_copy_has_no_answer(tmp_path):
     package_without(["masked_softmax"], tmp_path)
     code = ("import importlib, attention_book as ab\n"
             "m = importlib.reload(ab.attention)\n"
-            "space = {'__name__': 'attention_book.attention', '__package__': 'attention_book'}\n"
+            "space = {'__name__': 'attention_book.models.attention', '__package__': 'attention_book'}\n"
             "exec(compile(open(m.__file__).read(), m.__file__, 'exec'), space)\n"
             "for f in (ab.masked_softmax, m.masked_softmax, space['masked_softmax']):\n"
             "    try:\n        f(None)\n    except RuntimeError as e:\n        print('raises', 'not available' in str(e))\n"

@@ -56,13 +56,13 @@ def test_other_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match=r"exclude must be a boolean mask of shape \(7, 5\)"):
         ab.nadaraya_watson(x, y, q, exclude=torch.zeros(5, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="at least 2"):
-        ab.loo_predictions(x[:1], y[:1])
+        ab.models.kernels.loo_predictions(x[:1], y[:1])
     with pytest.raises(ValueError, match="n_train"):
         ab.make_kernel_data(n_train=0)
     with pytest.raises(ValueError, match="gradient descent"):
         ab.learn_width(ab.make_kernel_data(n_train=5), kernel="boxcar", epochs=1, progress=False)
     with pytest.raises(ValueError, match="sigma"):
-        ab.NadarayaWatson(x, y, sigma=-1.0)
+        ab.models.kernels.NadarayaWatson(x, y, sigma=-1.0)
 
 
 # --- the estimator as attention --------------------------------------------------------------
@@ -136,12 +136,12 @@ def test_vector_values_and_nearest_neighbour_limit():
 
 def test_leave_one_out_excludes_the_point_itself():
     data = ab.make_kernel_data(n_train=12, seed=1)
-    y_hat, w = ab.loo_predictions(data.x_train, data.y_train, "gaussian", 0.4)
+    y_hat, w = ab.models.kernels.loo_predictions(data.x_train, data.y_train, "gaussian", 0.4)
     assert (w.diagonal() == 0).all()
     torch.testing.assert_close(w.sum(-1), torch.ones(12))
     changed = data.y_train.clone()
     changed[5] += 100.0
-    y_hat2, _ = ab.loo_predictions(data.x_train, changed, "gaussian", 0.4)
+    y_hat2, _ = ab.models.kernels.loo_predictions(data.x_train, changed, "gaussian", 0.4)
     assert y_hat2[5] == y_hat[5]  # point 5's own label never enters its estimate
     assert (y_hat2 - y_hat).abs().max() > 1.0  # but it does enter its neighbours'
 
@@ -156,12 +156,12 @@ def test_in_sample_error_vanishes_with_width_but_loo_does_not():
 
 def test_module_matches_function_and_runs_on_meta():
     data = ab.make_kernel_data(n_train=10)
-    model = ab.NadarayaWatson(data.x_train, data.y_train, "gaussian", 0.3)
+    model = ab.models.kernels.NadarayaWatson(data.x_train, data.y_train, "gaussian", 0.3)
     idx = torch.arange(10)
     torch.testing.assert_close(model(data.x_train, leave_out=idx),
-                               ab.loo_predictions(data.x_train, data.y_train, "gaussian", 0.3)[0])
+                               ab.models.kernels.loo_predictions(data.x_train, data.y_train, "gaussian", 0.3)[0])
     assert model.attention_weights.shape == (10, 10)
-    meta = ab.NadarayaWatson(data.x_train, data.y_train, "epanechnikov", 0.3).to("meta")
+    meta = ab.models.kernels.NadarayaWatson(data.x_train, data.y_train, "epanechnikov", 0.3).to("meta")
     out = meta(torch.rand(4, device="meta"))
     assert out.device.type == "meta" and out.shape == (4,)
     out = meta(torch.rand(3, device="meta"), leave_out=torch.tensor([0, 1, 2], device="meta"))

@@ -14,28 +14,28 @@ def test_self_attention_without_positions_is_permutation_equivariant():
     X = torch.randn(3, 7, 16)
     for seed in range(5):
         perm = torch.randperm(7, generator=torch.Generator().manual_seed(seed))
-        assert ab.permutation_error(lambda Z: mha(Z, Z, Z), X, perm) < 1e-5
+        assert ab.experiments.layer_comparison.permutation_error(lambda Z: mha(Z, Z, Z), X, perm) < 1e-5
     # adding positions breaks it (for a permutation that moves tokens)
     pe = ab.PositionalEncoding(16)
     perm = torch.tensor([1, 0, 2, 3, 4, 5, 6])
-    assert ab.permutation_error(lambda Z: mha(pe(Z), pe(Z), pe(Z)), X, perm) > 1e-2
+    assert ab.experiments.layer_comparison.permutation_error(lambda Z: mha(pe(Z), pe(Z), pe(Z)), X, perm) > 1e-2
     rope = ab.RotaryAttention(16, 4).eval()
-    assert ab.permutation_error(lambda Z: rope(Z, Z, Z), X, perm) > 1e-3
+    assert ab.experiments.layer_comparison.permutation_error(lambda Z: rope(Z, Z, Z), X, perm) > 1e-3
 
 
 def test_layers_keep_shape_and_timing_returns_one_number_per_length():
-    for name, layer in ab.sequence_layers(num_hiddens=8, num_heads=2).items():
+    for name, layer in ab.experiments.layer_comparison.sequence_layers(num_hiddens=8, num_heads=2).items():
         assert layer(torch.randn(2, 5, 8)).shape == (2, 5, 8), name
     lengths = [4, 8]
-    times = ab.time_sequence_layers(lengths, num_hiddens=8, batch_size=2, num_heads=2, repeats=1)
+    times = ab.experiments.layer_comparison.time_sequence_layers(lengths, num_hiddens=8, batch_size=2, num_heads=2, repeats=1)
     assert set(times) == {"CNN", "RNN", "self-attention"}
     assert all(len(t) == 2 and all(x > 0 for x in t) for t in times.values())
-    fig = ab.plot_layer_times(lengths, times)
+    fig = ab.experiments.layer_comparison.plot_layer_times(lengths, times)
     assert len(fig.axes[0].lines) == 3
 
 
 def test_cost_table_mentions_every_layer():
-    table = ab.layer_cost_table()
+    table = ab.experiments.layer_comparison.layer_cost_table()
     assert table.count("\n") == 4 and "O(n² d)" in table and "O(n / k)" in table
 
 
@@ -51,22 +51,22 @@ def test_encoding_figures_draw_the_table():
 
 
 def test_meta_device_forward():
-    for layer in ab.sequence_layers(num_hiddens=8, num_heads=2).values():
+    for layer in ab.experiments.layer_comparison.sequence_layers(num_hiddens=8, num_heads=2).values():
         out = layer.to("meta")(torch.randn(2, 5, 8, device="meta"))
         assert out.shape == (2, 5, 8) and out.device.type == "meta"
 
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="permutation of 0..2"):
-        ab.permutation_error(lambda Z: Z, torch.randn(1, 3, 2), torch.tensor([0, 0, 1]))
+        ab.experiments.layer_comparison.permutation_error(lambda Z: Z, torch.randn(1, 3, 2), torch.tensor([0, 0, 1]))
     with pytest.raises(ValueError, match=r"shape \(batch, n, d\)"):
-        ab.permutation_error(lambda Z: Z, torch.randn(3, 2), torch.tensor([0, 1, 2]))
+        ab.experiments.layer_comparison.permutation_error(lambda Z: Z, torch.randn(3, 2), torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match=r"columns must lie in \[0, 7\]"):
         ab.plot_encoding_columns(8, 10, columns=(6, 9))
     with pytest.raises(ValueError, match="encoding_dim must be at least 2, got 1"):
         ab.positional_encoding_figure(1, 10)
     with pytest.raises(ValueError, match="lengths"):
-        ab.time_sequence_layers([])
+        ab.experiments.layer_comparison.time_sequence_layers([])
 
 
 def test_sinusoidal_encoding_checker():

@@ -15,19 +15,19 @@ def _one_thread(one_thread):
 # --- the task -----------------------------------------------------------------------------------
 
 def test_latest_marker_labels_by_brute_force():
-    X, Y = ab.latest_marker_task(50, 20, vocab_size=12, num_markers=3, marker_rate=0.3, seed=1)
+    X, Y = ab.experiments.long_context.latest_marker_task(50, 20, vocab_size=12, num_markers=3, marker_rate=0.3, seed=1)
     assert X.shape == Y.shape == (50, 20) and X.max() < 12
     for x, y in zip(X.tolist(), Y.tolist()):
         latest = -100
         for token, label in zip(x, y):
             latest = token if token < 3 else latest
             assert label == latest
-    again, _ = ab.latest_marker_task(50, 20, vocab_size=12, num_markers=3, marker_rate=0.3, seed=1)
+    again, _ = ab.experiments.long_context.latest_marker_task(50, 20, vocab_size=12, num_markers=3, marker_rate=0.3, seed=1)
     assert torch.equal(X, again)
     with pytest.raises(ValueError, match="vocab_size"):
-        ab.latest_marker_task(5, 5, vocab_size=3, num_markers=3)
+        ab.experiments.long_context.latest_marker_task(5, 5, vocab_size=3, num_markers=3)
     with pytest.raises(ValueError, match="marker_rate"):
-        ab.latest_marker_task(5, 5, marker_rate=0)
+        ab.experiments.long_context.latest_marker_task(5, 5, marker_rate=0)
 
 
 # --- local and linear attention -----------------------------------------------------------------
@@ -39,7 +39,7 @@ def test_sliding_window_equals_softmax_under_the_band_mask(n, window, d, seed):
     q, k, v = (torch.randn(2, n, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     pos = torch.arange(n)
     band = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
-    got = ab.sliding_window_attention(q, k, v, window)
+    got = ab.experiments.long_context.sliding_window_attention(q, k, v, window)
     want, _ = ab.attend(q, k, v, band)
     torch.testing.assert_close(got, want)
     for a, b in zip(torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))):
@@ -51,30 +51,30 @@ def test_sliding_window_equals_softmax_under_the_band_mask(n, window, d, seed):
 def test_linear_attention_equals_its_quadratic_form(n, chunk, seed):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 3, n, 4, generator=g, dtype=torch.float64) for _ in range(3))
-    fq, fk = ab.elu_feature_map(q), ab.elu_feature_map(k)
+    fq, fk = ab.experiments.long_context.elu_feature_map(q), ab.experiments.long_context.elu_feature_map(k)
     scores = fq @ fk.transpose(-2, -1)
     causal = scores.tril()
-    torch.testing.assert_close(ab.linear_attention(q, k, v, causal=True, chunk=chunk),
+    torch.testing.assert_close(ab.experiments.long_context.linear_attention(q, k, v, causal=True, chunk=chunk),
                                (causal @ v) / causal.sum(-1, keepdim=True))
-    torch.testing.assert_close(ab.linear_attention(q, k, v, causal=False), (scores @ v) / scores.sum(-1, keepdim=True))
+    torch.testing.assert_close(ab.experiments.long_context.linear_attention(q, k, v, causal=False), (scores @ v) / scores.sum(-1, keepdim=True))
 
 
 def test_local_and_linear_reject_bad_input():
     q = torch.randn(1, 5, 4)
     with pytest.raises(ValueError, match="window"):
-        ab.sliding_window_attention(q, q, q, 0)
+        ab.experiments.long_context.sliding_window_attention(q, q, q, 0)
     with pytest.raises(ValueError, match="same leading"):
-        ab.linear_attention(q, torch.randn(1, 6, 4), q)
+        ab.experiments.long_context.linear_attention(q, torch.randn(1, 6, 4), q)
     with pytest.raises(ValueError, match="chunk"):
-        ab.linear_attention(q, q, q, chunk=0)
+        ab.experiments.long_context.linear_attention(q, q, q, chunk=0)
 
 
 # --- the model ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("positions", ab.POSITION_SCHEMES)
+@pytest.mark.parametrize("positions", ab.experiments.long_context.POSITION_SCHEMES)
 def test_length_model_shapes_causality_and_meta(positions):
     torch.manual_seed(0)
-    model = ab.LengthModel(positions, max_len=64).eval()
+    model = ab.experiments.long_context.LengthModel(positions, max_len=64).eval()
     X = torch.randint(0, 24, (2, 12))
     out = model(X)
     assert out.shape == (2, 12, 24)
@@ -82,51 +82,51 @@ def test_length_model_shapes_causality_and_meta(positions):
     changed[:, 7] = (changed[:, 7] + 1) % 24
     assert torch.equal(model(changed)[:, :7], out[:, :7])  # causal: earlier positions do not move
     with torch.device("meta"):
-        meta = ab.LengthModel(positions, max_len=64)
+        meta = ab.experiments.long_context.LengthModel(positions, max_len=64)
     assert meta(torch.zeros(2, 12, dtype=torch.long, device="meta")).device.type == "meta"
 
 
 def test_window_and_linear_models():
     torch.manual_seed(0)
-    model = ab.LengthModel("rotary", window=3).eval()
+    model = ab.experiments.long_context.LengthModel("rotary", window=3).eval()
     X = torch.randint(0, 24, (1, 10))
     out = model(X)
     changed = X.clone()
     changed[0, 2] = (changed[0, 2] + 1) % 24
     moved = (model(changed) - out).abs().amax(-1)[0]
     assert moved[:2].max() == 0 and moved[2:5].min() > 0 and moved[5:].max() == 0  # position 2 reaches 2..4 only
-    linear = ab.LengthModel("sinusoidal", attention="linear").eval()
+    linear = ab.experiments.long_context.LengthModel("sinusoidal", attention="linear").eval()
     assert linear(X).shape == (1, 10, 24)
     with pytest.raises(ValueError, match="linear attention"):
-        ab.LengthModel("rotary", attention="linear")
+        ab.experiments.long_context.LengthModel("rotary", attention="linear")
     with pytest.raises(ValueError, match="positions"):
-        ab.LengthModel("relative")
+        ab.experiments.long_context.LengthModel("relative")
     with pytest.raises(ValueError, match="num_kv_heads"):
-        ab.LengthModel("alibi", num_kv_heads=3)
+        ab.experiments.long_context.LengthModel("alibi", num_kv_heads=3)
 
 
 def test_learned_table_has_no_rows_beyond_max_len():
-    model = ab.LengthModel("learned", max_len=16)
+    model = ab.experiments.long_context.LengthModel("learned", max_len=16)
     with pytest.raises(ValueError, match="max_len"):
         model(torch.zeros(1, 17, dtype=torch.long))
 
 
 def test_training_and_length_accuracy_run_and_restore_the_window():
-    model, history = ab.train_length_model("alibi", num_train=64, epochs=2, batch_size=16, seed=3, progress=False,
+    model, history = ab.experiments.long_context.train_length_model("alibi", num_train=64, epochs=2, batch_size=16, seed=3, progress=False,
                                            num_kv_heads=2)
     assert len(history.train_loss) == 2 and len(history.metrics["accuracy"]) == 2
     model.train()
-    acc = ab.length_accuracy(model, [8, 16], num_examples=8, seed=1, window=4)
+    acc = ab.experiments.long_context.length_accuracy(model, [8, 16], num_examples=8, seed=1, window=4)
     assert set(acc) == {8, 16} and all(0 <= a <= 1 for a in acc.values())
     assert model.window is None and model.training
-    fig = ab.length_curves_figure({"alibi": acc}, train_len=8, chance=1 / 8)
+    fig = ab.experiments.long_context.length_curves_figure({"alibi": acc}, train_len=8, chance=1 / 8)
     assert fig.axes[0].get_xlabel() == "test sequence length"
-    ab.attention_patterns_figure({"alibi": model}, seq_len=24, train_len=8)
-    ab.window_figure(4, model, lengths=(8, 16), full=acc, train_len=8, show_len=12)
+    ab.experiments.long_context.attention_patterns_figure({"alibi": model}, seq_len=24, train_len=8)
+    ab.experiments.long_context.window_figure(4, model, lengths=(8, 16), full=acc, train_len=8, show_len=12)
 
 
 def test_forward_reads_no_tensor_value_on_the_host():
-    model = ab.LengthModel("alibi", window=4, num_kv_heads=2).eval()
+    model = ab.experiments.long_context.LengthModel("alibi", window=4, num_kv_heads=2).eval()
     X = torch.randint(0, 24, (2, 9))
     with pytest.MonkeyPatch.context() as patch:
         def refuse(self, *args, **kwargs):
@@ -142,25 +142,25 @@ def test_forward_reads_no_tensor_value_on_the_host():
 
 def test_random_features_approach_the_gaussian_kernel():
     x = torch.linspace(-2, 2, 9, dtype=torch.float64)
-    phi = ab.random_fourier_features(x, 20000, sigma=0.7, seed=0)
+    phi = ab.experiments.long_context.random_fourier_features(x, 20000, sigma=0.7, seed=0)
     exact = torch.exp(-(x[:, None] - x[None, :]) ** 2 / (2 * 0.7 ** 2))
     assert (phi @ phi.T - exact).abs().max() < 0.05
     data = ab.make_kernel_data(40, seed=0)
     exact_fit, _ = ab.nadaraya_watson(data.x_train.double(), data.y_train.double(), data.x_val.double(),
                                       "gaussian", 0.5)
-    errors = [(ab.feature_nadaraya_watson(data.x_train.double(), data.y_train.double(), data.x_val.double(), 0.5,
+    errors = [(ab.experiments.long_context.feature_nadaraya_watson(data.x_train.double(), data.y_train.double(), data.x_val.double(), 0.5,
                                           r, seed=0) - exact_fit).abs().max() for r in (64, 16384)]
     assert errors[1] < errors[0] and errors[1] < 0.2
     with pytest.raises(ValueError, match="sigma"):
-        ab.random_fourier_features(x, 4, sigma=0)
+        ab.experiments.long_context.random_fourier_features(x, 4, sigma=0)
 
 
 def test_attention_costs_memory_orders():
-    costs = ab.attention_costs((64, 256), heads=1, head_dim=8, window=16, repeats=1, seed=0)
+    costs = ab.experiments.long_context.attention_costs((64, 256), heads=1, head_dim=8, window=16, repeats=1, seed=0)
     explicit, window = costs["softmax, explicit"]["memory"], costs["sliding window (16)"]["memory"]
     assert explicit[1] / explicit[0] > 8 and window[1] / window[0] < 5  # quadratic vs linear
     assert all(len(c["seconds"]) == 2 and min(c["seconds"]) > 0 for c in costs.values())
-    ab.cost_figure(costs, (64, 256))
+    ab.experiments.long_context.cost_figure(costs, (64, 256))
 
 
 # --- the key/value cache -------------------------------------------------------------------------

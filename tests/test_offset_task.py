@@ -9,47 +9,47 @@ from torch import nn
 import attention_book as ab
 
 
-def train_run(num_heads, *, num_train=2000, epochs=6, seed=0, offsets=ab.OFFSETS):
+def train_run(num_heads, *, num_train=2000, epochs=6, seed=0, offsets=ab.experiments.offset_task.OFFSETS):
     """One model trained as chapter 5's sweep trains each of its models."""
-    batches, X_test, Y_test = ab.offset_task_data(num_train, 1000 if num_train >= 1000 else 32, seed=seed,
+    batches, X_test, Y_test = ab.experiments.offset_task.offset_task_data(num_train, 1000 if num_train >= 1000 else 32, seed=seed,
                                                   offsets=offsets, device="cpu")
     torch.manual_seed(seed)
-    model = ab.OffsetTaskModel(num_heads=num_heads, num_offsets=len(offsets))
-    history = ab.fit(model, batches, ab.offset_task_loss, epochs=epochs, lr=3e-3, device="cpu", progress=False)
-    return ab.HeadRun(num_heads, model, history, ab.task_accuracy(model, X_test, Y_test), X_test, Y_test,
+    model = ab.experiments.offset_task.OffsetTaskModel(num_heads=num_heads, num_offsets=len(offsets))
+    history = ab.fit(model, batches, ab.experiments.offset_task.offset_task_loss, epochs=epochs, lr=3e-3, device="cpu", progress=False)
+    return ab.experiments.offset_task.HeadRun(num_heads, model, history, ab.experiments.offset_task.task_accuracy(model, X_test, Y_test), X_test, Y_test,
                       tuple(offsets), seed)
 
 
 def test_offset_task_data_splits_one_draw_into_batches_and_held_out_examples():
-    batches, X_test, Y_test = ab.offset_task_data(130, 20, batch_size=64, seed=2, device="cpu")
-    X, Y = ab.make_offset_task(150, seed=2)
+    batches, X_test, Y_test = ab.experiments.offset_task.offset_task_data(130, 20, batch_size=64, seed=2, device="cpu")
+    X, Y = ab.experiments.offset_task.make_offset_task(150, seed=2)
     assert [len(b[0]) for b in batches] == [64, 64, 2]
     torch.testing.assert_close(torch.cat([b[0] for b in batches]), X[:130])
     torch.testing.assert_close(torch.cat([b[1] for b in batches]), Y[:130])
     assert torch.equal(X_test, X[130:]) and torch.equal(Y_test, Y[130:])
-    model = ab.OffsetTaskModel()
-    loss = ab.offset_task_loss(model, batches[0])
+    model = ab.experiments.offset_task.OffsetTaskModel()
+    loss = ab.experiments.offset_task.offset_task_loss(model, batches[0])
     assert loss.dim() == 0 and abs(loss.item() - torch.log(torch.tensor(16.0)).item()) < 1.0  # near chance at start
     with pytest.raises(ValueError, match="batch_size"):
-        ab.offset_task_data(10, 5, batch_size=0)
+        ab.experiments.offset_task.offset_task_data(10, 5, batch_size=0)
 
 
 def test_offset_task_labels():
-    X, Y = ab.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
+    X, Y = ab.experiments.offset_task.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
     assert X.shape == (50, 6) and Y.shape == (50, 6, 2) and int(X.max()) < 5
     for i in range(6):
         torch.testing.assert_close(Y[:, i, 0], X[:, (i - 1) % 6])
         torch.testing.assert_close(Y[:, i, 1], X[:, (i + 2) % 6])
-    X2, _ = ab.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
+    X2, _ = ab.experiments.offset_task.make_offset_task(50, seq_len=6, vocab_size=5, offsets=(-1, 2), seed=3)
     assert torch.equal(X, X2)
-    X, Y = ab.make_offset_task(4, seed=0)  # the chapter's defaults: 8 tokens of 16 symbols, four offsets
-    assert X.shape == (4, 8) and Y.shape == (4, 8, len(ab.OFFSETS)) and ab.OFFSETS == (-2, -1, 1, 3)
+    X, Y = ab.experiments.offset_task.make_offset_task(4, seed=0)  # the chapter's defaults: 8 tokens of 16 symbols, four offsets
+    assert X.shape == (4, 8) and Y.shape == (4, 8, len(ab.experiments.offset_task.OFFSETS)) and ab.experiments.offset_task.OFFSETS == (-2, -1, 1, 3)
 
 
 def test_one_offset_per_head_yardstick():
-    assert ab.one_offset_per_head_accuracy(4) == 1.0 == ab.one_offset_per_head_accuracy(8)
-    assert ab.one_offset_per_head_accuracy(1) == pytest.approx(0.25 + 0.75 / 16)
-    assert ab.one_offset_per_head_accuracy(2, num_offsets=2, vocab_size=8) == 1.0
+    assert ab.experiments.offset_task.one_offset_per_head_accuracy(4) == 1.0 == ab.experiments.offset_task.one_offset_per_head_accuracy(8)
+    assert ab.experiments.offset_task.one_offset_per_head_accuracy(1) == pytest.approx(0.25 + 0.75 / 16)
+    assert ab.experiments.offset_task.one_offset_per_head_accuracy(2, num_offsets=2, vocab_size=8) == 1.0
 
 
 def test_ablating_a_head_equals_zeroing_its_output_columns():
@@ -63,11 +63,11 @@ def test_ablating_a_head_equals_zeroing_its_output_columns():
         per_head[:, 1] = 0
         per_head[:, 3] = 0
         want = mha.W_o(ab.transpose_output(per_head))
-        with ab.ablate_heads(mha, [1, 3]):
+        with ab.experiments.offset_task.ablate_heads(mha, [1, 3]):
             got = mha(X, X, X)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
         # all heads gone: only the output bias is left; the hook is removed afterwards
-        with ab.ablate_heads(mha, range(4)):
+        with ab.experiments.offset_task.ablate_heads(mha, range(4)):
             torch.testing.assert_close(mha(X, X, X), mha.W_o.bias.expand(2, 5, 8))
         assert not mha.W_o._forward_pre_hooks
 
@@ -100,9 +100,9 @@ def test_heads_are_needed_one_per_lookup_and_four_heads_split_them():
     runs = {h: [train_run(h)] for h in (1, 4)}
     one, four = runs[1][0], runs[4][0]
     assert one.accuracy < 0.5 and four.accuracy > 0.95, (one.accuracy, four.accuracy)
-    mass = ab.offset_attention(four)  # each head looks mostly at its own offset
+    mass = ab.experiments.offset_task.offset_attention(four)  # each head looks mostly at its own offset
     assert sorted(mass.argmax(-1).tolist()) == [0, 1, 2, 3], mass
-    importance = ab.head_importance(four.model, four.model.attention, four.X_test, four.Y_test)
+    importance = ab.experiments.offset_task.head_importance(four.model, four.model.attention, four.X_test, four.Y_test)
     assert importance.shape == (4,) and torch.all(importance > 0.1), importance
     (w,) = ab.collect_attention(four.model, four.X_test[:100])
     mean = w.mean(0)  # (heads, q, k): every head has one preferred offset
@@ -113,38 +113,38 @@ def test_heads_are_needed_one_per_lookup_and_four_heads_split_them():
         offset, count = Counter((b - i) % n for i, b in enumerate(best)).most_common(1)[0]
         assert count >= n - 2, f"head {h} has no preferred offset: it looks at {best}"
         offsets.append(offset)
-    assert sorted(offsets) == sorted(o % n for o in ab.OFFSETS), offsets
-    order, accs = ab.pruning_curve(four.model, four.model.attention, four.X_test, four.Y_test)
+    assert sorted(offsets) == sorted(o % n for o in ab.experiments.offset_task.OFFSETS), offsets
+    order, accs = ab.experiments.offset_task.pruning_curve(four.model, four.model.attention, four.X_test, four.Y_test)
     assert sorted(order) == [0, 1, 2, 3] and len(accs) == 5 and accs[0] == pytest.approx(four.accuracy)
     assert accs[-1] < 0.2  # no head left: the model cannot see its inputs
-    fig = ab.head_count_figure(4, {4: four})
+    fig = ab.experiments.offset_task.head_count_figure(4, {4: four})
     assert len(fig.axes) == 5  # four heads + colour bar
-    fig = ab.head_count_accuracy_figure(runs)
+    fig = ab.experiments.offset_task.head_count_accuracy_figure(runs)
     assert len(fig.axes) == 1
 
 
 def test_meta_device_forward():
-    model = ab.OffsetTaskModel(vocab_size=5, seq_len=6, num_hiddens=8, num_heads=2, num_offsets=3).to("meta")
+    model = ab.experiments.offset_task.OffsetTaskModel(vocab_size=5, seq_len=6, num_hiddens=8, num_heads=2, num_offsets=3).to("meta")
     X = torch.randint(0, 5, (3, 6)).to("meta")
     assert model(X).shape == (3, 6, 3, 5)
 
 
 def test_bad_inputs():
     with pytest.raises(ValueError, match="different positions modulo seq_len=4"):
-        ab.make_offset_task(10, seq_len=4, offsets=(1, 5))
+        ab.experiments.offset_task.make_offset_task(10, seq_len=4, offsets=(1, 5))
     with pytest.raises(ValueError, match="offsets must be a non-empty sequence of ints"):
-        ab.make_offset_task(10, offsets=())
+        ab.experiments.offset_task.make_offset_task(10, offsets=())
     with pytest.raises(ValueError, match="seq_len must be at least 2"):
-        ab.make_offset_task(10, seq_len=1)
+        ab.experiments.offset_task.make_offset_task(10, seq_len=1)
     mha = ab.MultiHeadAttention(8, 2)
     with pytest.raises(ValueError, match=r"heads must lie in \[0, 1\], got 2"):
-        with ab.ablate_heads(mha, [2]):
+        with ab.experiments.offset_task.ablate_heads(mha, [2]):
             pass
     with pytest.raises(ValueError, match="expected a MultiHeadAttention"):
-        with ab.ablate_heads(nn.Linear(2, 2), [0]):
+        with ab.experiments.offset_task.ablate_heads(nn.Linear(2, 2), [0]):
             pass
     with pytest.raises(ValueError, match=r"trained head counts: \[1, 2\]"):
-        ab.head_count_figure(4, {1: None, 2: None})
+        ab.experiments.offset_task.head_count_figure(4, {1: None, 2: None})
 
 
 def test_split_heads_checker():
@@ -167,7 +167,7 @@ def test_split_heads_checker():
 
 def test_eight_head_maps_wrap_onto_rows_of_four():
     run = train_run(8, num_train=64, epochs=1)
-    fig = ab.plot_head_maps(run, importance=torch.arange(8) / 100)
+    fig = ab.experiments.offset_task.plot_head_maps(run, importance=torch.arange(8) / 100)
     maps = fig.axes[:-1]
     assert len(maps) == 8
     assert [ax.get_title().splitlines()[0] for ax in maps] == [f"head {h}" for h in range(8)]
@@ -177,7 +177,7 @@ def test_eight_head_maps_wrap_onto_rows_of_four():
 def test_offset_attention_sums_each_heads_weight_on_the_task_offsets():
     run = train_run(2, num_train=64, epochs=1, seed=1, offsets=(-1, 2))
     assert run.offsets == (-1, 2) and run.seed == 1
-    mass = ab.offset_attention(run, num_examples=16)
+    mass = ab.experiments.offset_task.offset_attention(run, num_examples=16)
     assert mass.shape == (2, 2) and torch.all(mass >= 0) and torch.all(mass.sum(-1) <= 1 + 1e-5)
     (w,) = ab.collect_attention(run.model, run.X_test[:16])
     n = w.shape[-1]
@@ -187,6 +187,6 @@ def test_offset_attention_sums_each_heads_weight_on_the_task_offsets():
 
 def test_offset_task_follows_the_book_seed(monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "4")
-    X, _ = ab.make_offset_task(10)
-    X4, _ = ab.make_offset_task(10, seed=4)
+    X, _ = ab.experiments.offset_task.make_offset_task(10)
+    X4, _ = ab.experiments.offset_task.make_offset_task(10, seed=4)
     assert torch.equal(X, X4)

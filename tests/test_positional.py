@@ -127,7 +127,7 @@ def test_alibi_bias_is_minus_slope_times_distance():
     assert bias.shape == (2, 3, 5)
     torch.testing.assert_close(bias[0, 0], torch.tensor([-1.0, -0.5, 0.0, -0.5, -1.0]))
     torch.testing.assert_close(bias[1, 2], -0.25 * torch.tensor([4.0, 3.0, 2.0, 1.0, 0.0]))
-    assert ab.ALiBi(4)(2, 6).shape == (1, 4, 2, 6)
+    assert ab.models.positional.ALiBi(4)(2, 6).shape == (1, 4, 2, 6)
     with pytest.raises(ValueError, match="slopes"):
         ab.alibi_bias(torch.ones(2, 2), 3, 3)
 

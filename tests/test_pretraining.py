@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book.train import IGNORE
+from attention_book.core.train import IGNORE
 
 TEXT = ("The Time Traveller (for so it will be convenient to speak of him) was expounding a recondite "
         "matter to us. His grey eyes shone and twinkled, and his usually pale face was flushed. "
@@ -19,7 +19,7 @@ TEXT = ("The Time Traveller (for so it will be convenient to speak of him) was e
 
 @pytest.fixture(scope="module")
 def tok():
-    return ab.Tokenizer(TEXT, level="word", num_sentinels=6, extra_tokens=("<reverse>",))
+    return ab.data.tokenizer.Tokenizer(TEXT, level="word", num_sentinels=6, extra_tokens=("<reverse>",))
 
 
 # --- tokenizer and corpus -----------------------------------------------------------------
@@ -38,16 +38,16 @@ def test_tokenizer_specials_and_round_trip(tok):
 
 
 def test_char_tokenizer_round_trip():
-    t = ab.Tokenizer(TEXT, level="char")
+    t = ab.data.tokenizer.Tokenizer(TEXT, level="char")
     assert t.decode(t.encode("the fire burned.")) == "the fire burned."
     assert t.encode("a<mask>b")[1] == t.mask_id
 
 
 def test_tokenizer_bad_input(tok):
     with pytest.raises(ValueError, match="level"):
-        ab.Tokenizer(TEXT, level="bytes")
+        ab.data.tokenizer.Tokenizer(TEXT, level="bytes")
     with pytest.raises(ValueError, match="extra tokens"):
-        ab.Tokenizer(TEXT, extra_tokens=("reverse",))
+        ab.data.tokenizer.Tokenizer(TEXT, extra_tokens=("reverse",))
     with pytest.raises(ValueError, match="not a token"):
         tok.id("<nope>")
     with pytest.raises(ValueError, match="1-D"):
@@ -55,7 +55,7 @@ def test_tokenizer_bad_input(tok):
 
 
 def test_tokenizer_keeps_unicode_words_and_says_what_it_drops():
-    t = ab.Tokenizer("a", level="word")
+    t = ab.data.tokenizer.Tokenizer("a", level="word")
     # NFKC (the ligature fi), casefold (ß -> ss, İ -> i + combining dot, kept inside the word), ’ as '.
     assert t.split("Café naïve İstanbul ﬁne Straße don’t") == ["café", "naïve", "i\u0307stanbul", "fine",
                                                                "strasse", "don't"]
@@ -65,7 +65,7 @@ def test_tokenizer_keeps_unicode_words_and_says_what_it_drops():
     assert t.dropped("Room 101 — café!") == {"1": 2, "0": 1, "—": 1}
     assert t.dropped("x² ½ 😀 'quoted'") == {"2": 2, "1": 1, "⁄": 1, "😀": 1, "'": 2}
     assert not t.dropped("plain words, with marks.")
-    c = ab.Tokenizer("a", level="char")
+    c = ab.data.tokenizer.Tokenizer("a", level="char")
     assert c.split("İs é\n\n東") == ["i\u0307", "s", " ", "é", " ", "東"]
     assert c.dropped("a-b 2") == {"-": 1, "2": 1}
     with pytest.raises(TypeError, match="text must be a str"):
@@ -80,20 +80,20 @@ def test_tokenizer_on_ascii_text_matches_the_a_to_z_rule():
     assert text.isascii()
     words = re.compile(r"<[a-z0-9_]+>|[a-z]+(?:'[a-z]+)?|[.,;:!?]").findall(text.lower())
     chars = re.compile(r"<[a-z0-9_]+>|[a-z .,;:!?']").findall(re.sub(r"\s+", " ", text.lower()))
-    assert ab.Tokenizer("a", level="word").split(text) == words
-    assert ab.Tokenizer("a", level="char").split(text) == chars
+    assert ab.data.tokenizer.Tokenizer("a", level="word").split(text) == words
+    assert ab.data.tokenizer.Tokenizer("a", level="char").split(text) == chars
     # The Unicode pattern agrees on ASCII text (one non-ASCII character sends it down that path).
-    assert ab.Tokenizer("a", level="word").split(text + " é")[:-1] == words
-    assert ab.Tokenizer("a", level="char").split(text + " é")[:-2] == chars
+    assert ab.data.tokenizer.Tokenizer("a", level="word").split(text + " é")[:-1] == words
+    assert ab.data.tokenizer.Tokenizer("a", level="char").split(text + " é")[:-2] == chars
 
 
 def test_load_corpus_real_and_fallback(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))  # empty and offline-like: no file there
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))  # empty and offline-like: no file there
 
     def offline(*args, **kwargs):
-        raise ab.DataUnavailableError("no network in this test")
+        raise ab.data.registry.DataUnavailableError("no network in this test")
 
-    monkeypatch.setattr("attention_book.corpus.fetch", offline)
+    monkeypatch.setattr("attention_book.data.corpus.fetch", offline)
     corpus = ab.load_corpus(min_freq=1)
     assert corpus.is_fallback and "GENERATED" in capsys.readouterr().out
     assert len(corpus.train_ids) > 10 * len(corpus.val_ids) / 2 > 0
@@ -176,7 +176,7 @@ def test_span_corruption_round_trip(length, density, mean_span, seed):
     except ValueError as err:
         assert "sentinels" in str(err)
         return
-    num_noise, num_spans = ab.span_lengths(length, density, mean_span)
+    num_noise, num_spans = ab.models.objectives.span_lengths(length, density, mean_span)
     assert ab.restore_spans(x, y, SENTINELS) == ids
     assert [t for t in x if t in SENTINELS] == list(SENTINELS[:num_spans])
     assert [t for t in y if t in SENTINELS] == list(SENTINELS[:num_spans + 1])
@@ -197,16 +197,16 @@ def test_span_corruption_statistics():
     assert hidden.sum() == 400 * 10  # round(64 * 0.15) noise tokens each time
     # every position gets hidden sometimes (no position is always kept)
     assert (hidden > 0).all()
-    assert ab.span_lengths(64) == (10, 3)
+    assert ab.models.objectives.span_lengths(64) == (10, 3)
 
 
 def test_span_corruption_bad_input():
     with pytest.raises(ValueError, match="sentinels"):
         ab.corrupt_spans(list(range(100)), (1, 2), 0.5, 1.0)
     with pytest.raises(ValueError, match="noise_density"):
-        ab.span_lengths(10, 1.5)
+        ab.models.objectives.span_lengths(10, 1.5)
     with pytest.raises(ValueError, match="at least 2 tokens"):
-        ab.span_lengths(1)
+        ab.models.objectives.span_lengths(1)
     with pytest.raises(ValueError, match="one sequence"):
         ab.corrupt_spans(torch.zeros(2, 5, dtype=torch.long), SENTINELS)
 
@@ -223,7 +223,7 @@ def test_batches_shapes(tok):
     b = ab.Batches(lambda gen: ab.clm_batch(ids, tok, 2, 5, gen), steps=3, seed=1, fixed=True)
     assert len(list(b)) == 3 and all(torch.equal(p[0], q[0]) for p, q in zip(b, b))
     with pytest.raises(ValueError, match="fewer than the window length"):
-        ab.random_windows(ids[:5], 2, 10)
+        ab.models.objectives.random_windows(ids[:5], 2, 10)
 
 
 def test_unigram_cross_entropy():
@@ -366,7 +366,7 @@ def test_models_bad_input():
 
 
 def test_one_config_builds_each_model_as_the_keyword_arguments_do():
-    cfg = ab.LMConfig(V, num_hiddens=16, num_heads=2, num_blks=1, max_len=24)
+    cfg = ab.models.language_models.LMConfig(V, num_hiddens=16, num_heads=2, num_blks=1, max_len=24)
     for cls in (ab.EncoderOnlyLM, ab.DecoderOnlyLM, ab.EncoderDecoderLM):
         torch.manual_seed(0)
         from_config = cls(cfg)
@@ -380,15 +380,15 @@ def test_one_config_builds_each_model_as_the_keyword_arguments_do():
             assert torch.equal(a, b) and torch.equal(a, c)
         assert (from_config.vocab_size, from_config.num_hiddens, from_config.max_len) == (V, 16, 24)
     assert ab.DecoderOnlyLM(cfg, dropout=0.0).config.dropout == 0.0  # a config with fields replaced
-    assert ab.DecoderOnlyLM(config=cfg).config is cfg and ab.DecoderOnlyLM(vocab_size=V).config == ab.LMConfig(V)
-    assert cfg.ffn_hiddens == 64 and ab.LMConfig(V, ffn_num_hiddens=10).ffn_hiddens == 10
+    assert ab.DecoderOnlyLM(config=cfg).config is cfg and ab.DecoderOnlyLM(vocab_size=V).config == ab.models.language_models.LMConfig(V)
+    assert cfg.ffn_hiddens == 64 and ab.models.language_models.LMConfig(V, ffn_num_hiddens=10).ffn_hiddens == 10
     with pytest.raises(TypeError, match="LMConfig or its fields"):
         ab.EncoderOnlyLM(cfg, 16)
     for kwargs, match in (({"num_hiddens": 2.5}, "num_hiddens must be an integer"), ({"num_blks": True}, "num_blks"),
                           ({"dropout": 1.0}, "dropout"), ({"pad_id": V}, f"pad_id {V} is out of range"),
                           ({"num_hiddens": 10, "num_heads": 3}, "not divisible")):
         with pytest.raises(ValueError, match=match):
-            ab.LMConfig(V, **kwargs)
+            ab.models.language_models.LMConfig(V, **kwargs)
 
 
 def test_greedy_decode_with_cache_matches_full_recompute():
@@ -410,25 +410,25 @@ def test_classifier_and_parameter_counts():
     assert bert.classify(_ids(4, 6)).shape == (4, 2)
     n_all = sum(p.numel() for p in gpt.parameters())
     emb_and_head = V * 16 + 16 * V + V
-    assert ab.non_embedding_parameters(gpt) == n_all - emb_and_head
-    assert ab.non_embedding_parameters(t5) == sum(p.numel() for p in t5.parameters()) - 2 * V * 16 - (16 * V + V)
+    assert ab.experiments.scaling.non_embedding_parameters(gpt) == n_all - emb_and_head
+    assert ab.experiments.scaling.non_embedding_parameters(t5) == sum(p.numel() for p in t5.parameters()) - 2 * V * 16 - (16 * V + V)
 
 
 # --- sampling -----------------------------------------------------------------------------------
 
 def test_next_token_distribution():
     logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
-    p = ab.next_token_distribution(logits, 1.0)
+    p = ab.models.decoding.next_token_distribution(logits, 1.0)
     assert torch.allclose(p, torch.softmax(logits, -1))
-    assert torch.equal(ab.next_token_distribution(logits, 0.0), torch.tensor([[1.0, 0, 0, 0]]))
-    top2 = ab.next_token_distribution(logits, 1.0, top_k=2)
+    assert torch.equal(ab.models.decoding.next_token_distribution(logits, 0.0), torch.tensor([[1.0, 0, 0, 0]]))
+    top2 = ab.models.decoding.next_token_distribution(logits, 1.0, top_k=2)
     assert (top2[0, 2:] == 0).all() and torch.isclose(top2.sum(), torch.tensor(1.0))
-    hot, cold = ab.next_token_distribution(logits, 5.0), ab.next_token_distribution(logits, 0.2)
+    hot, cold = ab.models.decoding.next_token_distribution(logits, 5.0), ab.models.decoding.next_token_distribution(logits, 0.2)
     assert hot.max() < p.max() < cold.max()  # higher temperature flattens
     with pytest.raises(ValueError, match="temperature"):
-        ab.next_token_distribution(logits, -1.0)
+        ab.models.decoding.next_token_distribution(logits, -1.0)
     with pytest.raises(ValueError, match="top_k"):
-        ab.next_token_distribution(logits, 1.0, top_k=-2)
+        ab.models.decoding.next_token_distribution(logits, 1.0, top_k=-2)
 
 
 def test_generate_reproducible_and_greedy(tok):
@@ -451,7 +451,7 @@ def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "7")
     assert ab.generate(gpt, tok, "the time", 12, temperature=1.5) == ab.generate(gpt, tok, "the time", 12, 1.5, seed=7)
     words = ["w%d" % i for i in range(20)]
-    assert ab.few_shot_prompts(words, 2, 5, "swap") == ab.few_shot_prompts(words, 2, 5, "swap", seed=7)
+    assert ab.experiments.lm_tasks.few_shot_prompts(words, 2, 5, "swap") == ab.experiments.lm_tasks.few_shot_prompts(words, 2, 5, "swap", seed=7)
     assert ab.Batches(lambda g: torch.rand(2, generator=g), 1).seed == 7
 
 
@@ -460,44 +460,44 @@ def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):
 def test_task_batches(tok):
     ids = torch.tensor(tok.encode(TEXT * 4))
     g = torch.Generator().manual_seed(0)
-    x, y = ab.order_task_batch(ids, tok, 64, 12, g)
+    x, y = ab.experiments.lm_tasks.order_task_batch(ids, tok, 64, 12, g)
     assert x.shape == (64, 12) and set(y.tolist()) == {0, 1}
-    x, y = ab.replaced_task_batch(ids, tok, 64, 12, g, replace_prob=0.3)
+    x, y = ab.experiments.lm_tasks.replaced_task_batch(ids, tok, 64, 12, g, replace_prob=0.3)
     clean = x[y == 1][:, 1:]
     assert all(any(torch.equal(row, ids[i:i + 11]) for i in range(len(ids) - 10)) for row in clean[:5])
     assert not torch.isin(x[:, 1:], torch.tensor(tok.special_ids)).any() or (ids == tok.unk_id).any()
     with pytest.raises(ValueError, match="replace_prob"):
-        ab.replaced_task_batch(ids, tok, 2, 12, g, replace_prob=0.0)
-    enc, dec, lab = ab.text_to_text_batch(ids, tok, 16, 5, g, tasks=("<reverse>",))
+        ab.experiments.lm_tasks.replaced_task_batch(ids, tok, 2, 12, g, replace_prob=0.0)
+    enc, dec, lab = ab.experiments.lm_tasks.text_to_text_batch(ids, tok, 16, 5, g, tasks=("<reverse>",))
     assert (enc[:, 0] == tok.id("<reverse>")).all()
     assert torch.equal(lab[:, :5], enc[:, 1:].flip(1)) and (lab[:, 5] == tok.eos_id).all()
-    prompts, answers = ab.few_shot_prompts([f"w{i}" for i in range(20)], 2, 5, "swap")
+    prompts, answers = ab.experiments.lm_tasks.few_shot_prompts([f"w{i}" for i in range(20)], 2, 5, "swap")
     assert all(p.endswith(": " + p.split()[-4]) or True for p in prompts)
     assert all(a in p.split()[:-1] for p, a in zip(prompts, answers))
     with pytest.raises(ValueError, match="unknown task"):
-        ab.text_to_text_batch(ids, tok, 2, 3, g, tasks=("<sort>",))
+        ab.experiments.lm_tasks.text_to_text_batch(ids, tok, 2, 3, g, tasks=("<sort>",))
 
 
 def test_fit_power_law():
     x = np.array([1e3, 1e4, 1e5, 1e6])
-    law = ab.fit_power_law(x, 7.0 * x ** -0.08)
+    law = ab.experiments.scaling.fit_power_law(x, 7.0 * x ** -0.08)
     assert law.exponent == pytest.approx(0.08) and law.coef == pytest.approx(7.0)
     with pytest.raises(ValueError, match="positive"):
-        ab.fit_power_law([1, 2], [0, 1])
+        ab.experiments.scaling.fit_power_law([1, 2], [0, 1])
     with pytest.raises(ValueError, match="at least two"):
-        ab.fit_power_law([1], [1])
+        ab.experiments.scaling.fit_power_law([1], [1])
 
 
 def test_scaling_experiment_and_figures(tok, capsys):
     corpus = ab.load_corpus(text=TEXT * 30, min_freq=1, verbose=False)
-    runs = ab.scaling_experiment(corpus, [(8, 1), (16, 1)], steps=4, batch_size=4, seq_len=8, checkpoints=2,
+    runs = ab.experiments.scaling.scaling_experiment(corpus, [(8, 1), (16, 1)], steps=4, batch_size=4, seq_len=8, checkpoints=2,
                                  num_heads=2, val_batches=1, progress=False)
     assert [r.params for r in runs] == sorted(r.params for r in runs)
     assert all(len(r.compute) == len(r.val_loss) == 2 and r.compute[1] == 2 * r.compute[0] for r in runs)
-    fig = ab.scaling_figure(runs, baseline=5.0)
+    fig = ab.experiments.scaling.scaling_figure(runs, baseline=5.0)
     assert set(fig.fits) == {"params", "compute"}
     with pytest.raises(ValueError, match="multiple"):
-        ab.scaling_experiment(corpus, [(8, 1)], steps=5, checkpoints=2)
+        ab.experiments.scaling.scaling_experiment(corpus, [(8, 1)], steps=5, checkpoints=2)
     bert, t5, gpt = (ab.EncoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
                      ab.EncoderDecoderLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
                      ab.DecoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)))
@@ -515,36 +515,36 @@ def test_scaling_experiment_and_figures(tok, capsys):
 def test_tiny_temperatures_give_the_greedy_limit_never_nan():
     logits = torch.tensor([[2.0, 1.0, -1.0, 3.0], [1e3, -1e3, 0.0, 999.0]])
     for t in (1e-40, 1e-300, 5e-324, 1e-8):
-        p = ab.next_token_distribution(logits, t)
+        p = ab.models.decoding.next_token_distribution(logits, t)
         assert not p.isnan().any()
         assert torch.equal(p, torch.tensor([[0.0, 0, 0, 1], [1, 0, 0, 0]]))
-        assert torch.equal(ab.next_token_distribution(logits, t, top_k=2), p)
+        assert torch.equal(ab.models.decoding.next_token_distribution(logits, t, top_k=2), p)
     tied = torch.tensor([[3.0, float("-inf"), 3.0, 0.0]])  # -inf: a banned token
-    assert torch.equal(ab.next_token_distribution(tied, 1e-40), torch.tensor([[0.5, 0, 0.5, 0]]))
-    half = ab.next_token_distribution(logits.half(), 1e-30)
+    assert torch.equal(ab.models.decoding.next_token_distribution(tied, 1e-40), torch.tensor([[0.5, 0, 0.5, 0]]))
+    half = ab.models.decoding.next_token_distribution(logits.half(), 1e-30)
     assert half.dtype == torch.float16 and not half.isnan().any() and torch.equal(half.argmax(-1), torch.tensor([3, 0]))
     # ordinary temperatures are computed exactly as before (the chapter's samples do not move)
-    assert torch.equal(ab.next_token_distribution(logits, 0.7), torch.softmax(logits / 0.7, dim=-1))
+    assert torch.equal(ab.models.decoding.next_token_distribution(logits, 0.7), torch.softmax(logits / 0.7, dim=-1))
     for bad in (-1.0, float("nan"), float("inf"), True, "0.5", None):
         with pytest.raises(ValueError, match="temperature"):
-            ab.next_token_distribution(logits, bad)
+            ab.models.decoding.next_token_distribution(logits, bad)
     with pytest.raises(ValueError, match="NaN"):
-        ab.next_token_distribution(torch.tensor([[0.0, float("nan")]]), 1.0)
+        ab.models.decoding.next_token_distribution(torch.tensor([[0.0, float("nan")]]), 1.0)
     with pytest.raises(ValueError, match="banned"):
-        ab.next_token_distribution(torch.full((1, 3), float("-inf")), 1e-40)
+        ab.models.decoding.next_token_distribution(torch.full((1, 3), float("-inf")), 1e-40)
 
 
 def test_top_k_must_be_a_whole_number():
     logits = torch.tensor([[2.0, 1.0, -1.0, 3.0]])
     for bad, what in ((True, "bool"), (2.5, "float"), ("3", "str"), (-1, "at least 0")):
         with pytest.raises(ValueError, match=f"top_k.*{what}"):
-            ab.next_token_distribution(logits, 1.0, top_k=bad)
-    assert torch.equal(ab.next_token_distribution(logits, 1.0, top_k=np.int64(2)),
-                       ab.next_token_distribution(logits, 1.0, top_k=2))
+            ab.models.decoding.next_token_distribution(logits, 1.0, top_k=bad)
+    assert torch.equal(ab.models.decoding.next_token_distribution(logits, 1.0, top_k=np.int64(2)),
+                       ab.models.decoding.next_token_distribution(logits, 1.0, top_k=2))
 
 
 def test_generate_at_a_tiny_temperature_is_greedy():
-    tok = ab.Tokenizer(TEXT)
+    tok = ab.data.tokenizer.Tokenizer(TEXT)
     torch.manual_seed(0)
     gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
     assert ab.generate(gpt, tok, "the time", 8, temperature=1e-40, seed=3) == \
@@ -564,12 +564,12 @@ def test_decode_rejects_ids_outside_the_vocabulary(tok):
 def test_load_corpus_reads_utf8_without_bom_and_names_a_bad_file(monkeypatch, tmp_path):
     good = tmp_path / "timemachine.txt"
     good.write_bytes("\ufeff".encode() + TEXT.encode() * 5)
-    monkeypatch.setattr("attention_book.corpus.fetch", lambda *a, **k: good)
+    monkeypatch.setattr("attention_book.data.corpus.fetch", lambda *a, **k: good)
     corpus = ab.load_corpus(min_freq=1, verbose=False)
     assert not corpus.is_fallback and corpus.text == TEXT * 5
     bad = tmp_path / "latin1.txt"
     bad.write_bytes(TEXT.encode() + "é".encode("latin-1"))
-    monkeypatch.setattr("attention_book.corpus.fetch", lambda *a, **k: bad)
+    monkeypatch.setattr("attention_book.data.corpus.fetch", lambda *a, **k: bad)
     with pytest.raises(ValueError, match="latin1.txt is not UTF-8"):
         ab.load_corpus(min_freq=1, verbose=False)
 
@@ -577,7 +577,7 @@ def test_load_corpus_reads_utf8_without_bom_and_names_a_bad_file(monkeypatch, tm
 def test_evaluation_helpers_restore_the_models_mode():
     import matplotlib.pyplot as plt
 
-    tok = ab.Tokenizer(TEXT, extra_tokens=("<reverse>", "<copy>"))
+    tok = ab.data.tokenizer.Tokenizer(TEXT, extra_tokens=("<reverse>", "<copy>"))
     stream = torch.tensor(tok.encode(TEXT * 3))
     g = torch.Generator().manual_seed(0)
     size = dict(num_hiddens=16, num_heads=2, num_blks=1, max_len=24, pad_id=tok.pad_id)
@@ -586,16 +586,16 @@ def test_evaluation_helpers_restore_the_models_mode():
     bert.add_classifier(2)
     mlm = [ab.mlm_batch(stream, tok, 2, 8, g)]
     spans = [ab.span_batch(stream, tok, 2, 12, g)]
-    tasks = ab.text_to_text_batch(stream, tok, 2, 4, g)
+    tasks = ab.experiments.lm_tasks.text_to_text_batch(stream, tok, 2, 4, g)
     calls = [
         (bert, lambda: ab.evaluate_loss(bert, ab.mlm_loss, mlm)),
         (bert, lambda: ab.masked_accuracy(bert, mlm)),
         (bert, lambda: ab.fill_masks(bert, tok, "the <mask> traveller")),
-        (bert, lambda: ab.classification_accuracy(bert, [ab.order_task_batch(stream, tok, 2, 8, g)])),
+        (bert, lambda: ab.experiments.lm_tasks.classification_accuracy(bert, [ab.experiments.lm_tasks.order_task_batch(stream, tok, 2, 8, g)])),
         (t5, lambda: ab.span_loss_parts(t5, spans, tok)),
         (t5, lambda: ab.greedy_decode(t5, spans[0][0], tok.bos_id, tok.eos_id, 4)),
-        (t5, lambda: ab.exact_match(t5, tasks, tok)),
-        (gpt, lambda: ab.next_word_accuracy(gpt, tok, ["the time"], ["traveller"])),
+        (t5, lambda: ab.experiments.lm_tasks.exact_match(t5, tasks, tok)),
+        (gpt, lambda: ab.experiments.lm_tasks.next_word_accuracy(gpt, tok, ["the time"], ["traveller"])),
         (gpt, lambda: ab.next_token_accuracy(gpt, [ab.clm_batch(stream, tok, 2, 8, g)])),
         (gpt, lambda: ab.generate(gpt, tok, "the time", 3)),
         (gpt, lambda: plt.close(ab.sampling_figure(gpt, tok, "the time", num_tokens=3))),
@@ -637,12 +637,12 @@ def test_label_efficiency_averages_pairs_and_draws_a_figure():
 
     accuracy = {"pretrained": [[0.75, 0.5, 0.7], [0.9, 0.8, 1.0]],
                 "from scratch": [[0.5, 0.55, 0.4], [0.85, 0.8, 0.9]]}
-    result = ab.LabelEfficiency(counts=[16, 64], steps=[31, 36], seeds=[1, 2, 3], accuracy=accuracy)
+    result = ab.experiments.lm_tasks.LabelEfficiency(counts=[16, 64], steps=[31, 36], seeds=[1, 2, 3], accuracy=accuracy)
     assert result.mean("pretrained") == pytest.approx([0.65, 0.9])
     assert result.mean("from scratch") == pytest.approx([0.4833333, 0.85])
     # per count and seed: the pretrained run minus the scratch run on the same labelled examples
     assert result.gaps() == [pytest.approx([0.25, -0.05, 0.3]), pytest.approx([0.05, 0.0, 0.1])]
-    fig = ab.label_efficiency_figure(result)
+    fig = ab.experiments.lm_tasks.label_efficiency_figure(result)
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64"]
     means = [line.get_ydata().tolist() for line in ax.get_lines()[:2]]

@@ -53,7 +53,7 @@ def _encoder_decoder():
 
 
 def _heads_model():
-    model = ab.OffsetTaskModel(num_heads=4).eval()
+    model = ab.experiments.offset_task.OffsetTaskModel(num_heads=4).eval()
     return model, lambda: model(_ids(3, 8, 8)), [("self", (3, 4, 8, 8))]
 
 

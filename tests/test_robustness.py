@@ -29,18 +29,18 @@ def _fra_eng_zip(folder, text: str):
 
 def _register_fra_eng(digest: str):
     """Point the registry's fra-eng at a zip with this sha1 (the URL is never reached)."""
-    ab.register(ab.Dataset(
+    ab.data.registry.register(ab.data.registry.Dataset(
         name="fra-eng",
-        files=(ab.DataFile("fra-eng.zip", ("http://127.0.0.1:9/fra-eng.zip",), f"sha1:{digest}"),),
+        files=(ab.data.registry.DataFile("fra-eng.zip", ("http://127.0.0.1:9/fra-eng.zip",), f"sha1:{digest}"),),
         local_files=("fra-eng/fra.txt",),
     ))
 
 
 @pytest.fixture
 def restore_fra_eng():
-    saved = ab.DATA_HUB["fra-eng"]
+    saved = ab.data.registry.DATA_HUB["fra-eng"]
     yield
-    ab.register(saved)
+    ab.data.registry.register(saved)
 
 
 # --- argument checks -----------------------------------------------------------------------
@@ -48,18 +48,18 @@ def restore_fra_eng():
 @pytest.mark.parametrize("bad", [2.5, 2.0, True, "3", None])
 def test_check_int_rejects_non_integers_naming_the_argument(bad):
     with pytest.raises(ValueError, match="batch_size must be an integer"):
-        ab.check_positive_int("batch_size", bad)
+        ab.core.checks.check_positive_int("batch_size", bad)
 
 
 def test_check_int_accepts_integers_and_checks_the_minimum():
     import numpy as np
 
-    assert ab.check_positive_int("n", np.int64(3)) == 3 and type(ab.check_int("n", np.int64(3))) is int
-    assert ab.check_int("n", 0, minimum=0) == 0
+    assert ab.core.checks.check_positive_int("n", np.int64(3)) == 3 and type(ab.core.checks.check_int("n", np.int64(3))) is int
+    assert ab.core.checks.check_int("n", 0, minimum=0) == 0
     with pytest.raises(ValueError, match="n must be at least 1, got 0"):
-        ab.check_positive_int("n", 0)
+        ab.core.checks.check_positive_int("n", 0)
     with pytest.raises(ValueError, match=r"i 3 is out of range for a sequence of size 3 \(valid: 0 to 2\)"):
-        ab.check_index("i", 3, 3)
+        ab.core.checks.check_index("i", 3, 3)
 
 
 @pytest.mark.parametrize("name", ["batch_size", "num_steps", "num_train", "num_val", "min_freq"])
@@ -74,15 +74,15 @@ def test_load_translation_rejects_non_integer_sizes(name, bad):
 @pytest.mark.parametrize("bad", [2.5, True])
 def test_text_and_data_functions_reject_non_integer_counts(bad):
     with pytest.raises(ValueError, match="num_pairs must be an integer"):
-        ab.synthetic_pairs(bad)
+        ab.data.text.synthetic_pairs(bad)
     with pytest.raises(ValueError, match="max_pairs must be an integer"):
-        ab.parse_pairs("a\tb\n", max_pairs=bad)
+        ab.data.text.parse_pairs("a\tb\n", max_pairs=bad)
     with pytest.raises(ValueError, match="min_freq must be an integer"):
-        ab.Vocab(["a"], min_freq=bad)
+        ab.data.text.Vocab(["a"], min_freq=bad)
     with pytest.raises(ValueError, match="k must be an integer"):
         ab.bleu("a b", "a b", k=bad)
     with pytest.raises(ValueError, match="retries must be an integer"):
-        ab.fetch("time-machine", retries=bad)
+        ab.data.registry.fetch("time-machine", retries=bad)
 
 
 @pytest.mark.parametrize("bad", [2.5, True, 0])
@@ -95,15 +95,15 @@ def test_fit_rejects_bad_epochs(bad):
 
 @pytest.mark.parametrize("bad", [-1, 3, 100])
 def test_vocab_rejects_out_of_range_ids(bad):
-    vocab = ab.Vocab(["a", "b"])  # <unk>, a, b
+    vocab = ab.data.text.Vocab(["a", "b"])  # <unk>, a, b
     for ids in ([0, bad], bad, torch.tensor([bad, 0]), (bad,)):
         with pytest.raises(ValueError, match=f"token id {bad} is out of range for the vocabulary of size 3"):
             vocab.to_tokens(ids)
-    assert vocab.to_tokens([0, 1, 2]) == [ab.UNK, "a", "b"]
+    assert vocab.to_tokens([0, 1, 2]) == [ab.data.text.UNK, "a", "b"]
 
 
 def test_vocab_rejects_non_integer_ids():
-    vocab = ab.Vocab(["a", "b"])
+    vocab = ab.data.text.Vocab(["a", "b"])
     with pytest.raises(ValueError, match="token id must be an integer, got 1.5"):
         vocab.to_tokens([1.5])
     with pytest.raises(ValueError, match="token id must be an integer, got True"):
@@ -113,10 +113,10 @@ def test_vocab_rejects_non_integer_ids():
 # --- data files ------------------------------------------------------------------------------
 
 def test_bom_at_start_of_fra_txt_is_dropped(tmp_path, monkeypatch):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
     (tmp_path / "fra-eng").mkdir()
     (tmp_path / "fra-eng" / "fra.txt").write_bytes(b"\xef\xbb\xbf" + REAL_HEAD.encode())
-    text, _ = ab.load_fra_eng_text()
+    text, _ = ab.data.text.load_fra_eng_text()
     assert not text.startswith("\ufeff")
     data = ab.load_translation(num_train=4, num_val=2, min_freq=1, verbose=False)
     assert data.raw_pairs[0] == ("Go.", "Va !")
@@ -124,29 +124,29 @@ def test_bom_at_start_of_fra_txt_is_dropped(tmp_path, monkeypatch):
 
 
 def test_bom_in_the_archive_copy_is_dropped(tmp_path, monkeypatch, restore_fra_eng):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
     _register_fra_eng(_fra_eng_zip(tmp_path, "\ufeff" + REAL_HEAD))
-    text, note = ab.load_fra_eng_text()
+    text, note = ab.data.text.load_fra_eng_text()
     assert "d2l archive" in note and text == REAL_HEAD
 
 
 def test_non_utf8_data_file_names_the_file(tmp_path, monkeypatch):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
     path = tmp_path / "fra-eng" / "fra.txt"
     path.parent.mkdir()
     path.write_bytes("Go.\tVa !\nWow!\tÇa alors !\n".encode("latin-1"))
     with pytest.raises(ValueError, match=f"{path} is not UTF-8"):
-        ab.load_fra_eng_text()
+        ab.data.text.load_fra_eng_text()
     with pytest.raises(ValueError, match="is not UTF-8"):  # not silently replaced by the generated corpus
         ab.load_translation(num_train=1, num_val=1, verbose=False)
     with pytest.raises(ValueError, match=f"{path} is not UTF-8"):
-        ab.read_utf8(path)
+        ab.data.registry.read_utf8(path)
 
 
 def test_extract_member_leaves_no_temporary_files(tmp_path):
     _fra_eng_zip(tmp_path, REAL_HEAD)
     dest = tmp_path / "out" / "fra.txt"
-    assert ab.extract_member(tmp_path / "fra-eng.zip", "fra-eng/fra.txt", dest) == dest
+    assert ab.data.registry.extract_member(tmp_path / "fra-eng.zip", "fra-eng/fra.txt", dest) == dest
     assert dest.read_text(encoding="utf-8") == REAL_HEAD
     assert sorted(p.name for p in dest.parent.iterdir()) == ["fra.txt"]
 
@@ -156,9 +156,9 @@ import json, sys, time
 from pathlib import Path
 import attention_book as ab
 folder, digest, index = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-ab.register(ab.Dataset(
+ab.data.registry.register(ab.data.registry.Dataset(
     name="fra-eng",
-    files=(ab.DataFile("fra-eng.zip", ("http://127.0.0.1:9/fra-eng.zip",), "sha1:" + digest),),
+    files=(ab.data.registry.DataFile("fra-eng.zip", ("http://127.0.0.1:9/fra-eng.zip",), "sha1:" + digest),),
     local_files=("fra-eng/fra.txt",),
 ))
 (folder / f"ready-{index}").touch()
@@ -176,7 +176,7 @@ def test_concurrent_first_use_all_read_the_real_data(tmp_path):
     # temporary name let one process rename away the file another was about to rename)
     filler = "".join(f"Line {i}.\tLigne {i}.\n" for i in range(200_000))
     digest = _fra_eng_zip(folder, REAL_HEAD + filler)
-    env = {**os.environ, ab.DATA_ENV: str(folder), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, ab.core.config.DATA_ENV: str(folder), "OMP_NUM_THREADS": "1"}
     children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(folder), digest, str(i)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
     try:
@@ -271,9 +271,9 @@ def _device_cases():
                            lambda m, dev: m(_ids(2, 4, 13).to(dev), (torch.zeros(2, 16, device=dev),
                                                                      torch.zeros(2, 1, 16, device=dev)))),
         "ViT": (ab.ViT(28, 14, 16, 32, 2, 1, 0.0, 0.0), lambda m, dev: m(torch.randn(2, 1, 28, 28, device=dev))),
-        "OffsetTaskModel": (ab.OffsetTaskModel(num_heads=2), lambda m, dev: m(_ids(2, 8, 8).to(dev))),
+        "OffsetTaskModel": (ab.experiments.offset_task.OffsetTaskModel(num_heads=2), lambda m, dev: m(_ids(2, 8, 8).to(dev))),
         "SequencePredictor": (ab.SequencePredictor(10, 16, 2), lambda m, dev: m(_ids(2, 7, 10).to(dev))),
-        "NadarayaWatson": (ab.NadarayaWatson(torch.rand(5), torch.rand(5)), lambda m, dev: m(torch.rand(3, device=dev))),
+        "NadarayaWatson": (ab.models.kernels.NadarayaWatson(torch.rand(5), torch.rand(5)), lambda m, dev: m(torch.rand(3, device=dev))),
     }
 
 
@@ -289,11 +289,11 @@ def test_input_on_another_device_names_both_devices(name):
 
 
 def test_check_same_device_reads_no_values_and_skips_modules_without_parameters():
-    ab.check_same_device("X", torch.zeros(2, device="meta"), ab.DotProductAttention())
-    ab.check_same_device("X", [1, 2], nn.Linear(2, 2))  # not a tensor: other checks deal with it
+    ab.core.checks.check_same_device("X", torch.zeros(2, device="meta"), ab.DotProductAttention())
+    ab.core.checks.check_same_device("X", [1, 2], nn.Linear(2, 2))  # not a tensor: other checks deal with it
     with pytest.raises(ValueError, match=r"X is on device meta but Linear's parameters are on device cpu; "
                                          r".*X.to\('cpu'\)"):
-        ab.check_same_device("X", torch.zeros(2, device="meta"), nn.Linear(2, 2))
+        ab.core.checks.check_same_device("X", torch.zeros(2, device="meta"), nn.Linear(2, 2))
 
 
 # --- sizes that are not integers -------------------------------------------------------------
@@ -304,7 +304,7 @@ def test_num_heads_must_be_an_integer(bad):
                  lambda: ab.TransformerEncoder(11, 8, 16, bad, 1),
                  lambda: ab.TransformerDecoderBlock(8, 16, bad),
                  lambda: ab.ViT(28, 14, 8, 16, bad, 1, 0.0, 0.0),
-                 lambda: ab.OffsetTaskModel(num_heads=bad),
+                 lambda: ab.experiments.offset_task.OffsetTaskModel(num_heads=bad),
                  lambda: ab.SequencePredictor(10, 8, bad),
                  lambda: ab.transpose_qkv(torch.zeros(1, 2, 8), bad)):
         with pytest.raises(ValueError, match="num_heads must be an integer"):
@@ -325,17 +325,17 @@ def test_num_heads_must_be_an_integer(bad):
     (lambda: ab.Seq2SeqDecoder(13, True, 16, 1), "embed_size"),
     (lambda: ab.ViT(28, 14, 16, 32, 2, 1.5, 0.0, 0.0), "num_blks"),
     (lambda: ab.ViT(28, 14, 16, 32.0, 2, 1, 0.0, 0.0), "mlp_num_hiddens"),
-    (lambda: ab.ImageBatches(torch.zeros(4, 1, 8, 8), torch.zeros(4), 2.0, 8), "batch_size"),
+    (lambda: ab.models.vit.ImageBatches(torch.zeros(4, 1, 8, 8), torch.zeros(4), 2.0, 8), "batch_size"),
     (lambda: ab.reverse_loaders(batch_size=2.5), "batch_size"),
-    (lambda: ab.reverse_dataset(10.0), "num_samples"),
-    (lambda: ab.warmup_cosine_factor(0, 1, 10.0), "max_steps"),
-    (lambda: ab.make_offset_task(10, seq_len=8.0), "seq_len"),
+    (lambda: ab.models.transformer.reverse_dataset(10.0), "num_samples"),
+    (lambda: ab.models.transformer.warmup_cosine_factor(0, 1, 10.0), "max_steps"),
+    (lambda: ab.experiments.offset_task.make_offset_task(10, seq_len=8.0), "seq_len"),
     (lambda: ab.LearnedPositionalEmbedding(8, max_len=4.0), "max_len"),
     (lambda: ab.sinusoidal_table(4, 8.0), "num_hiddens"),
     (lambda: ab.BilinearAttention(4, 3.0), "key_size"),
     (lambda: ab.scoring_cost("dot", 8, 4, repeats=1.5), "repeats"),
     (lambda: ab.make_kernel_data(n_train=4.0), "n_train"),
-    (lambda: ab.time_sequence_layers([4, 8.0]), r"lengths\[1\]"),
+    (lambda: ab.experiments.layer_comparison.time_sequence_layers([4, 8.0]), r"lengths\[1\]"),
 ])
 def test_sizes_must_be_integers_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=f"{name} must be an integer"):
@@ -377,9 +377,9 @@ def test_dropout_must_be_a_number_in_range(bad):
 
 
 def test_check_heads_lists_the_head_counts_that_work():
-    assert ab.check_heads(12, 4) == (12, 4)
+    assert ab.core.checks.check_heads(12, 4) == (12, 4)
     with pytest.raises(ValueError, match=r"num_hiddens=30 is not divisible by num_heads=4; .*\[1, 2, 3, 5, 6, 10, 15, 30\]"):
-        ab.check_heads(30, 4)
+        ab.core.checks.check_heads(30, 4)
 
 
 # --- evaluation helpers restore the model's mode -----------------------------------------------
@@ -396,7 +396,7 @@ class _Failing(nn.Module):
 
 
 @pytest.mark.parametrize("helper", [
-    lambda m: ab.task_accuracy(m, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
+    lambda m: ab.experiments.offset_task.task_accuracy(m, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
     lambda m: ab.token_accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
     lambda m: ab.image_accuracy(m, [(torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))]),
 ])

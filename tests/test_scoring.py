@@ -131,7 +131,7 @@ def test_new_scores_run_on_the_meta_device():
     (lambda: ab.BilinearAttention(2, 3, dropout=-0.1), r"dropout must lie in \[0, 1\)"),
     (lambda: ab.scaling_statistics([0, 4]), r"dims must be positive"),
     (lambda: ab.plot_scaling(d=2048, max_dim=1024), r"d must lie in \[1, max_dim=1024\], got 2048"),
-    (lambda: ab.make_scorer("cosine", 4), r"kind must be one of"),
+    (lambda: ab.models.scoring.make_scorer("cosine", 4), r"kind must be one of"),
     (lambda: ab.scoring_flops("cosine", 1, 2, 3), r"kind must be one of"),
     (lambda: ab.scoring_cost("dot", 8, 4, repeats=0), r"repeats must be at least 1"),
     (lambda: ab.plot_scoring_costs([]), r"needs the rows"),
@@ -187,7 +187,7 @@ def test_measured_costs_table_and_plot():
 def test_make_scorer_builds_every_kind():
     q, k, v = torch.randn(1, 3, 6), torch.randn(1, 4, 6), torch.randn(1, 4, 6)
     for kind in ab.SCORING_KINDS:
-        module = ab.make_scorer(kind, 6).eval()
+        module = ab.models.scoring.make_scorer(kind, 6).eval()
         assert isinstance(module, nn.Module) and module(q, k, v).shape == (1, 3, 6)
 
 

@@ -300,7 +300,7 @@ def test_plain_model_decodes_greedily_and_with_beams():
 
 def test_reorder_state_picks_rows_of_nested_states():
     state = (torch.arange(6).reshape(3, 2), [torch.arange(3), None], {"k": torch.arange(3) * 10}, 7)
-    picked = ab.reorder_state(nn.Module(), state, torch.tensor([2, 2, 0]))
+    picked = ab.models.seq2seq.reorder_state(nn.Module(), state, torch.tensor([2, 2, 0]))
     assert picked[0].tolist() == [[4, 5], [4, 5], [0, 1]]
     assert picked[1][0].tolist() == [2, 2, 0] and picked[1][1] is None
     assert picked[2]["k"].tolist() == [20, 20, 0] and picked[3] == 7
@@ -309,7 +309,7 @@ def test_reorder_state_picks_rows_of_nested_states():
         def reorder_state(self, s, index):
             return "custom"
 
-    assert ab.reorder_state(Custom(), state, torch.tensor([0])) == "custom"
+    assert ab.models.seq2seq.reorder_state(Custom(), state, torch.tensor([0])) == "custom"
 
 
 def test_beam_search_reorders_rnn_states_correctly():
@@ -325,7 +325,7 @@ def test_beam_search_reorders_rnn_states_correctly():
 # --- translating real sentences ------------------------------------------------------------------
 
 def _synthetic_data(batch_size=64):
-    return ab.load_translation(batch_size=batch_size, pairs=ab.synthetic_pairs(640), verbose=False)
+    return ab.load_translation(batch_size=batch_size, pairs=ab.data.text.synthetic_pairs(640), verbose=False)
 
 
 @pytest.mark.slow
@@ -333,7 +333,7 @@ def test_the_fallback_corpus_is_learnt_quickly(one_thread):
     torch.manual_seed(0)
     data = _synthetic_data(batch_size=128)
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 32, 64, 1, 0.0)
-    ab.fit(model, data.train_loader(), ab.translation_loss(data.tgt_vocab[ab.PAD]), epochs=15, lr=0.01,
+    ab.fit(model, data.train_loader(), ab.translation_loss(data.tgt_vocab[ab.data.text.PAD]), epochs=15, lr=0.01,
            clip_grad=1.0, progress=False)
     scores = ab.evaluate_translation(model, data, "val")
     assert scores["bleu"] > 0.9, scores
@@ -364,7 +364,7 @@ def test_attention_map_labels_tokens():
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
     fig = ab.attention_map(model, data, "i'm home .", "je suis chez moi .")
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["i'm", "home", ".", ab.EOS]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["i'm", "home", ".", ab.data.text.EOS]
     (result,) = ab.translate(model, data, ["i'm home ."], save_attention=True)
     assert len(ax.get_yticklabels()) == result.attention.shape[0]
     assert fig._suptitle.get_text().startswith("i'm home . => ") and "BLEU" in fig._suptitle.get_text()
@@ -389,7 +389,7 @@ def test_evaluate_by_length_splits_the_mean_by_source_length():
     groups = ab.evaluate_by_length(model, data, "val")
     assert list(groups) == sorted(groups) and sum(g["pairs"] for g in groups.values()) == data.num_val
     val_pairs = data.raw_pairs[data.num_train:data.num_train + data.num_val]
-    lengths = sorted({len(ab.tokenize_nmt(ab.preprocess_nmt(en))) - 1 for en, _ in val_pairs})
+    lengths = sorted({len(ab.data.text.tokenize_nmt(ab.data.text.preprocess_nmt(en))) - 1 for en, _ in val_pairs})
     assert list(groups) == lengths  # tokens before <eos>, punctuation included
     overall = ab.evaluate_translation(model, data, "val")
     for key in ("bleu", "exact"):
@@ -398,7 +398,7 @@ def test_evaluate_by_length_splits_the_mean_by_source_length():
         assert all(0.0 <= g[key] <= 1.0 for g in groups.values())
     with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
         ab.evaluate_by_length(model, data, "test")
-    no_val = ab.load_translation(batch_size=64, num_val=0, pairs=ab.synthetic_pairs(640), verbose=False)
+    no_val = ab.load_translation(batch_size=64, num_val=0, pairs=ab.data.text.synthetic_pairs(640), verbose=False)
     with pytest.raises(ValueError, match="split 'val' of the data has no pairs"):
         ab.evaluate_by_length(model, no_val, "val")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import attention_book as ab
-from attention_book.source import _without_docstrings
+from attention_book.book.source import _without_docstrings
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("ch*.ipynb"))
 MAX_LINES = 80

@@ -179,6 +179,9 @@ JS_WIDGETS_DONE = """() => {
 JS_MATHJAX_DONE = """() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
     ? MathJax.startup.promise.then(() => true) : true"""
 
+JS_LIVE_SETTLED = """() => Array.from(document.querySelectorAll('.ab-live'))
+    .every(r => r.dataset.state !== 'loading')"""
+
 JS_OVERFLOW = """() => {
   const vw = window.innerWidth;
   const main = document.querySelector('#main-content') || document.querySelector('main');
@@ -266,6 +269,11 @@ class Crawler:
         visit.phone_overflow = self.page.evaluate(JS_OVERFLOW)
         (SCREENSHOTS / "phone").mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SCREENSHOTS / "phone" / f"{_slug(docname)}.png"), full_page=True)
+        # A live view (issue 31) that the screenshots brought into sight is loading its runtime and
+        # model: let it finish, so that leaving the page does not abort its requests.
+        if self.page.locator(".ab-live").count():
+            self.page.wait_for_timeout(200)
+            self.page.wait_for_function(JS_LIVE_SETTLED, timeout=60_000)
         unique = list(dict.fromkeys(self.events))  # the desktop and phone loads report alike
         visit.errors = [e for e in unique if not any(re.search(p, e) for p, _ in HARMLESS)]
         self.visits[docname] = visit
@@ -360,7 +368,7 @@ JS_EXPLORER_STATE = """(name) => {
 def _shown_digest(state: dict) -> str:
     import base64
 
-    from attention_book.explorer import frame_digest
+    from attention_book.book.explorer import frame_digest
 
     images = []
     for src in state["images"]:

@@ -9,7 +9,7 @@ import pytest
 from test_launch import BRANCH, REPO_URL
 
 import attention_book as ab
-from attention_book import source
+from attention_book.book import source
 
 
 def test_the_repository_is_the_books():
@@ -19,7 +19,7 @@ def test_the_repository_is_the_books():
 def test_source_is_the_installed_code_without_docstrings():
     shown = ab.show_source(ab.TransformerEncoderBlock, ab.masked_softmax)
     (path, code, first, last), (path2, code2, _, _) = shown.parts
-    assert path == "attention_book/transformer.py" and path2 == "attention_book/attention.py"
+    assert path == "attention_book/models/transformer.py" and path2 == "attention_book/models/attention.py"
     lines, start = inspect.getsourcelines(ab.TransformerEncoderBlock)
     assert (first, last) == (start, start + len(lines) - 1)
     assert code.startswith("class TransformerEncoderBlock(nn.Module):")
@@ -32,7 +32,7 @@ def test_source_is_the_installed_code_without_docstrings():
 def test_html_links_to_the_lines_in_the_repository():
     page = ab.show_source(ab.MultiHeadAttention)._repr_html_()
     first, last = ab.show_source(ab.MultiHeadAttention).parts[0][2:]
-    assert f'{REPO_URL}/blob/{BRANCH}/src/attention_book/attention.py#L{first}-L{last}' in page
+    assert f'{REPO_URL}/blob/{BRANCH}/src/attention_book/models/attention.py#L{first}-L{last}' in page
     assert re.search(r'class="ab-source"', page) and "MultiHeadAttention" in page
     assert "<script" not in page
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book import text as abtext
+from attention_book.data import text as abtext
 
 PAIRS = [
     ("Go.", "Va !"),
@@ -23,53 +23,53 @@ PAIRS = [
 # --- preprocessing and tokens ---------------------------------------------------------------
 
 def test_preprocess_matches_d2l_format():
-    assert ab.preprocess_nmt("Go.") == "go ."
-    assert ab.preprocess_nmt("Hi!\u202fYou?") == "hi ! you ?"
-    assert ab.preprocess_nmt("Va\xa0!") == "va !"
-    assert ab.preprocess_nmt("a , b") == "a , b"  # already spaced: no double space
-    assert ab.preprocess_nmt("He's calm, I'm not.") == "he's calm , i'm not ."
-    assert ab.preprocess_nmt("") == ""
+    assert ab.data.text.preprocess_nmt("Go.") == "go ."
+    assert ab.data.text.preprocess_nmt("Hi!\u202fYou?") == "hi ! you ?"
+    assert ab.data.text.preprocess_nmt("Va\xa0!") == "va !"
+    assert ab.data.text.preprocess_nmt("a , b") == "a , b"  # already spaced: no double space
+    assert ab.data.text.preprocess_nmt("He's calm, I'm not.") == "he's calm , i'm not ."
+    assert ab.data.text.preprocess_nmt("") == ""
 
 
 def test_tokenize_appends_eos_and_drops_empty_tokens():
-    assert ab.tokenize_nmt("i lost .") == ["i", "lost", ".", ab.EOS]
-    assert ab.tokenize_nmt("  a   b ") == ["a", "b", ab.EOS]
-    assert ab.tokenize_nmt("") == [ab.EOS]
+    assert ab.data.text.tokenize_nmt("i lost .") == ["i", "lost", ".", ab.data.text.EOS]
+    assert ab.data.text.tokenize_nmt("  a   b ") == ["a", "b", ab.data.text.EOS]
+    assert ab.data.text.tokenize_nmt("") == [ab.data.text.EOS]
 
 
 # --- parsing ---------------------------------------------------------------------------------
 
 def test_parse_pairs_skips_blank_lines_and_extra_columns():
     text = "Go.\tVa !\tCC-BY 2.0\n\nRun!\tCours !\n"
-    assert ab.parse_pairs(text) == [("Go.", "Va !"), ("Run!", "Cours !")]
-    assert ab.parse_pairs(text, max_pairs=1) == [("Go.", "Va !")]
+    assert ab.data.text.parse_pairs(text) == [("Go.", "Va !"), ("Run!", "Cours !")]
+    assert ab.data.text.parse_pairs(text, max_pairs=1) == [("Go.", "Va !")]
 
 
 @pytest.mark.parametrize("bad, number", [("Go.\tVa !\nno tab here\n", 2), ("Go.\tVa !\n\n\t\tCours\n", 3),
                                          ("Go.\t \n", 1)])
 def test_parse_pairs_names_the_malformed_line(bad, number):
     with pytest.raises(ValueError, match=f"myfile, line {number}: expected 'english<TAB>french'"):
-        ab.parse_pairs(bad, source="myfile")
+        ab.data.text.parse_pairs(bad, source="myfile")
 
 
 # --- vocabulary --------------------------------------------------------------------------------
 
 def test_vocab_reserved_min_freq_and_unknown():
-    vocab = ab.Vocab([["a", "b", "a"], ["c", "a", "b"]], min_freq=2, reserved_tokens=[ab.PAD, ab.EOS])
-    assert vocab.to_tokens([0, 1, 2]) == [ab.UNK, ab.PAD, ab.EOS]
+    vocab = ab.data.text.Vocab([["a", "b", "a"], ["c", "a", "b"]], min_freq=2, reserved_tokens=[ab.data.text.PAD, ab.data.text.EOS])
+    assert vocab.to_tokens([0, 1, 2]) == [ab.data.text.UNK, ab.data.text.PAD, ab.data.text.EOS]
     assert vocab["a"] == 3 and vocab["b"] == 4  # most frequent first
     assert vocab["c"] == vocab.unk == 0  # below min_freq -> <unk>
     assert vocab["never seen"] == 0
     assert len(vocab) == 5
     with pytest.raises(ValueError, match="min_freq"):
-        ab.Vocab([], min_freq=0)
+        ab.data.text.Vocab([], min_freq=0)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(["le", "chat", "noir", "dort", ".", "!"]), min_size=1, max_size=6),
                 min_size=1, max_size=8))
 def test_vocab_round_trip(sentences):
-    vocab = ab.Vocab(sentences)
+    vocab = ab.data.text.Vocab(sentences)
     for sentence in sentences:
         assert vocab.to_tokens(vocab[sentence]) == sentence
         assert vocab.to_tokens(torch.tensor(vocab[sentence])) == sentence
@@ -88,12 +88,12 @@ def test_arrays_shapes_shift_and_valid_lengths():
     src, tgt_in, valid, label = data.arrays
     assert src.shape == tgt_in.shape == label.shape == (6, 5) and valid.shape == (6,)
     tv, sv = data.tgt_vocab, data.src_vocab
-    assert torch.all(tgt_in[:, 0] == tv[ab.BOS])
+    assert torch.all(tgt_in[:, 0] == tv[ab.data.text.BOS])
     assert torch.equal(tgt_in[:, 1:], label[:, :-1])  # teacher forcing: the label shifted right
-    assert sv.to_tokens(src[2]) == ["he's", "calm", ".", ab.EOS, ab.PAD]
+    assert sv.to_tokens(src[2]) == ["he's", "calm", ".", ab.data.text.EOS, ab.data.text.PAD]
     assert tv.to_tokens(label[3]) == ["je", "suis", "chez", "moi", "."]  # trimmed: no room for <eos>
     assert valid.tolist() == [3, 4, 4, 4, 4, 3]  # real tokens incl. <eos>, at most num_steps
-    assert valid.tolist() == (src != sv[ab.PAD]).sum(1).tolist()
+    assert valid.tolist() == (src != sv[ab.data.text.PAD]).sum(1).tolist()
 
 
 def test_loaders_split_and_batch():
@@ -117,10 +117,10 @@ def test_build_unknown_empty_and_long_sentences():
     src, tgt_in, valid, label = data.build(["Go.", "Zorglub go.", "", "i'm calm i'm calm i'm calm"],
                                            ["Va !", "", "", "je suis calme"])
     sv = data.src_vocab
-    assert sv.to_tokens(src[1][:3]) == [ab.UNK, "go", "."]  # unknown word -> <unk>
-    assert sv.to_tokens(src[2]) == [ab.EOS] + [ab.PAD] * 4  # empty sentence -> just <eos>
+    assert sv.to_tokens(src[1][:3]) == [ab.data.text.UNK, "go", "."]  # unknown word -> <unk>
+    assert sv.to_tokens(src[2]) == [ab.data.text.EOS] + [ab.data.text.PAD] * 4  # empty sentence -> just <eos>
     assert valid[2] == 1
-    assert valid[3] == 5 and ab.EOS not in sv.to_tokens(src[3])  # too long: trimmed to num_steps
+    assert valid[3] == 5 and ab.data.text.EOS not in sv.to_tokens(src[3])  # too long: trimmed to num_steps
     assert tgt_in.shape == label.shape == (4, 5)
     with pytest.raises(ValueError, match="2 source but 1 target"):
         data.build(["a", "b"], ["c"])
@@ -134,7 +134,7 @@ def test_load_translation_rejects_bad_sizes():
 
 
 def test_real_data_when_present(monkeypatch):
-    if ab.find_local("fra-eng") is None:
+    if ab.data.registry.find_local("fra-eng") is None:
         pytest.skip("fra-eng/fra.txt is not in the data directory")
     data = ab.load_translation(verbose=False)
     assert (data.num_train, data.num_val, data.num_steps) == (512, 128, 9)
@@ -144,29 +144,29 @@ def test_real_data_when_present(monkeypatch):
 
 
 def test_fallback_corpus_when_data_unavailable(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path))
 
     def offline(name):
-        raise ab.DataUnavailableError("no network here")
+        raise ab.data.registry.DataUnavailableError("no network here")
 
     monkeypatch.setattr(abtext, "fetch", offline)
     data = ab.load_translation()
     assert "generated fallback corpus" in data.source_note and "no network here" in data.source_note
     assert "generated fallback corpus" in capsys.readouterr().out
-    assert data.raw_pairs == ab.synthetic_pairs(640)
+    assert data.raw_pairs == ab.data.text.synthetic_pairs(640)
 
 
 def test_synthetic_corpus_is_reproducible_and_has_the_chapter_sentences():
-    pairs = ab.synthetic_pairs(640)
-    assert pairs == ab.synthetic_pairs(640) and pairs != ab.synthetic_pairs(640, seed=1)
+    pairs = ab.data.text.synthetic_pairs(640)
+    assert pairs == ab.data.text.synthetic_pairs(640) and pairs != ab.data.text.synthetic_pairs(640, seed=1)
     train = dict(pairs[:512])
     assert train["go ."] == "va !" and train["i lost ."] == "j'ai perdu ."
     assert train["he's calm ."] == "il est calme ." and train["i'm home ."] == "je suis chez moi ."
     # French agreement: feminine and plural adjectives
     assert ("she's tired .", "elle est fatiguée .") in pairs or ("she is tired .", "elle est fatiguée .") in pairs
-    assert all(ab.parse_pairs(f"{en}\t{fr}") == [(en, fr)] for en, fr in pairs)
+    assert all(ab.data.text.parse_pairs(f"{en}\t{fr}") == [(en, fr)] for en, fr in pairs)
     with pytest.raises(ValueError, match="num_pairs"):
-        ab.synthetic_pairs(-1)
+        ab.data.text.synthetic_pairs(-1)
 
 
 # --- BLEU --------------------------------------------------------------------------------------

@@ -154,11 +154,11 @@ def test_bad_arguments_are_named():
 
 def test_tile_plan_counts():
     # no mask: every tile whole
-    assert (ab.tile_plan(10, 12, 4, 5) == ab.FULL).all()
+    assert (ab.models.tiled.tile_plan(10, 12, 4, 5) == ab.models.tiled.FULL).all()
     # causal with blocks of one: each pair is its own tile; the strict upper triangle is skipped
-    plan = ab.tile_plan(6, 6, 1, 1, causal=True)
-    assert torch.equal(plan == ab.SKIPPED, torch.ones(6, 6, dtype=torch.bool).triu(1))
-    assert (plan.diagonal() == ab.FULL).all()
+    plan = ab.models.tiled.tile_plan(6, 6, 1, 1, causal=True)
+    assert torch.equal(plan == ab.models.tiled.SKIPPED, torch.ones(6, 6, dtype=torch.bool).triu(1))
+    assert (plan.diagonal() == ab.models.tiled.FULL).all()
     counts = ab.tile_counts(256, 256, 32, 32, causal=True)
     assert counts["skipped"] == 28 and counts["masked"] == 8 and counts["full"] == 28
     assert counts["needed"] == 256 * 257 // 2 and counts["scores"] == 36 * 32 * 32
@@ -167,7 +167,7 @@ def test_tile_plan_counts():
         c = ab.tile_counts(n, n, 16, 16, window=16)
         assert c["needed"] == 16 * n - 16 * 15 // 2 and c["scores"] <= 3 * 16 * n
     # fewer queries than keys: the queries are the last positions
-    assert torch.equal(ab.tile_plan(2, 8, 1, 4, causal=True), torch.tensor([[ab.FULL, ab.MASKED], [ab.FULL, ab.FULL]]))
+    assert torch.equal(ab.models.tiled.tile_plan(2, 8, 1, 4, causal=True), torch.tensor([[ab.models.tiled.FULL, ab.models.tiled.MASKED], [ab.models.tiled.FULL, ab.models.tiled.FULL]]))
 
 
 def test_tile_figure_draws_and_prints(capsys):

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import attention_book as ab
-from attention_book import train as train_module
+from attention_book.core import train as train_module
 
 
 def _problem(num_batches: int = 4):
@@ -98,25 +98,25 @@ def test_the_loss_scaler_changes_neither_losses_nor_clipping(monkeypatch, one_th
 
 
 def test_max_steps_caps_every_run(monkeypatch, one_thread):
-    monkeypatch.setenv(ab.MAX_STEPS_ENV, "6")
-    assert ab.max_steps() == 6
+    monkeypatch.setenv(ab.core.config.MAX_STEPS_ENV, "6")
+    assert ab.core.config.max_steps() == 6
     evaluations = []
     history = ab.fit(_model(), _problem(4), _recording_loss([]), epochs=50, progress=False, device="cpu",
                      evaluate=lambda m: evaluations.append(1) or {"calls": len(evaluations)})
     assert history.steps == 6 and history.capped == 6 and len(history.lr) == 6
     assert len(history.train_loss) == 2 and history.metrics["calls"] == [1, 2]  # 4 steps, then 2 of the next epoch
     assert "stopped at the cap of 6 steps" in history.summary()
-    monkeypatch.setenv(ab.MAX_STEPS_ENV, "100")
+    monkeypatch.setenv(ab.core.config.MAX_STEPS_ENV, "100")
     assert ab.fit(_model(), _problem(4), _recording_loss([]), epochs=2, progress=False).capped is None
 
 
 @pytest.mark.parametrize("bad", ["0", "-3", "two", "1.5"])
 def test_max_steps_rejects_what_is_not_a_positive_integer(monkeypatch, bad):
-    monkeypatch.setenv(ab.MAX_STEPS_ENV, bad)
-    with pytest.raises(ValueError, match=ab.MAX_STEPS_ENV):
-        ab.max_steps()
-    monkeypatch.delenv(ab.MAX_STEPS_ENV)
-    assert ab.max_steps() is None
+    monkeypatch.setenv(ab.core.config.MAX_STEPS_ENV, bad)
+    with pytest.raises(ValueError, match=ab.core.config.MAX_STEPS_ENV):
+        ab.core.config.max_steps()
+    monkeypatch.delenv(ab.core.config.MAX_STEPS_ENV)
+    assert ab.core.config.max_steps() is None
 
 
 def test_torchrun_settings_are_read_in_config(monkeypatch):
@@ -128,7 +128,7 @@ def test_torchrun_settings_are_read_in_config(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert ab.distributed_run() == ab.DistributedRun(world_size=4, rank=3, local_rank=1)
+    assert ab.distributed_run() == ab.core.config.DistributedRun(world_size=4, rank=3, local_rank=1)
     assert not ab.is_main_process()
     monkeypatch.setenv("RANK", "4")
     with pytest.raises(ValueError, match="RANK=4"):
@@ -139,9 +139,9 @@ def test_torchrun_settings_are_read_in_config(monkeypatch):
 
 
 def test_training_precision_follows_the_size(monkeypatch):
-    monkeypatch.setenv(ab.SIZE_ENV, "ci")
+    monkeypatch.setenv(ab.core.config.SIZE_ENV, "ci")
     assert ab.training_precision() == "32"
-    monkeypatch.setenv(ab.SIZE_ENV, "full")
+    monkeypatch.setenv(ab.core.config.SIZE_ENV, "full")
     assert ab.training_precision() == "auto"
 
 
@@ -160,9 +160,9 @@ def test_fit_defaults_to_the_sizes_precision(monkeypatch):
 
 def test_capped_batches_cuts_evaluation_only_under_the_cap(monkeypatch):
     batches = [(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long))] * 5
-    assert list(ab.capped_batches(batches)) == batches
+    assert list(ab.core.train.capped_batches(batches)) == batches
     monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
-    assert len(list(ab.capped_batches(batches))) == 2
+    assert len(list(ab.core.train.capped_batches(batches))) == 2
     model = nn.Linear(3, 4)
     assert 0.0 <= ab.image_accuracy(model, batches) <= 1.0
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import attention_book as ab
-from attention_book import transformer as tf
+from attention_book.models import transformer as tf
 from attention_book.assignments import ch07
 
 
@@ -121,7 +121,7 @@ def test_cache_with_chunks_and_beam_reordering():
     b, state = model.decoder(tgt[:, 4:], state)
     torch.testing.assert_close(torch.cat([a, b], 1), full, atol=1e-5, rtol=1e-5)
     # reorder_state picks rows of the cache along the batch axis (beam search relies on it)
-    flipped = ab.reorder_state(model.decoder, state, torch.tensor([1, 0]))
+    flipped = ab.models.seq2seq.reorder_state(model.decoder, state, torch.tensor([1, 0]))
     assert torch.equal(flipped["cache"][0], state["cache"][0].flip(0))
 
 
@@ -245,7 +245,7 @@ def test_decoder_positions_beyond_table_raise_while_decoding():
 
 
 def test_warmup_cosine_schedule_values():
-    f = ab.warmup_cosine_factor
+    f = ab.models.transformer.warmup_cosine_factor
     assert f(0, 10, 100) == 0.0
     assert f(5, 10, 100) == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 100)))
     assert f(10, 10, 100) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.1)))
@@ -267,7 +267,7 @@ def test_warmup_cosine_schedule_values():
 
 
 def test_reverse_data_and_predictor_shapes():
-    ds = ab.reverse_dataset(5, seq_len=16, num_classes=10, seed=0)
+    ds = ab.models.transformer.reverse_dataset(5, seq_len=16, num_classes=10, seed=0)
     X, Y = ds.tensors
     assert X.shape == (5, 16) and torch.equal(Y, X.flip(1)) and int(X.max()) < 10
     model = ab.SequencePredictor(10, 16, 1, 1)
@@ -280,15 +280,15 @@ def test_reverse_data_and_predictor_shapes():
 
 def test_reverse_data_follows_the_book_seed(monkeypatch):
     monkeypatch.delenv("ATTENTION_BOOK_SEED", raising=False)
-    default = ab.reverse_dataset(4).tensors[0]
-    assert torch.equal(default, ab.reverse_dataset(4, seed=0).tensors[0])
+    default = ab.models.transformer.reverse_dataset(4).tensors[0]
+    assert torch.equal(default, ab.models.transformer.reverse_dataset(4, seed=0).tensors[0])
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "3")
-    assert torch.equal(ab.reverse_dataset(4).tensors[0], ab.reverse_dataset(4, seed=3).tensors[0])
+    assert torch.equal(ab.models.transformer.reverse_dataset(4).tensors[0], ab.models.transformer.reverse_dataset(4, seed=3).tensors[0])
     train, val, test = ab.reverse_loaders(2, num_train=4, num_val=3, num_test=2)
-    assert torch.equal(train.dataset.tensors[0], ab.reverse_dataset(4, seed=3).tensors[0])
-    assert torch.equal(val.dataset.tensors[0], ab.reverse_dataset(3, seed=4).tensors[0])
-    assert torch.equal(test.dataset.tensors[0], ab.reverse_dataset(2, seed=5).tensors[0])
-    assert not torch.equal(ab.reverse_dataset(4).tensors[0], default)
+    assert torch.equal(train.dataset.tensors[0], ab.models.transformer.reverse_dataset(4, seed=3).tensors[0])
+    assert torch.equal(val.dataset.tensors[0], ab.models.transformer.reverse_dataset(3, seed=4).tensors[0])
+    assert torch.equal(test.dataset.tensors[0], ab.models.transformer.reverse_dataset(2, seed=5).tensors[0])
+    assert not torch.equal(ab.models.transformer.reverse_dataset(4).tensors[0], default)
 
 
 def test_encoder_embedding_starts_as_in_d2l_and_the_reverser_small():
@@ -335,7 +335,7 @@ def test_schedule_figure_reads_a_real_scheduler():
 
     fig = ab.schedule_figure(warmup=20, max_steps=100, base_lr=1e-3)
     ys = fig.axes[0].lines[0].get_ydata()
-    assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.warmup_cosine_factor(20, 20, 100))
+    assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.models.transformer.warmup_cosine_factor(20, 20, 100))
     plt.close(fig)
 
 
@@ -437,7 +437,7 @@ def test_warmup_experiment_runs_the_grid_from_shared_seeds(one_thread):
 # --- the chapter's assignment checker ---------------------------------------------------------------
 
 def test_warmup_cosine_checker_accepts_reference_and_rejects_wrong_ones(capsys):
-    assert ch07.check_warmup_cosine(ab.warmup_cosine_factor)
+    assert ch07.check_warmup_cosine(ab.models.transformer.warmup_cosine_factor)
 
     def ramp_replaces_cosine(step, warmup, max_steps):  # warm-up ramp alone, cosine only afterwards
         if step < warmup:

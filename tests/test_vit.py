@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.nn import functional as F
 
 import attention_book as ab
-from attention_book import vit as abvit
+from attention_book.models import vit as abvit
 
 TINY = dict(num_hiddens=16, mlp_num_hiddens=32, num_heads=4, num_blks=2, emb_dropout=0.1, blk_dropout=0.1)
 
@@ -167,9 +167,9 @@ def test_meta_device_forward(make, training):
 @pytest.mark.slow
 def test_vit_learns_digits_quickly(one_thread):
     ab.seed_everything(0)
-    (x, y), (tx, ty) = ab.load_digits_images(seed=0)
-    train = ab.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True, seed=0)
-    test = ab.ImageBatches(tx, ty, batch_size=360, img_size=8)
+    (x, y), (tx, ty) = ab.models.vit.load_digits_images(seed=0)
+    train = ab.models.vit.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True, seed=0)
+    test = ab.models.vit.ImageBatches(tx, ty, batch_size=360, img_size=8)
     model = ab.ViT(8, 2, num_hiddens=32, mlp_num_hiddens=64, num_heads=4, num_blks=1, emb_dropout=0.0,
                    blk_dropout=0.0, lr=3e-3)
     before = ab.image_accuracy(model, test)
@@ -180,9 +180,9 @@ def test_vit_learns_digits_quickly(one_thread):
 
 def test_digits_split_and_order_follow_the_book_seed(monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "2")
-    (x, y), _ = ab.load_digits_images()
-    (x2, y2), _ = ab.load_digits_images(seed=2)
-    (x0, _), _ = ab.load_digits_images(seed=0)
+    (x, y), _ = ab.models.vit.load_digits_images()
+    (x2, y2), _ = ab.models.vit.load_digits_images(seed=2)
+    (x0, _), _ = ab.models.vit.load_digits_images(seed=0)
     assert torch.equal(x, x2) and torch.equal(y, y2) and not torch.equal(x, x0)
     data, pinned = ab.load_image_data("digits", 8, 16), ab.load_image_data("digits", 8, 16, seed=2)
     assert torch.equal(next(iter(data.train))[1], next(iter(pinned.train))[1])
@@ -193,30 +193,30 @@ def test_digits_split_and_order_follow_the_book_seed(monkeypatch):
 def test_rollout_rows_sum_to_one_and_single_layer_without_residual_is_head_mean():
     torch.manual_seed(0)
     maps = torch.softmax(torch.randn(3, 2, 4, 5, 5), dim=-1)
-    R = ab.attention_rollout(maps)
+    R = ab.models.vit.attention_rollout(maps)
     assert R.shape == (2, 5, 5)
     torch.testing.assert_close(R.sum(-1), torch.ones(2, 5))
-    torch.testing.assert_close(ab.attention_rollout(maps[:1], residual=False), maps[0].mean(1))
+    torch.testing.assert_close(ab.models.vit.attention_rollout(maps[:1], residual=False), maps[0].mean(1))
 
 
 def test_rollout_chains_layers_in_order():
     A1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # layer 1: everyone copies token 0
     A2 = torch.tensor([[0.0, 1.0], [0.0, 1.0]])  # layer 2: everyone reads token 1 (which holds token 0)
     maps = torch.stack([A1, A2])[:, None, None]  # (layers, batch, heads, n, n)
-    R = ab.attention_rollout(maps, residual=False)
+    R = ab.models.vit.attention_rollout(maps, residual=False)
     torch.testing.assert_close(R[0], A2 @ A1)
     assert R[0, :, 0].tolist() == [1.0, 1.0]
 
 
 def test_cls_attention_shape_and_errors():
     maps = torch.softmax(torch.randn(2, 3, 4, 7, 7), dim=-1)
-    att = ab.cls_attention(maps, (2, 3))
+    att = ab.models.vit.cls_attention(maps, (2, 3))
     assert att.shape == (3, 2, 3)
     torch.testing.assert_close(att, maps[-1].mean(1)[:, 0, 1:].reshape(3, 2, 3))
     with pytest.raises(ValueError, match="needs 5"):
-        ab.cls_attention(maps, (2, 2))
+        ab.models.vit.cls_attention(maps, (2, 2))
     with pytest.raises(ValueError, match="layers, batch, heads"):
-        ab.attention_rollout(torch.zeros(3, 4, 4))
+        ab.models.vit.attention_rollout(torch.zeros(3, 4, 4))
 
 
 # --- the IDX reader -------------------------------------------------------------------------
@@ -230,11 +230,11 @@ def test_read_idx_round_trip_gzip_and_plain(tmp_path):
     images = np.arange(3 * 4 * 5, dtype=np.uint8).reshape(3, 4, 5)
     gz = tmp_path / "images-idx3-ubyte.gz"
     gz.write_bytes(gzip.compress(_idx_bytes(images)))
-    np.testing.assert_array_equal(ab.read_idx(gz), images)
+    np.testing.assert_array_equal(ab.models.vit.read_idx(gz), images)
     plain = tmp_path / "values-idx1"
     ints = np.array([1, -2, 300000], dtype=np.int32)
     plain.write_bytes(_idx_bytes(ints, 0x0C))
-    np.testing.assert_array_equal(ab.read_idx(plain), ints)
+    np.testing.assert_array_equal(ab.models.vit.read_idx(plain), ints)
 
 
 def test_read_idx_truncated_file_is_a_clear_error(tmp_path):
@@ -242,26 +242,26 @@ def test_read_idx_truncated_file_is_a_clear_error(tmp_path):
     short = tmp_path / "short.gz"
     short.write_bytes(gzip.compress(_idx_bytes(images)[:-100]))
     with pytest.raises(ValueError, match=r"shape \(10, 28, 28\).*7840 bytes.*7740.*truncated"):
-        ab.read_idx(short)
+        ab.models.vit.read_idx(short)
     cut_stream = tmp_path / "cut.gz"
     cut_stream.write_bytes(gzip.compress(_idx_bytes(images))[:40])
     with pytest.raises(ValueError, match="damaged or cut short"):
-        ab.read_idx(cut_stream)
+        ab.models.vit.read_idx(cut_stream)
 
 
 def test_read_idx_wrong_magic_number(tmp_path):
     bad = tmp_path / "bad.gz"
     bad.write_bytes(gzip.compress(b"\x00\x00\x07\x01" + struct.pack(">I", 2) + b"ab"))
     with pytest.raises(ValueError, match="not an IDX file — magic number 00 00 07 01"):
-        ab.read_idx(bad)
+        ab.models.vit.read_idx(bad)
     tiny = tmp_path / "tiny"
     tiny.write_bytes(b"\x00")
     with pytest.raises(ValueError, match="too short"):
-        ab.read_idx(tiny)
+        ab.models.vit.read_idx(tiny)
 
 
 def test_fashion_mnist_is_registered_with_md5_hashes():
-    ds = ab.DATA_HUB["fashion-mnist"]
+    ds = ab.data.registry.DATA_HUB["fashion-mnist"]
     names = {f.fname: f for f in ds.files}
     assert set(names) == {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}
@@ -280,7 +280,7 @@ def test_load_fashion_mnist_reads_the_four_files(monkeypatch, tmp_path):
             path.write_bytes(gzip.compress(_idx_bytes(array)))
             files[path.name] = (path, array)
     monkeypatch.setattr(abvit, "fetch", lambda name, fname: files[fname][0])
-    X, y = ab.load_fashion_mnist(train=False)
+    X, y = ab.models.vit.load_fashion_mnist(train=False)
     assert X.shape == (3, 1, 28, 28) and X.dtype == torch.uint8 and y.dtype == torch.int64
     np.testing.assert_array_equal(X[:, 0].numpy(), files["t10k-images-idx3-ubyte.gz"][1])
     data = ab.load_image_data("fashion-mnist", 32, 2)
@@ -289,15 +289,15 @@ def test_load_fashion_mnist_reads_the_four_files(monkeypatch, tmp_path):
 
 
 def test_fashion_mnist_offline_falls_back_to_digits(monkeypatch, tmp_path):
-    monkeypatch.setenv(ab.DATA_ENV, str(tmp_path / "nowhere"))
+    monkeypatch.setenv(ab.core.config.DATA_ENV, str(tmp_path / "nowhere"))
 
     def offline(*args, **kwargs):
-        raise ab.DataUnavailableError("no network in this test")
+        raise ab.data.registry.DataUnavailableError("no network in this test")
 
     monkeypatch.setattr(abvit, "fetch", offline)
     data = ab.load_image_data("fashion-mnist", 16, 32)
     assert data.name == "digits" and "unavailable" in data.note
-    with pytest.raises(ab.DataUnavailableError):
+    with pytest.raises(ab.data.registry.DataUnavailableError):
         ab.load_image_data("fashion-mnist", 16, 32, fallback=False)
     with pytest.raises(ValueError, match="'digits' or 'fashion-mnist'"):
         ab.load_image_data("cifar", 16, 32)
@@ -306,9 +306,9 @@ def test_fashion_mnist_offline_falls_back_to_digits(monkeypatch, tmp_path):
 # --- batches ---------------------------------------------------------------------------------
 
 def test_image_batches_resize_on_the_fly_and_cover_every_example():
-    (x, y), (tx, ty) = ab.load_digits_images()
+    (x, y), (tx, ty) = ab.models.vit.load_digits_images()
     assert x.shape[1:] == (1, 8, 8) and x.dtype == torch.uint8 and len(x) + len(tx) == 1797
-    batches = ab.ImageBatches(x, y, batch_size=100, img_size=(16, 24), shuffle=True)
+    batches = ab.models.vit.ImageBatches(x, y, batch_size=100, img_size=(16, 24), shuffle=True)
     seen = []
     for X, Y in batches:
         assert X.shape[1:] == (1, 16, 24) and X.dtype == torch.float32
@@ -318,7 +318,7 @@ def test_image_batches_resize_on_the_fly_and_cover_every_example():
     first, second = next(iter(batches))[1], next(iter(batches))[1]
     assert not torch.equal(first, second), "the order should change every epoch"
     with pytest.raises(ValueError, match="images must be"):
-        ab.ImageBatches(x[:, 0], y, 10, 8)
+        ab.models.vit.ImageBatches(x[:, 0], y, 10, 8)
 
 
 def _resized_on_the_cpu(images: torch.Tensor, img_size) -> torch.Tensor:
@@ -338,8 +338,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("img_size", [(16, 24), (4, 4), (8, 8)])  # growing, shrinking (anti-aliased), unchanged
 def test_image_batches_on_the_device_match_the_cpu_resize(device, img_size):
-    (x, y), _ = ab.load_digits_images(seed=0)
-    batches = ab.ImageBatches(x[:300], y[:300], batch_size=64, img_size=img_size, shuffle=True, seed=1, device=device)
+    (x, y), _ = ab.models.vit.load_digits_images(seed=0)
+    batches = ab.models.vit.ImageBatches(x[:300], y[:300], batch_size=64, img_size=img_size, shuffle=True, seed=1, device=device)
     order = torch.randperm(300, generator=torch.Generator().manual_seed(1))
     for k, (X, Y) in enumerate(batches):
         assert X.device.type == device and Y.device.type == device
@@ -367,7 +367,7 @@ def test_small_cnn_shapes_and_bad_input():
 
 
 def test_patch_grid_figure_and_cost():
-    assert ab.attention_cost(10, 4) == 2 * 100 * 4 + 4 * 10 * 16
+    assert ab.models.vit.attention_cost(10, 4) == 2 * 100 * 4 + 4 * 10 * 16
     fig = ab.patch_grid_figure(np.random.rand(24, 36, 3), 6, num_hiddens=32)
     assert isinstance(fig, matplotlib.figure.Figure)
     assert "4x6 grid" in fig.axes[0].get_title()

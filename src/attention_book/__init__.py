@@ -1,63 +1,232 @@
 """attention_book: the code behind *Attention & Transformers — an interactive book*.
 
-Public names live at the top level, d2l-style::
+The package has four layers, each a folder (a test checks the direction of imports):
+
+* ``core``: settings, argument checks, the figures' style, the training loop, memory;
+* ``data``: the data registry, translation pairs, the tokenizer and corpus, images;
+* ``models``: the building blocks the chapters teach (attention, positions, Transformer
+  blocks, seq2seq, the vision Transformer, language models, decoding, tiled attention);
+* ``experiments``: one module per chapter experiment, imported by its chapter
+  (``from attention_book.experiments import offset_task``);
+* ``book``: the book's own machinery (explorers, claims, shown source, diagrams, live views).
+
+The top level offers the concepts the chapters use, d2l-style::
 
     import attention_book as ab
     ab.MultiHeadAttention(num_hiddens=64, num_heads=4)
 
-Each concept is defined once, in the module named after it (a test checks that
-no two modules export the same name); chapters import it from here. Modules are
-listed in reading order: the core shared by every chapter, then one module per
-chapter.
+Everything else (validators, helpers, the experiments) is imported from its module.
+Each name is defined once, in the module named after its concept.
 """
 
-# Core: settings, argument checks, plotting, training, data, attention, positions, text, claims, explorers.
-from .config import *  # noqa: F401,F403
-from .checks import *  # noqa: F401,F403
-from .plot import *  # noqa: F401,F403
-from .train import *  # noqa: F401,F403
-from .data import *  # noqa: F401,F403
-from .attention import *  # noqa: F401,F403
-from .positional import *  # noqa: F401,F403
-from .attention_variants import *  # noqa: F401,F403  (chapter 10's variants; chapter 7's cache uses one)
-from .text import *  # noqa: F401,F403
-from .claims import *  # noqa: F401,F403
-from .explorer import *  # noqa: F401,F403
-from .source import *  # noqa: F401,F403
-from .diagrams import *  # noqa: F401,F403
-from .book.live import live, LiveView  # noqa: F401
+from . import assignments, book, core, data, experiments, models  # noqa: F401
+
+# core: settings, figures' style, the training loop, the memory yardstick
+from .core.config import (
+    experiment_size,
+    is_full_size,
+    sized,
+    device,
+    book_seed,
+    resolve_seed,
+    seed_everything,
+    describe_run,
+    single_thread,
+    small_model_threads,
+    training_precision,
+    distributed_run,
+    is_main_process,
+)  # noqa: F401
+from .core.plot import use_book_style, show_heatmaps, plot_curves  # noqa: F401
+from .core.train import fit, PRECISIONS, grad_clipping, evaluating, IGNORE  # noqa: F401
+from .core.memory import PeakMemory, peak_memory  # noqa: F401
+
+# data: downloads, the translation pairs, the tokenizer and corpus
+from .data.text import load_translation, bleu, bleu_parts  # noqa: F401
+from .data.corpus import synthetic_corpus, load_corpus  # noqa: F401
+
+# models: the building blocks the chapters teach
+from .models.attention import (
+    masked_softmax,
+    key_mask,
+    causal_mask,
+    attend,
+    keep_attention_weights,
+    record_attention,
+    collect_attention,
+    DotProductAttention,
+    AdditiveAttention,
+    MultiHeadAttention,
+    transpose_qkv,
+    transpose_output,
+)  # noqa: F401
+from .models.scoring import (
+    DistanceAttention,
+    BilinearAttention,
+    distance_scores,
+    scaling_statistics,
+    plot_scaling,
+    SCORING_KINDS,
+    scoring_cost,
+    measure_scoring_costs,
+    scoring_flops,
+    plot_scoring_costs,
+    plot_token_weights,
+)  # noqa: F401
+from .models.kernels import (
+    KERNEL_NAMES,
+    gaussian_kernel,
+    boxcar_kernel,
+    constant_kernel,
+    epanechnikov_kernel,
+    nadaraya_watson,
+    width_objective,
+    make_kernel_data,
+    learn_width,
+    plot_kernels,
+    plot_estimates,
+    estimate_weights,
+    kernel_explorer_figure,
+    width_objectives_figure,
+)  # noqa: F401
+from .models.positional import (
+    plot_encoding_columns,
+    plot_encoding_heatmap,
+    positional_encoding_figure,
+    sinusoidal_table,
+    offset_rotation,
+    PositionalEncoding,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    alibi_slopes,
+    alibi_bias,
+)  # noqa: F401
+from .models.attention_variants import (
+    GroupedQueryAttention,
+    RotaryAttention,
+    ALiBiAttention,
+)  # noqa: F401
+from .models.seq2seq import (
+    Encoder,
+    Decoder,
+    AttentionDecoder,
+    EncoderDecoder,
+    Seq2SeqEncoder,
+    Seq2SeqDecoder,
+    Seq2SeqAttentionDecoder,
+    make_seq2seq,
+    masked_cross_entropy,
+    translation_loss,
+    greedy_search,
+    beam_search,
+    translate,
+    evaluate_translation,
+    evaluate_by_length,
+    translation_table,
+    attention_map,
+    validation_loss,
+    teacher_forced_scores,
+    train_translator,
+    compare_translators,
+)  # noqa: F401
+from .models.transformer import (
+    PositionWiseFFN,
+    AddNorm,
+    TransformerEncoderBlock,
+    TransformerDecoderBlock,
+    TransformerEncoder,
+    TransformerDecoder,
+    make_transformer,
+    train_transformer,
+    greedy_without_cache,
+    translation_attention,
+    translation_attention_figure,
+    warmup_cosine_schedule,
+    schedule_figure,
+    warmup_experiment,
+    warmup_experiment_figure,
+    reverse_loaders,
+    SequencePredictor,
+    reversal_attention_figure,
+    reversal_attention_profile,
+    AdditiveSelfAttention,
+    token_loss,
+    token_accuracy,
+)  # noqa: F401
+from .models.vit import (
+    patchify,
+    PatchEmbedding,
+    ViTMLP,
+    ViTBlock,
+    ViT,
+    load_image_data,
+    SmallCNN,
+    image_classification_loss,
+    image_accuracy,
+    count_parameters,
+    sample_photo,
+    patch_grid_figure,
+    cls_attention_figure,
+)  # noqa: F401
+from .models.language_models import (
+    EncoderOnlyLM,
+    DecoderOnlyLM,
+    EncoderDecoderLM,
+    attention_pattern_figure,
+)  # noqa: F401
+from .models.objectives import (
+    mask_for_mlm,
+    corrupt_spans,
+    restore_spans,
+    mlm_batch,
+    span_batch,
+    clm_batch,
+    Batches,
+    mlm_loss,
+    seq2seq_loss,
+    clm_loss,
+    classification_loss,
+    evaluate_loss,
+    unigram_cross_entropy,
+    unigram_baseline,
+    masked_accuracy,
+    next_token_accuracy,
+    fill_masks,
+    span_loss_parts,
+)  # noqa: F401
+from .models.decoding import generate, greedy_decode, sampling_figure  # noqa: F401
+from .models.kv_cache import (
+    kv_cache_bytes,
+    cache_bytes,
+    greedy_generate,
+    seconds_per_token,
+)  # noqa: F401
+from .models.tiled import (
+    online_softmax,
+    softmax_block,
+    merge_softmax,
+    finish_softmax,
+    tiled_attention,
+    tiled_forward,
+    tile_counts,
+    tile_figure,
+)  # noqa: F401
+
+# book: explorers, claims, shown source, diagrams, live views
+from .book.explorer import Choice, Slider, LogSlider, Steps, Text, explore  # noqa: F401
+from .book.claims import claim, assert_trained, glue, glue_counts  # noqa: F401
+from .book.source import show_source  # noqa: F401
+from .book.diagrams import (
+    draw_attention_pooling,
+    draw_bahdanau,
+    draw_multihead_attention,
+    draw_layer_comparison,
+    draw_transformer,
+    draw_vit,
+    draw_pretraining_modes,
+)  # noqa: F401
+from .book.live import LiveView, live  # noqa: F401
 from .book.live_ch02 import ch02_live_view  # noqa: F401
-
-# Chapters 1–8.
-from .lookup import *  # noqa: F401,F403
-from .kernels import *  # noqa: F401,F403
-from .scoring import *  # noqa: F401,F403
-from .seq2seq import *  # noqa: F401,F403
-from .long_inputs import *  # noqa: F401,F403
-from .offset_task import *  # noqa: F401,F403
-from .layer_comparison import *  # noqa: F401,F403
-from .transformer import *  # noqa: F401,F403
-from .vit import *  # noqa: F401,F403
-# Chapter 9: tokenizer, corpus, objectives, sampling, models, downstream tasks, scaling.
-from .tokenizer import *  # noqa: F401,F403
-from .corpus import *  # noqa: F401,F403
-from .objectives import *  # noqa: F401,F403
-from .sampling import *  # noqa: F401,F403
-from .lm_models import *  # noqa: F401,F403
-from .lm_tasks import *  # noqa: F401,F403
-from .scaling import *  # noqa: F401,F403
-# Chapter 10: memory measured by tensors, tiled attention, the key/value cache, long contexts.
-from .memory import *  # noqa: F401,F403
-from .tiled import *  # noqa: F401,F403
-from .kv_cache import *  # noqa: F401,F403
-from .long_context import *  # noqa: F401,F403
-
-from . import assignments  # noqa: F401
-
-MODULES = ("config", "checks", "plot", "train", "data", "attention", "positional", "attention_variants", "text", "claims", "explorer", "source", "diagrams", "lookup", "kernels",
-           "scoring",
-           "seq2seq", "long_inputs", "offset_task", "layer_comparison", "transformer", "vit",
-           "tokenizer", "corpus", "objectives", "sampling", "lm_models", "lm_tasks", "scaling",
-           "memory", "tiled", "kv_cache", "long_context")
+from .book.live_ch04 import ch04_live_view  # noqa: F401
 
 __version__ = "0.1.0"

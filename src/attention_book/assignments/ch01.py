@@ -15,7 +15,7 @@ __all__ = ["check_softmax_pool"]
 
 
 def _reference(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    from ..lookup import attention_pool
+    from ..experiments.lookup import attention_pool
 
     return attention_pool(torch.softmax(scores, dim=-1), values)
 

@@ -15,14 +15,14 @@ __all__ = ["check_nadaraya_watson"]
 
 
 def _reference(x_train, y_train, x_query, sigma):
-    from ..kernels import nadaraya_watson
+    from ..models.kernels import nadaraya_watson
 
     return nadaraya_watson(x_train, y_train, x_query, "gaussian", sigma)[0]
 
 
 def check_nadaraya_watson(fn, verbose: bool = True):
     """Check ``fn(x_train, y_train, x_query, sigma)`` against :func:`attention_book.nadaraya_watson`."""
-    from ..kernels import make_kernel_data
+    from ..models.kernels import make_kernel_data
 
     data = make_kernel_data(n_train=40, seed=case_seed(3))
     few = make_kernel_data(n_train=7, seed=case_seed(5))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..attention import masked_softmax
+from ..models.attention import masked_softmax
 from . import Case, Report, case_seed, compare, run_checks
 
 __all__ = ["check_masked_softmax"]

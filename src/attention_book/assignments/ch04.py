@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ..seq2seq import masked_cross_entropy as reference_masked_cross_entropy
-from ..text import bleu as reference_bleu
+from ..models.seq2seq import masked_cross_entropy as reference_masked_cross_entropy
+from ..data.text import bleu as reference_bleu
 from . import Case, case_seed, compare, run_checks
 
 __all__ = ["check_masked_cross_entropy", "reference_masked_cross_entropy", "check_bleu"]

@@ -10,7 +10,7 @@ __all__ = ["check_split_heads"]
 
 
 def _reference(X: torch.Tensor, num_heads: int) -> torch.Tensor:
-    from ..attention import transpose_qkv
+    from ..models.attention import transpose_qkv
 
     return transpose_qkv(X, num_heads)
 

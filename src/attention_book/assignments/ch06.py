@@ -12,7 +12,7 @@ __all__ = ["check_sinusoidal_encoding"]
 def check_sinusoidal_encoding(fn, verbose: bool = True):
     """Check ``fn(max_len, num_hiddens)`` returns the (max_len, num_hiddens) float table
     P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
-    from ..positional import sinusoidal_table
+    from ..models.positional import sinusoidal_table
 
     sizes = [
         ("4 positions, 2 dimensions (one sine/cosine pair)", 4, 2),

@@ -17,7 +17,7 @@ __all__ = ["check_patchify"]
 
 
 def _case(name: str, shape: tuple[int, int, int, int], patch_size, seed: int, hint: str = "") -> Case:
-    from ..vit import PatchEmbedding, _pair
+    from ..models.vit import PatchEmbedding, _pair
 
     b, c, h, w = shape
     ph, pw = _pair(patch_size, "patch_size")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tiled import softmax_block
+from ..models.tiled import softmax_block
 from . import Case, case_seed, run_checks
 
 __all__ = ["check_merge_softmax"]

@@ -49,17 +49,17 @@ __all__ = ["BLOCKED", "is_package_version", "package_without", "hidden_arguments
 
 # What each assignment asks students to write, where the package already has it.
 BLOCKED: dict[str, list[str]] = {
-    "softmax_pool": ["attention_book.lookup:attention_pool"],
-    "nadaraya_watson": ["attention_book.kernels:nadaraya_watson"],
-    "masked_softmax": ["attention_book.attention:masked_softmax"],
-    "masked_cross_entropy": ["attention_book.seq2seq:masked_cross_entropy"],
-    "bleu": ["attention_book.text:bleu", "attention_book.text:bleu_parts"],
-    "split_heads": ["attention_book.attention:transpose_qkv"],
-    "sinusoidal_encoding": ["attention_book.positional:sinusoidal_table"],
-    "warmup_cosine": ["attention_book.transformer:warmup_cosine_factor"],
-    "patchify": ["attention_book.vit:patchify"],
-    "mlm_masking": ["attention_book.objectives:mask_for_mlm"],
-    "merge_softmax": ["attention_book.tiled:merge_softmax"],
+    "softmax_pool": ["attention_book.experiments.lookup:attention_pool"],
+    "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson"],
+    "masked_softmax": ["attention_book.models.attention:masked_softmax"],
+    "masked_cross_entropy": ["attention_book.models.seq2seq:masked_cross_entropy"],
+    "bleu": ["attention_book.data.text:bleu", "attention_book.data.text:bleu_parts"],
+    "split_heads": ["attention_book.models.attention:transpose_qkv"],
+    "sinusoidal_encoding": ["attention_book.models.positional:sinusoidal_table"],
+    "warmup_cosine": ["attention_book.models.transformer:warmup_cosine_factor"],
+    "patchify": ["attention_book.models.vit:patchify"],
+    "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
+    "merge_softmax": ["attention_book.models.tiled:merge_softmax"],
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing")
 MAX_ITEMS = 100_000  # containers, numbers and strings in one results file (shared ones counted each time)
@@ -81,6 +81,10 @@ def package_without(names, dest: Path) -> Path:
     source = Path(__file__).resolve().parent.parent
     target = Path(dest) / "attention_book"
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    from ..book.claims import REPORT_PATH
+
+    if REPORT_PATH.is_file():  # the seed check's report lives outside the package in a clone
+        shutil.copyfile(REPORT_PATH, target / "book" / "claims_report.json")
     by_file: dict[str, list[str]] = {}
     for name in names:
         for spec in BLOCKED.get(name, []):

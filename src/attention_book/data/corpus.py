@@ -15,8 +15,8 @@ from typing import Sequence
 
 import torch
 
-from .config import resolve_seed
-from .data import DataUnavailableError, fetch, read_utf8
+from ..core.config import resolve_seed
+from .registry import DataUnavailableError, fetch, read_utf8
 from .tokenizer import Tokenizer
 
 __all__ = ["Corpus", "synthetic_corpus", "load_corpus"]

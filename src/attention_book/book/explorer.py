@@ -40,7 +40,7 @@ import re
 import time
 from typing import Any, Callable, Sequence
 
-from .config import frames_dir, static_explorers
+from ..core.config import frames_dir, static_explorers
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from .checks import check_index
+from ..core.checks import check_index
 from .text import BOS, EOS, PAD, UNK, Vocab
 
 __all__ = ["MASK", "CLS", "sentinel_token", "Tokenizer"]

@@ -13,7 +13,7 @@ Building blocks (shapes are batch-first: (batch, length, num_hiddens)):
   encoder–decoder (cross-)attention, FFN. ``cross_attention=False`` drops the
   middle sublayer (a decoder-only block that supports the key/value cache).
 * :class:`TransformerEncoder` / :class:`TransformerDecoder` — token embedding
-  × √d + sinusoidal :class:`~attention_book.positional.PositionalEncoding`,
+  × √d + sinusoidal :class:`~attention_book.models.positional.PositionalEncoding`,
   a stack of blocks, and (decoder) a dense layer to the vocabulary. Their
   attention maps come from ``ab.record_attention(model)``; outside it every
   layer runs the fused kernel, in training and in eval mode.
@@ -21,7 +21,7 @@ Building blocks (shapes are batch-first: (batch, length, num_hiddens)):
 Masks follow ``attention.py``: ``valid_lens`` is ``None``, lengths (batch,) or
 (batch, queries), or a boolean mask with ``True`` = may attend.
 
-The decoder follows the interface of :mod:`attention_book.seq2seq`
+The decoder follows the interface of :mod:`attention_book.models.seq2seq`
 (``init_state`` / ``forward(X, state) -> (logits, state)``), so its greedy and
 beam search decode a Transformer too. Its state carries a *key/value cache*:
 for each block the projected keys and values of its self-attention at all
@@ -40,10 +40,10 @@ from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
 from .attention_variants import GroupedQueryAttention
-from .checks import (check_dropout, check_heads, check_int, check_positive_int, check_same_device, check_tensor_values,
+from ..core.checks import (check_dropout, check_heads, check_int, check_positive_int, check_same_device, check_tensor_values,
                      check_token_ids)
 from .positional import PositionalEncoding
-from .train import capped_batches, evaluating
+from ..core.train import capped_batches, evaluating
 
 __all__ = [
     "PositionWiseFFN",
@@ -369,7 +369,7 @@ class TransformerDecoder(_TokenStack):
     cross_attention=True, num_kv_heads=None)``; ``num_kv_heads`` key/value heads
     per attention sublayer (``None``: one per head, 1: multi-query attention).
 
-    Interface of :mod:`attention_book.seq2seq`:
+    Interface of :mod:`attention_book.models.seq2seq`:
 
     * ``init_state(enc_outputs, enc_valid_lens=None)`` returns the state
       ``{'enc_outputs', 'enc_valid_lens', 'cache'}``; ``cache`` has one entry per
@@ -433,7 +433,7 @@ def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int 
                      norm_first: bool = False) -> nn.Module:
     """d2l's translation Transformer (defaults: its sizes, 2 blocks, 4 heads, 256 hidden, FFN 64, dropout 0.2).
 
-    Returns a :class:`attention_book.seq2seq.EncoderDecoder`:
+    Returns a :class:`attention_book.models.seq2seq.EncoderDecoder`:
     ``model(src, tgt_input, src_valid_len)`` gives logits (batch, T, tgt_vocab_size),
     and ``ab.greedy_search`` / ``ab.beam_search`` / ``ab.translate`` decode with it
     (step by step, through the decoder's key/value cache).
@@ -460,10 +460,10 @@ def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, n
     ``None`` (the default) uses the book's seed (``ab.book_seed()``). Returns
     ``(model, history)``.
     """
-    from .config import seed_everything
+    from ..core.config import seed_everything
     from .seq2seq import translation_loss, validation_loss
-    from .text import PAD
-    from .train import fit
+    from ..data.text import PAD
+    from ..core.train import fit
 
     seed = seed_everything(seed)  # None: the book's seed
     model = make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens, ffn_num_hiddens, num_heads,
@@ -516,7 +516,7 @@ def translation_attention(model: nn.Module, data, sentence: str) -> dict:
     cache (a test checks the two agree).
     """
     from .seq2seq import translate
-    from .text import BOS
+    from ..data.text import BOS
 
     (result,) = translate(model, data, [sentence])
     dev = next(model.parameters()).device
@@ -560,7 +560,7 @@ def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int |
     """
     if kind not in _MAP_KINDS:
         raise ValueError(f"kind must be one of {sorted(_MAP_KINDS)}, got {kind!r}")
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     title, q_name, k_name, xlabel, ylabel = _MAP_KINDS[kind]
     weights = maps[kind]  # (layers, heads, queries, keys)
@@ -620,7 +620,7 @@ def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup: int,
 
 def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-4, figsize=(5.5, 3.0)):
     """The learning rate a ``warmup_cosine_schedule`` gives at every step, read off a real scheduler."""
-    from .plot import _ensure_style
+    from ..core.plot import _ensure_style
     import matplotlib.pyplot as plt
 
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base_lr)
@@ -652,7 +652,7 @@ def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, 
     """
     from torch.utils.data import TensorDataset
 
-    from .config import resolve_seed
+    from ..core.config import resolve_seed
 
     num_samples = check_positive_int("num_samples", num_samples)
     seq_len = check_positive_int("seq_len", seq_len)
@@ -671,7 +671,7 @@ def reverse_loaders(batch_size: int = 128, num_train: int = 50000, num_val: int 
     """
     from torch.utils.data import DataLoader
 
-    from .config import resolve_seed
+    from ..core.config import resolve_seed
 
     batch_size = check_positive_int("batch_size", batch_size)
     seed = resolve_seed(seed)
@@ -736,7 +736,7 @@ def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: 
     Rows are query positions, columns key positions; the ticks show the
     position and the digit there (``position:digit``).
     """
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     if not 0 <= index < X.shape[0]:
         raise ValueError(f"index must lie in 0..{X.shape[0] - 1}, got {index}")
@@ -788,8 +788,8 @@ def warmup_experiment(lrs=(3e-3, 3e-2), warmups=(0, 50), num_seeds: int = 4, epo
     schedule. Returns one dict per run: ``lr``, ``warmup``, ``seed``,
     ``val_accuracy`` (after every epoch) and ``train_loss`` (per epoch).
     """
-    from .config import resolve_seed, seed_everything
-    from .train import fit
+    from ..core.config import resolve_seed, seed_everything
+    from ..core.train import fit
 
     lrs = [float(lr) for lr in lrs]
     if not lrs or any(not math.isfinite(lr) or lr <= 0 for lr in lrs):
@@ -826,7 +826,7 @@ def warmup_experiment_figure(rows: list[dict], figsize=(6.0, 3.2)):
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, chance_line
+    from ..core.plot import _ensure_style, chance_line
 
     if not rows:
         raise ValueError("rows is empty: pass the list that warmup_experiment returns")

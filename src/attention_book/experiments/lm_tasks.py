@@ -19,11 +19,11 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .config import resolve_seed
-from .objectives import random_windows
-from .sampling import greedy_decode
-from .tokenizer import Tokenizer
-from .train import IGNORE, capped_batches, evaluating
+from ..core.config import resolve_seed
+from ..models.objectives import random_windows
+from ..models.decoding import greedy_decode
+from ..data.tokenizer import Tokenizer
+from ..core.train import IGNORE, capped_batches, evaluating
 
 __all__ = [
     "order_task_batch", "replaced_task_batch", "classification_accuracy",
@@ -133,7 +133,7 @@ def label_efficiency_figure(result: LabelEfficiency):
     """Held-out accuracy against the number of labelled examples: one dot per seed, a line through the means."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, chance_line
+    from ..core.plot import _ensure_style, chance_line
 
     _ensure_style()
     fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from .checks import check_int, check_optional_positive_int, check_positive_int
+from ..core.checks import check_int, check_optional_positive_int, check_positive_int
 
 __all__ = [
     "online_softmax",
@@ -146,7 +146,7 @@ def tile_plan(num_queries: int, num_keys: int, block_q: int, block_k: int, causa
     """The kind of every tile, an int tensor (query blocks, key blocks) of SKIPPED (0), MASKED (1), FULL (2).
 
     Query ``i`` sits at position ``i + num_keys - num_queries`` (the last
-    positions, as in :func:`~attention_book.attention.causal_mask`). With
+    positions, as in :func:`~attention_book.models.attention.causal_mask`). With
     ``causal=True`` it sees keys ``j <= position``; a ``window`` of ``w`` (which
     implies causal) keeps only the ``w`` latest of those, ``position - w < j``.
     A tile none of whose (query, key) pairs is visible is SKIPPED; one with
@@ -320,7 +320,7 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     The same numbers as ``torch.nn.functional.scaled_dot_product_attention``
     (values and gradients), except that a query with nothing to attend to
     outputs zeros (PyTorch's kernel gives NaN there), as
-    :func:`~attention_book.attention.attend` does. The backward pass keeps only
+    :func:`~attention_book.models.attention.attend` does. The backward pass keeps only
     the output and one log-sum-exp per query, and recomputes each tile's weights.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -359,7 +359,7 @@ def tile_figure(seq_len: int = 256, block_size: int = 32, causal: bool = True, w
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch, Rectangle
 
-    from .plot import _ensure_style
+    from ..core.plot import _ensure_style
 
     seq_len, block_size = check_positive_int("seq_len", seq_len), check_positive_int("block_size", block_size)
     plan = tile_plan(seq_len, seq_len, block_size, block_size, causal, window)

@@ -17,9 +17,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .checks import check_index, check_int, check_positive_int
-from .config import resolve_seed
-from .data import DataUnavailableError, extract_member, fetch, find_local, read_utf8
+from ..core.checks import check_index, check_int, check_positive_int
+from ..core.config import resolve_seed
+from .registry import DataUnavailableError, extract_member, fetch, find_local, read_utf8
 
 __all__ = [
     "PAD", "BOS", "EOS", "UNK",

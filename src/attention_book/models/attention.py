@@ -35,9 +35,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import (check_dropout, check_heads, check_optional_positive_int,
+from ..core.checks import (check_dropout, check_heads, check_optional_positive_int,
                      check_positive_int, check_same_device, check_same_dtype, check_tensor_values)
-from .train import evaluating
+from ..core.train import evaluating
 
 __all__ = [
     "masked_softmax",
@@ -509,7 +509,7 @@ class MultiHeadAttention(nn.Module):
     (batch, queries, keys) or (batch, heads, queries, keys). ``causal=True``
     lets each query see only keys at its position or before.
 
-    Chapter 10's variants are subclasses in :mod:`attention_book.attention_variants`:
+    Chapter 10's variants are subclasses in :mod:`attention_book.models.attention_variants`:
     :class:`~attention_book.GroupedQueryAttention` (shared key/value heads and
     a key/value cache), :class:`~attention_book.RotaryAttention` and
     :class:`~attention_book.ALiBiAttention` (positions inside the heads).

@@ -8,9 +8,9 @@ must carry all of them from the encoder to the decoder. The plain
 encoder–decoder carries them in one vector of ``num_hiddens`` numbers; the
 Bahdanau decoder can look back at the encoder state of every position.
 
-Both models are :func:`~attention_book.seq2seq.make_seq2seq` models trained by
-the chapter's recipe (:func:`~attention_book.train.fit` with the masked loss of
-:func:`~attention_book.seq2seq.translation_loss`, Adam, gradients clipped),
+Both models are :func:`~attention_book.models.seq2seq.make_seq2seq` models trained by
+the chapter's recipe (:func:`~attention_book.core.train.fit` with the masked loss of
+:func:`~attention_book.models.seq2seq.translation_loss`, Adam, gradients clipped),
 on sources of every length from ``min_len`` to ``max_len``, and scored by
 greedy decoding, one source length at a time.
 """
@@ -23,10 +23,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .checks import check_int, check_positive_int
-from .config import resolve_seed
-from .seq2seq import _device_of, greedy_search, make_seq2seq, translation_loss
-from .train import History, fit
+from ..core.checks import check_int, check_positive_int
+from ..core.config import resolve_seed
+from ..models.seq2seq import _device_of, greedy_search, make_seq2seq, translation_loss
+from ..core.train import History, fit
 
 __all__ = [
     "COPY_PAD",
@@ -118,7 +118,7 @@ def train_copy_model(attention: str | None, *, vocab_size: int = 8, min_len: int
                      seed: int | None = None, progress: bool = True, desc: str | None = None):
     """Train a copy-task model (``attention=None``: the plain one) for ``steps`` batches.
 
-    The recipe of :func:`~attention_book.seq2seq.train_translator`: Adam at
+    The recipe of :func:`~attention_book.models.seq2seq.train_translator`: Adam at
     ``lr``, gradient norm clipped at ``clip_grad``, the masked cross-entropy
     with teacher forcing. ``seed`` (``None``: the book's seed) fixes the
     batches and the initial weights, so the two models of one seed see the same
@@ -207,7 +207,7 @@ def long_input_figure(runs: Sequence[CopyRun], vocab_size: int = 8):
     """Token accuracy against source length: one thin line per seed and model, the mean in bold, chance dotted."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, chance_line
+    from ..core.plot import _ensure_style, chance_line
 
     _ensure_style()
     if not runs:
@@ -236,7 +236,7 @@ def copy_attention_map(model: nn.Module, length: int = 16, vocab_size: int = 8, 
     columns the source symbols and ``<eos>``. A model that copies by looking
     back puts its weight near the diagonal. Returns the figure.
     """
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     length = check_positive_int("length", length)
     (x,) = make_copy_sequences([length], vocab_size, seed=resolve_seed(seed) + 2000 + length)

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_int
-from .config import resolve_seed
-from .tokenizer import Tokenizer
-from .train import evaluating
+from ..core.checks import check_int
+from ..core.config import resolve_seed
+from ..data.tokenizer import Tokenizer
+from ..core.train import evaluating
 
 __all__ = ["next_token_distribution", "generate", "greedy_decode", "sampling_figure"]
 
@@ -150,7 +150,7 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style
+    from ..core.plot import _ensure_style
 
     _ensure_style()
     seed = resolve_seed(seed)

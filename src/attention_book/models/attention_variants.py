@@ -7,10 +7,10 @@
   gives what a cache stores for some positions, ``forward(queries, None, None,
   kv=cache)`` attends over it. Chapter 7's decoder keeps its cache this way.
 * :class:`RotaryAttention` rotates each head's queries and keys by their
-  positions (:class:`~attention_book.positional.RotaryEmbedding`), so a score
+  positions (:class:`~attention_book.models.positional.RotaryEmbedding`), so a score
   depends on the offset between query and key only.
 * :class:`ALiBiAttention` adds ALiBi's distance penalty ``-m_h |i - j|`` to
-  each head's scores (:class:`~attention_book.positional.ALiBi`).
+  each head's scores (:class:`~attention_book.models.positional.ALiBi`).
 
 The two position variants are grouped-query layers too (``num_kv_heads``
 defaults to ``num_heads``: plain multi-head attention), so a model can combine
@@ -27,7 +27,7 @@ from torch import nn
 
 from .attention import (MultiHeadAttention, _check_projection_inputs, _shape, _wants_weights, attend, heads_mask,
                         transpose_output, transpose_qkv)
-from .checks import check_int, check_kv_heads, check_same_device
+from ..core.checks import check_int, check_kv_heads, check_same_device
 from .positional import ALiBi, RotaryEmbedding
 
 __all__ = ["GroupedQueryAttention", "RotaryAttention", "ALiBiAttention"]

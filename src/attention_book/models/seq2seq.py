@@ -34,10 +34,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import AdditiveAttention, DotProductAttention, keep_attention_weights
-from .checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
+from ..core.checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
                      check_token_ids)
-from .text import BOS, EOS, PAD, bleu, preprocess_nmt, tokenize_nmt
-from .train import capped_batches, evaluating
+from ..data.text import BOS, EOS, PAD, bleu, preprocess_nmt, tokenize_nmt
+from ..core.train import capped_batches, evaluating
 
 __all__ = [
     "Encoder",
@@ -635,7 +635,7 @@ def attention_map(model: nn.Module, data, sentence: str, reference: str | None =
     (padding dropped; unknown words marked ``(unk)``). The title shows the
     translation (and its BLEU when ``reference`` is given). Returns the figure.
     """
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     (result,) = translate(model, data, [sentence], [reference] if reference is not None else None,
                           save_attention=True)
@@ -716,8 +716,8 @@ def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_la
     call in a chapter gives another run when that variable changes.
     Returns ``(model, history)``.
     """
-    from .config import seed_everything
-    from .train import fit
+    from ..core.config import seed_everything
+    from ..core.train import fit
 
     seed = seed_everything(seed)  # None: the book's seed
     model = make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), embed_size, num_hiddens, num_layers, dropout,

@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from .attention import causal_mask, record_attention
-from .checks import check_dropout, check_heads, check_index, check_optional_positive_int, check_positive_int
-from .config import resolve_seed
+from ..core.checks import check_dropout, check_heads, check_index, check_optional_positive_int, check_positive_int
+from ..core.config import resolve_seed
 from .objectives import corrupt_spans
-from .tokenizer import Tokenizer
+from ..data.tokenizer import Tokenizer
 from .transformer import TransformerDecoder, TransformerEncoder, _check_ids
 
 __all__ = ["LMConfig", "EncoderOnlyLM", "DecoderOnlyLM", "EncoderDecoderLM", "attention_pattern_figure"]
@@ -296,7 +296,7 @@ def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     ids = tok.encode(text)

@@ -22,8 +22,8 @@ import time
 import torch
 from torch import nn
 
-from .checks import check_int, check_positive_int
-from .train import evaluating
+from ..core.checks import check_int, check_positive_int
+from ..core.train import evaluating
 
 __all__ = ["kv_cache_bytes", "cache_bytes", "greedy_generate", "seconds_per_token"]
 

@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import resolve_seed
-from .tokenizer import Tokenizer
-from .train import IGNORE, capped_batches, evaluating, move_to
+from ..core.config import resolve_seed
+from ..data.tokenizer import Tokenizer
+from ..core.train import IGNORE, capped_batches, evaluating, move_to
 
 __all__ = [
     "mask_for_mlm", "span_lengths", "corrupt_spans", "restore_spans",

@@ -13,10 +13,10 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .checks import check_positive_int
-from .config import single_thread
-from .plot import _ensure_style
+from ..models.attention import MultiHeadAttention
+from ..core.checks import check_positive_int
+from ..core.config import single_thread
+from ..core.plot import _ensure_style
 
 __all__ = [
     "LAYER_COSTS",

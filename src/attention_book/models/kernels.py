@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from .attention import masked_softmax
-from .checks import check_optional_positive_int, check_positive_int, check_same_device
-from .config import resolve_seed
-from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+from ..core.checks import check_optional_positive_int, check_positive_int, check_same_device
+from ..core.config import resolve_seed
+from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
 __all__ = [
     "KERNEL_NAMES",
@@ -331,7 +331,7 @@ def learn_width(data: KernelData, kernel: str = "gaussian", sigma: float = 1.0, 
     Returns ``(model, history)``; the history records ``sigma``, the
     leave-one-out MSE and the validation MSE after every epoch.
     """
-    from .train import fit
+    from ..core.train import fit
 
     batch_size = check_optional_positive_int("batch_size", batch_size)
     if kernel not in _DIFFERENTIABLE:

@@ -6,8 +6,8 @@ symbols; at every position ``t`` the model must report the tokens found at each
 of ``K`` fixed offsets ``delta_1, ..., delta_K`` (positions wrap around): the
 label is the ``K``-tuple ``(x[t + delta_1], ..., x[t + delta_K])``. A one-layer
 model (token + learned position embeddings, one
-:class:`~attention_book.attention.MultiHeadAttention`, a *linear* read-out, no
-residual) is trained on it with :func:`~attention_book.train.fit`.
+:class:`~attention_book.models.attention.MultiHeadAttention`, a *linear* read-out, no
+residual) is trained on it with :func:`~attention_book.core.train.fit`.
 
 Why one head is not enough: a head hands the read-out one weighted average
 of value vectors. A linear read-out turns a weighted average of tokens into the
@@ -28,11 +28,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .config import device as pick_device, resolve_seed
-from .attention import MultiHeadAttention, collect_attention
-from .checks import check_heads, check_int, check_positive_int, check_same_device
-from .positional import LearnedPositionalEmbedding
-from .train import History, evaluating
+from ..core.config import device as pick_device, resolve_seed
+from ..models.attention import MultiHeadAttention, collect_attention
+from ..core.checks import check_heads, check_int, check_positive_int, check_same_device
+from ..models.positional import LearnedPositionalEmbedding
+from ..core.train import History, evaluating
 
 __all__ = [
     "OFFSETS",
@@ -184,7 +184,7 @@ def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):
     """
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, chance_line
+    from ..core.plot import _ensure_style, chance_line
 
     _ensure_style()
     heads = sorted(spread)
@@ -305,7 +305,7 @@ def offset_attention(run: HeadRun, num_examples: int = 200) -> torch.Tensor:
 
 def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tensor | None = None):
     """Each head's attention map averaged over held-out sequences (queries down, keys across)."""
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     (weights,) = collect_attention(run.model, run.X_test[:num_examples])
     mean = weights.mean(0).cpu()  # (heads, queries, keys)

@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .config import resolve_seed
+from ..core.config import resolve_seed
 
 __all__ = [
     "NAME_DATABASE",
@@ -201,7 +201,7 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     weight written in its cell. Right: the pooled probabilities of the first
     names for ``query``. Returns the figure.
     """
-    from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     _check_database(database)
@@ -251,7 +251,7 @@ def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 
     from matplotlib.patches import Polygon
     from scipy.spatial import ConvexHull
 
-    from .plot import _ensure_style
+    from ..core.plot import _ensure_style
 
     _ensure_style()
     if values is None:

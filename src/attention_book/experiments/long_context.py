@@ -37,12 +37,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention, _check_projection_inputs, attend, record_attention, transpose_qkv
-from .attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
-from .checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
-from .config import resolve_seed
-from .positional import LearnedPositionalEmbedding, PositionalEncoding
-from .train import IGNORE, evaluating, fit
+from ..models.attention import MultiHeadAttention, _check_projection_inputs, attend, record_attention, transpose_qkv
+from ..models.attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
+from ..core.checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
+from ..core.config import resolve_seed
+from ..models.positional import LearnedPositionalEmbedding, PositionalEncoding
+from ..core.train import IGNORE, evaluating, fit
 
 __all__ = [
     "POSITION_SCHEMES",
@@ -227,7 +227,7 @@ class LengthModel(nn.Module):
                  num_blks: int = 1, max_len: int = 1024, num_kv_heads: int | None = None,
                  window: int | None = None, attention: str = "softmax"):
         super().__init__()
-        from .transformer import TransformerEncoderBlock
+        from ..models.transformer import TransformerEncoderBlock
 
         if positions not in POSITION_SCHEMES:
             raise ValueError(f"positions must be one of {POSITION_SCHEMES}, got {positions!r}")
@@ -263,7 +263,7 @@ class LengthModel(nn.Module):
         self.head = nn.Linear(num_hiddens, vocab_size)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        from .transformer import _check_ids
+        from ..models.transformer import _check_ids
 
         check_same_device("X", X, self)
         _check_ids("X", X, self.vocab_size, self.max_len)
@@ -328,7 +328,7 @@ def train_length_model(positions: str = "rotary", *, seq_len: int = 32, num_trai
     batch order (``None``: the book's seed). ``task`` holds
     :func:`latest_marker_task` settings. Returns ``(model, history)``.
     """
-    from .transformer import warmup_cosine_schedule
+    from ..models.transformer import warmup_cosine_schedule
 
     task = dict(task or {})
     seed = resolve_seed(seed)
@@ -353,7 +353,7 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
     """Accuracy against test length (log axis), one line per model; the training length marked."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, chance_line
+    from ..core.plot import _ensure_style, chance_line
 
     if not curves:
         raise ValueError("length_curves_figure needs at least one curve")
@@ -395,7 +395,7 @@ def attention_patterns_figure(models: dict[str, LengthModel], seq_len: int = 96,
     """
     import matplotlib.pyplot as plt
 
-    from .plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
 
     X, _ = latest_marker_task(example + 1, seq_len, num_markers=num_markers, seed=resolve_seed(seed, 2) + seq_len)
     X = X[example:example + 1]
@@ -477,8 +477,8 @@ def kernel_features_figure(data, sigma: float = 0.5, feature_counts: Sequence[in
     """
     import matplotlib.pyplot as plt
 
-    from .kernels import nadaraya_watson
-    from .plot import _ensure_style
+    from ..models.kernels import nadaraya_watson
+    from ..core.plot import _ensure_style
 
     exact, _ = nadaraya_watson(data.x_train, data.y_train, data.x_val, "gaussian", sigma)
     _ensure_style()
@@ -525,7 +525,7 @@ def attention_costs(lengths: Sequence[int] = (256, 512, 1024, 2048), *, heads: i
     :func:`sliding_window_attention` and :func:`linear_attention`. Returns
     ``{method: {'memory': [...], 'seconds': [...]}}`` in the order of ``lengths``.
     """
-    from .memory import peak_memory
+    from ..core.memory import peak_memory
 
     g = torch.Generator().manual_seed(resolve_seed(seed, 5))
     methods = _cost_methods(check_positive_int("window", window))
@@ -551,7 +551,7 @@ def cost_figure(costs: dict[str, dict[str, list]], lengths: Sequence[int]):
     """Peak memory and time against length for each method of :func:`attention_costs` (log–log)."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, readable_log_axis
+    from ..core.plot import _ensure_style, readable_log_axis
 
     _ensure_style()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.5), layout="constrained")
@@ -584,7 +584,7 @@ def window_figure(window: int, model: LengthModel, lengths: Sequence[int] = (32,
     """
     import matplotlib.pyplot as plt
 
-    from .plot import BOOK_CMAP, _ensure_style
+    from ..core.plot import BOOK_CMAP, _ensure_style
 
     window = check_positive_int("window", window)
     accuracy = length_accuracy(model, lengths, seed=seed, window=window)

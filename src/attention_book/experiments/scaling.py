@@ -16,11 +16,11 @@ from typing import Sequence
 import numpy as np
 from torch import nn
 
-from .config import resolve_seed
-from .corpus import Corpus
-from .lm_models import DecoderOnlyLM
-from .objectives import Batches, clm_batch, clm_loss, evaluate_loss
-from .transformer import TransformerDecoder
+from ..core.config import resolve_seed
+from ..data.corpus import Corpus
+from ..models.language_models import DecoderOnlyLM
+from ..models.objectives import Batches, clm_batch, clm_loss, evaluate_loss
+from ..models.transformer import TransformerDecoder
 
 __all__ = ["PowerLaw", "fit_power_law", "non_embedding_parameters", "ScalingRun", "scaling_experiment",
            "scaling_figure"]
@@ -102,8 +102,8 @@ def scaling_experiment(corpus: Corpus, sizes: Sequence[tuple[int, int]], steps: 
     spaced moments. Compute is counted as Kaplan et al. do, ``C ≈ 6 · N · D`` with ``N`` the non-embedding
     parameters and ``D`` the training tokens seen so far.
     """
-    from .config import seed_everything
-    from .train import fit
+    from ..core.config import seed_everything
+    from ..core.train import fit
 
     if steps % checkpoints:
         raise ValueError(f"steps={steps} must be a multiple of checkpoints={checkpoints}")
@@ -144,7 +144,7 @@ def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
     each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt
 
-    from .plot import _ensure_style, readable_log_axis
+    from ..core.plot import _ensure_style, readable_log_axis
 
     if len(runs) < 2:
         raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")

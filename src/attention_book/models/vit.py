@@ -35,10 +35,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
-from .checks import check_dropout, check_heads, check_positive_int, check_same_device
-from .train import capped_batches, evaluating
-from .config import device as pick_device, resolve_seed
-from .data import FASHION_MNIST, DataFile, Dataset, fetch, register
+from ..core.checks import check_dropout, check_heads, check_positive_int, check_same_device
+from ..core.train import capped_batches, evaluating
+from ..core.config import device as pick_device, resolve_seed
+from ..data.registry import FASHION_MNIST, DataFile, Dataset, fetch, register
 
 __all__ = [
     "patchify",
@@ -502,7 +502,7 @@ def load_image_data(name: str, img_size, batch_size: int, seed: int | None = Non
     When Fashion-MNIST cannot be had and ``fallback`` is true, the digits are used
     instead and :attr:`ImageData.note` says so (the chapter prints it).
     """
-    from .data import DataUnavailableError
+    from ..data.registry import DataUnavailableError
 
     note = ""
     if name == "fashion-mnist":
@@ -604,7 +604,7 @@ def attention_cost(num_tokens: int, num_hiddens: int) -> int:
 
 
 def _as_hwc(image) -> np.ndarray:
-    from .plot import to_numpy
+    from ..core.plot import to_numpy
 
     img = to_numpy(image).astype(float)
     if img.ndim == 3 and img.shape[0] in (1, 3) and img.shape[-1] not in (1, 3):
@@ -627,7 +627,7 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     """
     import matplotlib.pyplot as plt
 
-    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     img = _as_hwc(image)
     h, w = img.shape[:2]
@@ -705,7 +705,7 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     """
     import matplotlib.pyplot as plt
 
-    from .plot import PAGE_FIGURE_WIDTH, _ensure_style, to_numpy
+    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style, to_numpy
 
     _check_maps(maps)
     last = to_numpy(cls_attention(maps, grid_size))

@@ -26,7 +26,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from .checks import check_int, check_positive_int
+from ..core.checks import check_int, check_positive_int
 
 __all__ = [
     "plot_encoding_columns",
@@ -207,7 +207,7 @@ def alibi_bias(slopes: torch.Tensor, num_queries: int, num_keys: int, dtype=None
 
     Query ``i`` sits at position ``i + num_keys - num_queries`` when there are
     fewer queries than keys (decoding with a key/value cache, as in
-    :func:`~attention_book.attention.causal_mask`), else at ``i``. Under a causal
+    :func:`~attention_book.models.attention.causal_mask`), else at ``i``. Under a causal
     mask only keys ``j <= i`` are seen, and the bias is ``-m_h (i - j)``.
     ``dtype``/``device`` default to those of ``slopes``.
     """
@@ -256,7 +256,7 @@ def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: 
     bad = [c for c in columns if not 0 <= c < encoding_dim]
     if bad:
         raise ValueError(f"columns must lie in [0, {encoding_dim - 1}] for encoding_dim={encoding_dim}, got {bad}")
-    from .plot import _ensure_style
+    from ..core.plot import _ensure_style
 
     _ensure_style()
     P = PositionalEncoding(encoding_dim, 0.0, max_len=num_steps).P[0]
@@ -277,7 +277,7 @@ def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: 
 def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
     """The whole table P (positions down, encoding dimensions across)."""
     _check_encoding_args(encoding_dim, num_steps)
-    from .plot import show_heatmaps
+    from ..core.plot import show_heatmaps
 
     P = sinusoidal_table(num_steps, encoding_dim)
     fig = show_heatmaps(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
@@ -288,7 +288,7 @@ def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
 def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
     _check_encoding_args(encoding_dim, num_steps)
-    from .plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
 
     _ensure_style()
     import matplotlib.pyplot as plt

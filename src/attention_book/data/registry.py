@@ -22,8 +22,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checks import check_int
-from .config import DATA_ENV, data_dir
+from ..core.checks import check_int
+from ..core.config import DATA_ENV, data_dir
 
 __all__ = [
     "DataFile",

@@ -33,11 +33,11 @@ import torch
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from .checks import check_heads, check_int, check_positive_int
-from .layer_comparison import LAYER_COSTS
-from .lm_models import DecoderOnlyLM, EncoderDecoderLM, EncoderOnlyLM, LMConfig
-from .plot import _ensure_style
-from .vit import ViT, _check_divisible, _pair
+from ..core.checks import check_heads, check_int, check_positive_int
+from ..experiments.layer_comparison import LAYER_COSTS
+from ..models.language_models import DecoderOnlyLM, EncoderDecoderLM, EncoderOnlyLM, LMConfig
+from ..core.plot import _ensure_style
+from ..models.vit import ViT, _check_divisible, _pair
 
 __all__ = [
     "draw_attention_pooling",
@@ -803,7 +803,7 @@ def draw_pretraining_modes(config=None, seq_len: int = 6, target_len: int = 4):
     elif isinstance(config, LMConfig):
         vocab = _fmt(config.vocab_size)
     else:
-        raise ValueError(f"config must be an ab.LMConfig or None, got {type(config).__name__}")
+        raise ValueError(f"config must be a models.language_models.LMConfig or None, got {type(config).__name__}")
     n = _check_at_most("seq_len", seq_len, 10, why="to keep the mask cells readable")
     T = _check_at_most("target_len", target_len, 6, why="to keep the mask cells readable")
     if n > config.max_len or T > config.max_len:

@@ -10,7 +10,7 @@
   :func:`plot_scoring_costs` — measured and counted cost of the four scores as the
   number of keys and the feature size grow (exercise 11.3.3).
 
-Both modules follow :mod:`attention_book.attention`: ``forward(queries, keys,
+Both modules follow :mod:`attention_book.models.attention`: ``forward(queries, keys,
 values, valid_lens=None)``, the fused kernel when weights are not wanted, and
 ``attention_weights`` (batch, queries, keys) kept when they are.
 """
@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from .attention import AdditiveAttention, DotProductAttention, _check_devices, _check_qkv, _shape, _wants_weights, attend, key_mask
-from .checks import check_dropout, check_int, check_positive_int
-from .config import resolve_seed
-from .plot import _ensure_style, chance_line
+from ..core.checks import check_dropout, check_int, check_positive_int
+from ..core.config import resolve_seed
+from ..core.plot import _ensure_style, chance_line
 
 __all__ = [
     "DistanceAttention",

@@ -12,7 +12,7 @@ it is what the seed check counts). It prints one line for the reader: whether
 the statement held in *this* run, and how often it held in the book's seed
 check (``make claims``: every notebook executed for seeds 0–4 at ``ci`` size,
 alternating one and two CPU threads). The counts come from
-``claims_report.json`` beside this file, which ``scripts/claims.py`` writes.
+``book/_claims_report.json`` (see REPORT_PATH), which ``scripts/claims.py`` writes.
 
 When ``ATTENTION_BOOK_CLAIMS`` names a file, every call appends one JSON line to
 it (key, statement, outcome, value, seed, size, threads); that is how the seed
@@ -39,11 +39,15 @@ from typing import Any
 
 import torch
 
-from .config import book_seed, claims_log, experiment_size, max_steps
+from ..core.config import book_seed, claims_log, experiment_size, max_steps
 
 __all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained", "glue", "glue_counts"]
 
-REPORT_PATH = Path(__file__).with_name("claims_report.json")
+_IN_CLONE = Path(__file__).resolve().parents[3] / "book" / "_claims_report.json"
+_IN_WHEEL = Path(__file__).with_name("claims_report.json")
+REPORT_PATH = _IN_CLONE if _IN_CLONE.is_file() else _IN_WHEEL
+"""The seed check's report: ``book/_claims_report.json`` in a clone; in an installed wheel,
+the copy that setup.py's build step puts beside this module."""
 _KEY = re.compile(r"^ch\d\d[a-z]?\.[a-z0-9_.]+$")
 
 

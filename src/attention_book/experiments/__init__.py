@@ -1,0 +1,5 @@
+"""One module per chapter experiment: the data it draws, the runs it trains, its figures.
+
+Imports from ``core``, ``data`` and ``models``."""
+
+from . import layer_comparison, lm_tasks, long_context, long_inputs, lookup, offset_task, scaling  # noqa: F401
