@@ -46,6 +46,19 @@ VIEWS = {
             s.value = String(-1.5 + 1.8 * Math.abs(((i * 0.13) % 2) - 1));
             s.dispatchEvent(new Event('input', {bubbles: true})); }""",
     },
+    "ch08.draw": {
+        "page": "notebooks/ch08_vision_transformer",
+        # clear the box and draw one stroke, somewhat to the side each time (pointer events)
+        "step": """(root, i) => { root.querySelector('.ab-live-clear').click();
+            const c = root.querySelector('canvas.ab-live-pad'), b = c.getBoundingClientRect();
+            const at = (fx, fy) => ({clientX: b.left + fx * b.width, clientY: b.top + fy * b.height,
+                                     pointerId: 1, bubbles: true});
+            const x = 0.3 + 0.4 * ((i * 0.37) % 1);
+            c.dispatchEvent(new PointerEvent('pointerdown', at(x, 0.15)));
+            c.dispatchEvent(new PointerEvent('pointermove', at(x + 0.1, 0.5)));
+            c.dispatchEvent(new PointerEvent('pointermove', at(x, 0.85)));
+            c.dispatchEvent(new PointerEvent('pointerup', at(x, 0.85))); }""",
+    },
     "ch09.generate": {
         "page": "notebooks/ch09_pretraining",
         # the temperature moves (one forward pass of the prompt per move)

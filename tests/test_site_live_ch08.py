@@ -15,15 +15,15 @@ import json
 
 import numpy as np
 import pytest
-from test_site import HTML, Crawler, browser, site  # noqa: F401  (fixtures: the served site, Chromium)
+from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
 
 from attention_book.book.live import run_onnx
 
 pytestmark = pytest.mark.browser
 
-PAGE = "notebooks/ch08_vision_transformer.html"
+DOCNAME = "notebooks/ch08_vision_transformer"
+NAME = "ch08.draw"
 MODELS = HTML / "_static" / "live" / "models"
-VIEW = '.ab-live[data-live="ch08.draw"]'
 # The test's own drawing, a "4" in two strokes, as fractions of the drawing box.
 STROKES = [
     [(0.35, 0.12), (0.22, 0.55), (0.78, 0.55)],
@@ -38,7 +38,7 @@ TOL = 1e-4
 @pytest.fixture(scope="module")
 def manifest():
     path = MODELS / "ch08.draw.json"
-    if not (HTML / PAGE).is_file() or not path.is_file():
+    if not (HTML / f"{DOCNAME}.html").is_file() or not path.is_file():
         pytest.skip(
             f"no chapter 8 live view in {HTML}: build the site first with `make book`"
         )
@@ -56,13 +56,11 @@ def python_answer(manifest, pixels) -> dict[str, np.ndarray]:
     }
 
 
-def shown(page) -> dict:
-    data = page.eval_on_selector(VIEW, "root => Object.assign({}, root.dataset)")
-    return {
-        k: json.loads(data[k])
-        for k in ("pixels", "probs", "clsAttention", "rollout")
-        if k in data
-    }
+def shown(live) -> dict:
+    """What the view computed last: its input pixels and outputs (data attributes, JSON)."""
+    data = live.dataset()
+    keys = ("pixels", "probs", "clsAttention", "rollout")
+    return {k: json.loads(data[k]) for k in keys if k in data}
 
 
 def check_against_python(manifest, got: dict) -> None:
@@ -74,60 +72,44 @@ def check_against_python(manifest, got: dict) -> None:
         )
 
 
-def draw(page, strokes) -> None:
-    box = page.locator(f"{VIEW} canvas.ab-live-pad").bounding_box()
+def draw(live, strokes) -> None:
+    """Draw with the mouse, stroke by stroke, waiting for the answer to each stroke."""
+    box = live.page.locator(f"{live.root} canvas.ab-live-pad").bounding_box()
     for stroke in strokes:
         points = [
             (box["x"] + fx * box["width"], box["y"] + fy * box["height"])
             for fx, fy in stroke
         ]
-        page.mouse.move(*points[0])
-        page.mouse.down()
+        before = live.results()
+        live.page.mouse.move(*points[0])
+        live.page.mouse.down()
         for point in points[1:]:
-            page.mouse.move(*point, steps=8)
-        page.mouse.up()
+            live.page.mouse.move(*point, steps=8)
+        live.page.mouse.up()
+        live.wait_for_result(before)
 
 
-def open_when_ready(page, url: str) -> str:
-    """Open the page, bring the view into sight (which starts it) and wait until it has answered."""
-    page.goto(url)
-    page.locator(VIEW).scroll_into_view_if_needed()
-    page.wait_for_function(
-        f"document.querySelector('{VIEW}').dataset.state === 'ready'"
-    )
-    return page.get_attribute(VIEW, "data-first-result-ms")
-
-
-def message(page) -> str:
-    return page.inner_text(f"{VIEW} .ab-live-message")
+def message(live) -> str:
+    return live.page.inner_text(f"{live.root} .ab-live-message")
 
 
 def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noqa: F811
-    # The crawler's page: requests leaving the site blocked, page errors and failed requests noted.
-    crawl = Crawler(browser, site)
-    page = crawl.page
-    page.set_default_timeout(60_000)
-    try:
-        ms = open_when_ready(page, site + PAGE)
+    with LivePage(browser, site, DOCNAME, NAME) as live:
+        state = live.start()
         print(
-            f"time to first result: {ms} ms (scrolled into view -> first answer shown)"
+            f"time to first result: {state['firstResultMs']} ms (scrolled into view -> first answer)"
         )
 
         # The view opens on the first of the page's examples: the notebook's numbers for it.
-        first = shown(page)
-        example = manifest["data"]["examples"][0]
-        assert first["pixels"] == example["pixels"]
+        first = shown(live)
+        assert first["pixels"] == manifest["data"]["examples"][0]["pixels"]
         check_against_python(manifest, first)
 
         # The test's drawing: input pixels on the data set's levels, outputs as in Python.
-        draw(page, STROKES)
-        page.wait_for_function(
-            f"document.querySelector('{VIEW} .ab-live-message').textContent.startsWith('Your drawing')"
-        )
-        drawn = shown(page)
-        print(
-            f"per-step latency: {page.get_attribute(VIEW, 'data-last-step-ms')} ms (one forward pass)"
-        )
+        draw(live, STROKES)
+        assert message(live).startswith("Your drawing")
+        drawn = shown(live)
+        print(f"per-step latency: {live.dataset()['lastStepMs']} ms (one forward pass)")
         h, w = manifest["data"]["native"]
         assert len(drawn["pixels"]) == h * w and set(drawn["pixels"]) <= LEVELS
         assert drawn["pixels"] not in [
@@ -139,41 +121,30 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
         )
         check_against_python(manifest, drawn)
         best = int(np.argmax(drawn["probs"]))
-        assert f"the model says {manifest['data']['classes'][best]}" in message(page)
+        assert f"the model says {manifest['data']['classes'][best]}" in message(live)
 
         # The rollout map is a second view of the same result.
-        page.check(f"{VIEW} input[value='rollout']")
-        assert shown(page) == drawn
+        live.page.check(f"{live.root} input[value='rollout']")
+        assert shown(live) == drawn
 
         # An empty box: a message, no numbers (so no NaN).
-        page.click(f"{VIEW} button.ab-live-clear")
-        assert "draw a digit" in message(page)
-        assert shown(page) == {}
+        live.page.click(f"{live.root} button.ab-live-clear")
+        assert "draw a digit" in message(live)
+        assert shown(live) == {}
 
         # Another of the page's examples, after the drawing.
-        page.click(f"{VIEW} button.ab-live-example >> nth=1")
-        page.wait_for_function(
-            f"document.querySelector('{VIEW} .ab-live-message').textContent.startsWith('Test image')"
-        )
-        second = shown(page)
+        before = live.results()
+        live.page.click(f"{live.root} button.ab-live-example >> nth=1")
+        live.wait_for_result(before)
+        second = shown(live)
         assert second["pixels"] == manifest["data"]["examples"][1]["pixels"]
         check_against_python(manifest, second)
-    finally:
-        crawl.context.close()
-    assert not crawl.events, "\n".join(crawl.events)
+        assert live.events == [], "\n".join(live.events)
 
 
 def test_chapter8_from_file_keeps_its_frames_and_says_how_to_serve(browser, manifest):  # noqa: F811
-    context = browser.new_context()
-    page = context.new_page()
-    try:
-        page.goto((HTML / PAGE).resolve().as_uri())
-        root = page.locator(VIEW)
-        root.scroll_into_view_if_needed()
-        assert root.get_attribute("data-state") == "file"
-        assert "python -m http.server" in page.inner_text(f"{VIEW} .ab-live-status")
-        frames = page.locator(f"{VIEW} .ab-live-fallback img")
-        assert frames.count() == len(manifest["data"]["examples"])
-        assert page.locator(f"{VIEW} .ab-live-fallback").is_visible()
-    finally:
-        context.close()
+    seen = open_from_file(browser, DOCNAME, NAME)
+    assert seen["state"] == "file" and "python -m http.server" in seen["note"]
+    assert seen["fallback_shown"] and seen["fallback_images"] == len(
+        manifest["data"]["examples"]
+    )

@@ -311,7 +311,11 @@ export async function mount(root, ctx) {
   }
   pad.addEventListener("pointerdown", (event) => {
     event.preventDefault();
-    pad.setPointerCapture(event.pointerId);
+    try {
+      pad.setPointerCapture(event.pointerId); // keep the stroke when the pointer leaves the box
+    } catch {
+      // a synthetic event (a script, a test) has no pointer to capture
+    }
     current = [point(event)];
     strokes.push(current);
     paintPad();
