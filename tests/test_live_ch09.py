@@ -240,7 +240,9 @@ def test_javascript_distribution_matches_the_package(tok):
         scores = torch.tensor(
             [-float("inf") if s is None else s for s in case["scores"]]
         )
-        want = ab.models.decoding.next_token_distribution(scores, case["t"], case["k"] or None)
+        want = ab.models.decoding.next_token_distribution(
+            scores, case["t"], case["k"] or None
+        )
         np.testing.assert_allclose(probs, want.numpy(), atol=1e-6, err_msg=str(case))
 
 

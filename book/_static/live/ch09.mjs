@@ -169,8 +169,8 @@ function element(tag, attrs = {}, ...children) {
   return el;
 }
 
-function labelled(text, input) {
-  return element("label", {}, text, input);
+function labelled(text, ...inputs) {
+  return element("label", {}, text, ...inputs);
 }
 
 /** Build the view in `root` and run the model behind it (ctx from live.mjs: ort, data, session, status). */
@@ -194,11 +194,13 @@ export async function mount(root, ctx) {
   const text = element("div", { class: "ab-text", "aria-live": "polite" });
   const view = element("div", { class: "ab-ch09" },
     element("div", {}, labelled("prompt", prompt), labelled("examples", examples)),
-    element("div", {}, labelled("temperature", temperature), temperatureShown,
+    element("div", {}, labelled("temperature", temperature, temperatureShown),
       labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("words", count),
       generateButton, " ", stepButton),
     tokensLine, message, caption, bars, text);
-  root.replaceChildren(view);
+  // The loader's status line and the build's frames stay in root; the form goes before them.
+  root.insertBefore(view, root.firstChild);
+  const report = (ms) => { if (ctx.result) ctx.result(ms); };
 
   const session = await ctx.session("next");
   let stream = null; // the seeded random numbers of Step, restarted when the seed changes
@@ -242,10 +244,13 @@ export async function mount(root, ctx) {
       bars.replaceChildren();
       caption.textContent = "";
       root.dataset.distribution = "";
+      text.textContent = "";
       return null;
     }
     message.textContent = "";
+    const started = performance.now();
     const scores = banned(await nextScores(ort, session, context(data, ids)), data.banned);
+    const ms = performance.now() - started;
     const raw = nextTokenDistribution(scores, 1, 0);
     const adjusted = nextTokenDistribution(scores, t, k);
     showBars(raw, adjusted, t, k);
@@ -255,6 +260,7 @@ export async function mount(root, ctx) {
       top: top.map((i) => [i, adjusted[i]]), raw_top: topIds(raw, data.show).map((i) => [i, raw[i]]),
     });
     root.abProbabilities = adjusted;
+    report(ms);
     return ids;
   }
 
@@ -262,7 +268,9 @@ export async function mount(root, ctx) {
     const ids = await update();
     if (!ids) return;
     const { temperature: t, topK: k, seed: s, count: n } = settings();
+    const started = performance.now();
     const out = await continueIds(ort, session, data, ids, n, t, k, randomStream(s));
+    report((performance.now() - started) / Math.max(1, out.ids.length + (out.stopped ? 1 : 0)));
     const words = out.ids.map((i) => data.tokens[i]);
     text.textContent = `${prompt.value.trim()} ▸ ${decode(words)}${out.stopped ? " <eos>" : ""}` +
       `\n(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
@@ -308,5 +316,5 @@ export async function mount(root, ctx) {
   generateButton.addEventListener("click", () => queue(generate));
   stepButton.addEventListener("click", () => queue(step));
   await queue(generate);
-  if (ctx.status) ctx.status("");
+  if (ctx.status) ctx.status("The model runs in your browser: every number above is computed in this page.");
 }

@@ -83,7 +83,9 @@ def next_token_probs(
     """The distribution the package samples the next token from, given one position's ``scores`` (vocab,)."""
     scores = scores.float().clone()
     scores[banned_ids(tok)] = float("-inf")
-    return ab.next_token_distribution(scores, temperature, top_k or None)
+    return ab.models.decoding.next_token_distribution(
+        scores, temperature, top_k or None
+    )
 
 
 def _figure_html(fig) -> str:

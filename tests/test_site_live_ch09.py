@@ -1,0 +1,196 @@
+"""Chapter 9's live view in the built site: a prompt the test chose, continued in Chromium,
+against the package's answer for the same prompt.
+
+The page runs the graph the notebook exported into ``_static/live/models/``. The test runs
+that very file with onnxruntime (PyPI) behind a stand-in ``nn.Module``, so the package's own
+tokenizer (rebuilt as the notebook builds it), ``ab.models.decoding.next_token_distribution`` and
+``ab.generate`` give the expected numbers: the next-token distribution after the prompt at the
+chosen temperature and top-k (to 1e-4), and the greedy continuation token for token. Run it
+after ``make book``; it serves ``_build/html`` on 127.0.0.1 and blocks every other request.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from torch import nn
+
+import attention_book as ab
+from attention_book.book.live_ch09 import next_token_probs
+
+pytestmark = pytest.mark.browser
+
+DOC = "notebooks/ch09_pretraining"
+NAME = "ch09.generate"
+MODELS = HTML / "_static" / "live" / "models"
+# The test's own prompt: a capital, a word outside the vocabulary, punctuation, extra spaces.
+PROMPT = "The   Time Traveller looked at zorblattic Weena ,  and"
+TEMPERATURE, TOP_K = 0.7, 7
+GREEDY_WORDS = 15
+
+
+class OnnxLM(nn.Module):
+    """The exported graph behind the interface ``ab.generate`` reads: ``model(ids)[:, -1]`` and ``max_len``."""
+
+    def __init__(self, path, max_len: int):
+        super().__init__()
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        self.max_len = max_len
+        # generate() reads the device of a parameter
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        assert ids.shape[1] <= self.max_len
+        (scores,) = self.session.run(
+            None, {self.session.get_inputs()[0].name: ids.numpy()}
+        )
+        return torch.from_numpy(scores)[:, None, :]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    manifest_path = MODELS / "ch09.generate.json"
+    if not (HTML / f"{DOC}.html").is_file() or not manifest_path.is_file():
+        pytest.skip(
+            f"no chapter 9 live view in {HTML}: build the site first with `make book`"
+        )
+    pytest.importorskip("onnxruntime")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    data = manifest["data"]
+    # The notebook's tokenizer, built the way the notebook builds it.
+    tok = ab.load_corpus(
+        level="word", min_freq=3, extra_tokens=("<copy>", "<reverse>"), verbose=False
+    ).tokenizer
+    assert list(tok.vocab.idx_to_token) == data["tokens"], (
+        "the page's vocabulary is not the notebook's"
+    )
+    model = OnnxLM(MODELS / manifest["models"]["next"]["file"], data["max_len"])
+    return tok, model, data
+
+
+def _settle(live, key: str, expect: dict):
+    """Wait until the view has finished and its ``data-<key>`` JSON holds ``expect``; return that JSON."""
+    live.page.wait_for_function(
+        """([sel, key, expect]) => {
+            const root = document.querySelector(sel);
+            if (!root || root.dataset.busy !== 'false' || !root.dataset[key]) return false;
+            const got = JSON.parse(root.dataset[key]);
+            return Object.entries(expect).every(([k, v]) => JSON.stringify(got[k]) === JSON.stringify(v));
+        }""",
+        arg=[live.root, key, expect],
+    )
+    return json.loads(live.page.get_attribute(live.root, f"data-{key}"))
+
+
+def _wait(live, condition: str) -> None:
+    """Wait until ``condition`` (JavaScript over the view's root ``r``) holds and the view is idle."""
+    live.page.wait_for_function(
+        f"(root) => {{ const r = document.querySelector(root); return r.dataset.busy === 'false' && ({condition}); }}",
+        arg=live.root,
+    )
+
+
+def test_chapter9_live_view_matches_the_package(site, browser, reference):  # noqa: F811
+    tok, model, data = reference
+    assert PROMPT not in data["examples"]
+    prompt_ids = tok.encode(PROMPT)
+    assert tok.unk_id in prompt_ids, (
+        "the test's prompt should hold a word outside the vocabulary"
+    )
+    with LivePage(browser, site, DOC, NAME) as live:
+        state = live.start()
+        print("time to first result (ms):", state["firstResultMs"])
+        root = live.root
+
+        # The next-token distribution after the test's prompt, at its temperature and top-k.
+        live.page.fill(f'{root} [name="prompt"]', PROMPT)
+        live.set_value('[name="top_k"]', TOP_K)
+        live.set_value('[name="temperature"]', TEMPERATURE)
+        shown = _settle(
+            live,
+            "distribution",
+            {"prompt": PROMPT, "temperature": TEMPERATURE, "top_k": TOP_K},
+        )
+        assert shown["ids"] == prompt_ids
+        unk_shown = live.page.locator(f"{root} .ab-tokens .ab-unk").all_inner_texts()
+        assert unk_shown == ["<unk>"] * prompt_ids.count(tok.unk_id)
+        ids = torch.tensor([[tok.bos_id] + prompt_ids])[:, -model.max_len :]
+        with torch.no_grad():
+            want = next_token_probs(model(ids)[0, -1], tok, TEMPERATURE, TOP_K)
+        got = np.array(
+            live.page.eval_on_selector(root, "r => Array.from(r.abProbabilities)")
+        )
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=0)
+        assert sorted(i for i, _ in shown["top"]) == sorted(
+            torch.nonzero(want).flatten().tolist()
+        )
+        for i, p in shown["top"]:
+            assert abs(p - float(want[i])) <= 1e-4
+
+        # Greedy continuation (temperature 0): token for token what ab.generate gives.
+        live.set_value('[name="temperature"]', 0)
+        live.set_value('[name="num_tokens"]', GREEDY_WORDS)
+        live.page.click(f'{root} [name="generate"]')
+        greedy = _settle(
+            live,
+            "continuation",
+            {"prompt": PROMPT, "temperature": 0, "count": GREEDY_WORDS},
+        )
+        expected = ab.generate(
+            model, tok, PROMPT, num_tokens=GREEDY_WORDS, temperature=0.0
+        )
+        assert tok.decode(greedy["ids"]) == expected
+        assert greedy["text"] == expected
+
+        # A sample with a seed: the same seed gives the same words, each within the top-k.
+        live.set_value('[name="temperature"]', 1.2)
+        live.set_value('[name="top_k"]', 5)
+        live.set_value('[name="seed"]', 11)
+        live.page.click(f'{root} [name="generate"]')
+        first = _settle(
+            live, "continuation", {"temperature": 1.2, "top_k": 5, "seed": 11}
+        )
+        live.page.eval_on_selector(root, "r => { r.dataset.continuation = ''; }")
+        live.page.click(f'{root} [name="generate"]')
+        again = _settle(
+            live, "continuation", {"temperature": 1.2, "top_k": 5, "seed": 11}
+        )
+        assert first["ids"] == again["ids"]
+        so_far = [tok.bos_id] + prompt_ids
+        for nxt in first["ids"]:
+            with torch.no_grad():
+                scores = model(torch.tensor([so_far[-model.max_len :]]))[0, -1]
+            assert next_token_probs(scores, tok, 1.2, 5)[nxt] > 0, (
+                f"{tok.vocab.to_tokens(nxt)!r} is outside the top 5"
+            )
+            so_far.append(nxt)
+
+        # Step appends one word to the prompt.
+        live.page.click(f'{root} [name="step"]')
+        _wait(live, f"r.querySelector('[name=prompt]').value.length > {len(PROMPT)}")
+        stepped = live.page.input_value(f'{root} [name="prompt"]')
+        assert len(tok.encode(stepped)) == len(prompt_ids) + 1
+
+        # A prompt with no tokens: a message, no distribution, no error.
+        live.page.fill(f'{root} [name="prompt"]', "  42 — #  ")
+        _wait(live, "r.dataset.distribution === ''")
+        assert "no tokens" in live.page.inner_text(f"{root} .ab-message")
+        print("per-step latency (ms):", live.dataset()["lastStepMs"])
+        assert live.events == []
+
+
+def test_chapter9_live_view_from_file_keeps_its_frame(browser, reference):  # noqa: F811
+    shown = open_from_file(browser, DOC, NAME)
+    assert shown["state"] == "file"
+    assert "python -m http.server -d _build/html" in shown["note"]
+    assert shown["fallback_shown"] and shown["fallback_images"] >= 1
