@@ -46,6 +46,13 @@ VIEWS = {
             s.value = String(-1.5 + 1.8 * Math.abs(((i * 0.13) % 2) - 1));
             s.dispatchEvent(new Event('input', {bubbles: true})); }""",
     },
+    "ch04.translate": {
+        "page": "notebooks/ch04_bahdanau",
+        # a typed sentence of 2 to 7 words submitted (encoder once, then greedy decoder steps)
+        "step": """(root, i) => { const words = ['we', 'are', 'very', 'tired', 'and', 'sick', 'today'];
+            root.querySelector('input[type=text]').value = words.slice(0, 2 + (i % 6)).join(' ') + ' .';
+            root.querySelector('form').requestSubmit(); }""",
+    },
     "ch08.draw": {
         "page": "notebooks/ch08_vision_transformer",
         # clear the box and draw one stroke, somewhat to the side each time (pointer events)
