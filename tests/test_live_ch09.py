@@ -310,3 +310,30 @@ emit({ greedy, sampled, again });
         probs = next_token_probs(model(torch.tensor([ids[-6:]]))[0, -1], tok, 1.3, 4)
         assert probs[nxt] > 0 and nxt not in data["banned"]
         ids.append(nxt)
+
+
+def test_widget_and_fallback(view, one_thread):
+    pytest.importorskip("ipywidgets")
+    form = view.widget()
+    prompt, temperature, top_k, seed, _ = form.children
+    assert (prompt.value, temperature.value, top_k.value, seed.value) == (
+        "the time traveller",
+        1.0,
+        0,
+        3,
+    )
+    prompt.value = "123 #"  # no tokens: a message, not an error
+    temperature.value = 0.0
+    top_k.value = 4
+    assert view.fallback_html().count("<img") == 1
+
+
+def test_a_model_too_big_for_a_page_is_not_exported(tok):
+    big = ab.DecoderOnlyLM(
+        tok.vocab_size, max_len=12, num_hiddens=256, num_heads=4, num_blks=3
+    )
+    view = GenerateView(big, tok)
+    assert view.models() == {}
+    assert "MB" in view.data()["too_large"]
+    small = GenerateView(small_model(tok), tok)
+    assert set(small.models()) == {"next"} and small.data()["too_large"] == ""

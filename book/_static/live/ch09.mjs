@@ -146,20 +146,25 @@ export async function continueIds(ort, session, data, ids, count, temperature, t
 // ---------------------------------------------------------------------------- the view
 
 const STYLE = `
-.ab-ch09 { display: grid; gap: .5rem; margin: .5rem 0; }
-.ab-ch09 label { display: inline-flex; gap: .4rem; align-items: center; margin-right: 1rem; }
-.ab-ch09 input[type=text] { width: 100%; max-width: 36rem; font-size: 1rem; padding: .2rem .4rem; }
-.ab-ch09 input[type=number] { width: 5rem; }
+.ab-ch09 { display: grid; gap: .5rem; margin: .5rem 0; max-width: 42rem; }
+.ab-ch09 .ab-row { display: flex; flex-wrap: wrap; gap: .4rem 1rem; align-items: center; }
+.ab-ch09 label { display: inline-flex; gap: .4rem; align-items: center; }
+.ab-ch09 .ab-prompt { flex: 1 1 16rem; min-width: 0; }
+.ab-ch09 .ab-prompt input { flex: 1; min-width: 0; font-size: 1rem; padding: .2rem .4rem; }
+.ab-ch09 select { max-width: 12rem; }
+.ab-ch09 input[type=number] { width: 4.5rem; }
+.ab-ch09 output { min-width: 2.5rem; }
+.ab-ch09 .ab-tokens { overflow-wrap: anywhere; }
 .ab-ch09 .ab-tokens code { margin-right: .3rem; }
 .ab-ch09 .ab-unk { color: #b00; }
-.ab-ch09 .ab-bars { display: grid; grid-template-columns: minmax(4rem, max-content) 1fr 4.5rem; gap: .15rem .5rem;
-  align-items: center; max-width: 40rem; font-size: .9rem; }
+.ab-ch09 .ab-bars { display: grid; grid-template-columns: minmax(3rem, max-content) minmax(0, 1fr) 3.5rem;
+  gap: .15rem .5rem; align-items: center; font-size: .9rem; }
 .ab-ch09 .ab-bar { position: relative; height: 1.1rem; background: #f2f2f2; }
 .ab-ch09 .ab-bar span { position: absolute; left: 0; }
 .ab-ch09 .ab-bar .ab-raw { top: 0; height: .45rem; background: #b3b3b3; }
 .ab-ch09 .ab-bar .ab-adj { bottom: 0; height: .6rem; background: #d62728; }
 .ab-ch09 .ab-message { color: #b00; }
-.ab-ch09 .ab-text { font-family: monospace; white-space: pre-wrap; }
+.ab-ch09 .ab-text { font-family: monospace; white-space: pre-wrap; overflow-wrap: anywhere; }
 `;
 
 function element(tag, attrs = {}, ...children) {
@@ -176,6 +181,8 @@ function labelled(text, ...inputs) {
 /** Build the view in `root` and run the model behind it (ctx from live.mjs: ort, data, session, status). */
 export async function mount(root, ctx) {
   const { ort, data } = ctx;
+  // A model too big for a page was not exported: the loader keeps the figure and shows why.
+  if (!ctx.manifest || !ctx.manifest.models.next) throw new Error(data.too_large || "the model was not exported");
   if (!document.getElementById("ab-ch09-style")) document.head.append(element("style", { id: "ab-ch09-style" }, STYLE));
   const prompt = element("input", { type: "text", value: data.prompt, "aria-label": "prompt", name: "prompt" });
   const examples = element("select", { "aria-label": "example prompts", name: "example" },
@@ -193,10 +200,11 @@ export async function mount(root, ctx) {
   const bars = element("div", { class: "ab-bars", role: "img" });
   const text = element("div", { class: "ab-text", "aria-live": "polite" });
   const view = element("div", { class: "ab-ch09" },
-    element("div", {}, labelled("prompt", prompt), labelled("examples", examples)),
-    element("div", {}, labelled("temperature", temperature, temperatureShown),
+    element("div", { class: "ab-row" }, element("label", { class: "ab-prompt" }, "prompt", prompt),
+      labelled("examples", examples)),
+    element("div", { class: "ab-row" }, labelled("temperature", temperature, temperatureShown),
       labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("words", count),
-      generateButton, " ", stepButton),
+      element("span", {}, generateButton, " ", stepButton)),
     tokensLine, message, caption, bars, text);
   // The loader's status line and the build's frames stay in root; the form goes before them.
   root.insertBefore(view, root.firstChild);
@@ -220,11 +228,14 @@ export async function mount(root, ctx) {
 
   function showBars(raw, adjusted, t, k) {
     const order = topIds(raw, data.show);
+    // The longest bar fills the row, so small probabilities stay visible; the numbers give the scale.
+    const longest = Math.max(...order.map((i) => Math.max(raw[i], adjusted[i])), 1e-12);
+    const width = (p) => `width:${((100 * p) / longest).toFixed(2)}%`;
     const rows = [];
     for (const i of order) {
       const bar = element("div", { class: "ab-bar" },
-        element("span", { class: "ab-raw", style: `width:${(100 * raw[i]).toFixed(2)}%` }),
-        element("span", { class: "ab-adj", style: `width:${(100 * adjusted[i]).toFixed(2)}%` }));
+        element("span", { class: "ab-raw", style: width(raw[i]) }),
+        element("span", { class: "ab-adj", style: width(adjusted[i]) }));
       rows.push(element("code", {}, data.tokens[i]), bar, element("span", {}, adjusted[i].toFixed(3)));
     }
     bars.replaceChildren(...rows);

@@ -27,7 +27,8 @@ from torch import nn
 
 import attention_book as ab
 
-from .live import LiveView
+from ..models.decoding import next_token_distribution
+from .live import MAX_MODEL_BYTES, LiveView
 
 __all__ = [
     "GenerateView",
@@ -83,9 +84,7 @@ def next_token_probs(
     """The distribution the package samples the next token from, given one position's ``scores`` (vocab,)."""
     scores = scores.float().clone()
     scores[banned_ids(tok)] = float("-inf")
-    return ab.models.decoding.next_token_distribution(
-        scores, temperature, top_k or None
-    )
+    return next_token_distribution(scores, temperature, top_k or None)
 
 
 def _figure_html(fig) -> str:
@@ -135,7 +134,25 @@ class GenerateView(LiveView):
     def max_len(self) -> int:
         return int(self.model.max_len)
 
+    def weight_bytes(self) -> int:
+        """Bytes of the model's float32 weights and buffers: what its ONNX file at least holds."""
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        return 4 * sum(t.numel() for t in tensors)
+
+    @property
+    def too_large(self) -> str:
+        """Why the model cannot run in the page ('' when it can)."""
+        if self.weight_bytes() <= MAX_MODEL_BYTES:
+            return ""
+        return (
+            f"This model's weights take {self.weight_bytes() / 1e6:.1f} MB, more than a page may "
+            f"load ({MAX_MODEL_BYTES / 1e6:.0f} MB), so it does not run here; the figure above "
+            "shows its next-token distribution for the example prompt."
+        )
+
     def models(self) -> dict:
+        if self.too_large:
+            return {}  # every reader would download it: the page keeps its figure and says why
         model = NextTokenScores(self.model).eval()
         length = min(8, self.max_len)
         ids = torch.tensor([[self.tok.bos_id] + [self.tok.eos_id] * (length - 1)])
@@ -157,16 +174,8 @@ class GenerateView(LiveView):
             "num_tokens": self.num_tokens,
             "show": self.show,
             "seed": self.seed,
+            "too_large": self.too_large,
         }
-
-    def scores(self, prompt: str) -> torch.Tensor:
-        """The model's scores for the token after ``prompt`` (vocab,), as the page computes them."""
-        ids = torch.tensor([[self.tok.bos_id] + self.tok.encode(prompt)])[
-            :, -self.max_len :
-        ]
-        with torch.no_grad():
-            self.model.eval()
-            return self.model(ids)[0, -1]
 
     def widget(self):
         import ipywidgets as widgets
