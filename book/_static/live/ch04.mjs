@@ -143,6 +143,8 @@ export function heatmap(result) {
 
 export function mount(root, ctx) {
   const { ort, data } = ctx;
+  // A model too big for a page was not exported: the loader keeps the translations and shows why.
+  if (!ctx.manifest.models.step) throw new Error(data.too_large || "the translator was not exported");
   const form = el("form", { class: "ab-live-form" });
   const input = el("input", { type: "text", "aria-label": "English sentence", size: 40,
     placeholder: "type an English sentence, e.g. we are tired .", spellcheck: "false" });
