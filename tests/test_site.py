@@ -182,6 +182,9 @@ JS_MATHJAX_DONE = """() => (window.MathJax && MathJax.startup && MathJax.startup
 JS_LIVE_SETTLED = """() => Array.from(document.querySelectorAll('.ab-live'))
     .every(r => r.dataset.state !== 'loading')"""
 
+JS_LIVE_SETTLED = """() => Array.from(document.querySelectorAll('.ab-live'))
+    .every(r => r.dataset.state !== 'loading')"""
+
 JS_OVERFLOW = """() => {
   const vw = window.innerWidth;
   const main = document.querySelector('#main-content') || document.querySelector('main');
