@@ -277,6 +277,11 @@ class Crawler:
         if self.page.locator(".ab-live").count():
             self.page.wait_for_timeout(200)
             self.page.wait_for_function(JS_LIVE_SETTLED, timeout=60_000)
+        # A live view (issue 31) that the screenshots brought into sight is loading its runtime and
+        # model: let it finish, so that leaving the page does not abort its requests.
+        if self.page.locator(".ab-live").count():
+            self.page.wait_for_timeout(200)
+            self.page.wait_for_function(JS_LIVE_SETTLED, timeout=60_000)
         unique = list(dict.fromkeys(self.events))  # the desktop and phone loads report alike
         visit.errors = [e for e in unique if not any(re.search(p, e) for p, _ in HARMLESS)]
         self.visits[docname] = visit
