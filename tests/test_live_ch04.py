@@ -331,3 +331,19 @@ def test_page_decoding_matches_package(trained, exported, tmp_path):
         assert_same_translation(
             page, reference_translation(model, data, sentence), sentence
         )
+
+
+def test_a_full_size_translator_stays_off_the_page(trained, monkeypatch, tmp_path):
+    _, data = trained
+    big = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 256, 256, 2)
+    view = ch04_live_view(big, data, ["i'm home ."])
+    assert "decoder" in view.too_large() and view.models() == {}
+    monkeypatch.setenv("ATTENTION_BOOK_EXPLORERS", "static")
+    monkeypatch.setenv("ATTENTION_BOOK_LIVE", str(tmp_path))
+    monkeypatch.delenv("ATTENTION_BOOK_FRAMES", raising=False)
+    live(view)
+    manifest = json.loads(
+        (tmp_path / "ch04.translate.json").read_text(encoding="utf-8")
+    )
+    assert manifest["models"] == {} and "too big" in manifest["data"]["too_large"]
+    assert list(tmp_path.glob("*.onnx")) == []

@@ -24,7 +24,7 @@ import attention_book as ab
 
 from ..core.config import frames_dir
 from ..data.text import BOS, EOS, PAD, preprocess_nmt, tokenize_nmt
-from .live import LiveView
+from .live import MAX_MODEL_BYTES, LiveView
 
 __all__ = [
     "DecoderStepGraph",
@@ -132,7 +132,30 @@ class TranslatorView(LiveView):
         self.corpus = data
         self.examples = [str(s) for s in examples]
 
+    def too_large(self) -> str:
+        """Why the page cannot run this model (a graph's weights over the page's limit), or ""."""
+        sizes = {
+            name: 4 * sum(p.numel() for p in part.parameters())
+            for name, part in (
+                ("encoder", self.model.encoder),
+                ("decoder", self.model.decoder),
+            )
+        }
+        big = {name: size for name, size in sizes.items() if size > MAX_MODEL_BYTES}
+        if not big:
+            return ""
+        parts = ", ".join(
+            f"the {name}'s take {size / 1e6:.1f} MB" for name, size in big.items()
+        )
+        return (
+            f"This translator's weights are too big for a page ({parts}; a page may load "
+            f"{MAX_MODEL_BYTES / 1e6:.0f} MB a graph), so it does not run here; the player above "
+            "shows its alignment maps."
+        )
+
     def models(self) -> dict:
+        if self.too_large():
+            return {}  # every reader would download it: the page keeps its translations and says why
         src = torch.zeros(1, self.corpus.num_steps, dtype=torch.long)
         with torch.no_grad():
             enc_outputs, hidden = self.model.encoder(src)
@@ -160,6 +183,7 @@ class TranslatorView(LiveView):
             save_reference(self.model, self.corpus, frames / "live" / f"{self.name}.pt")
         src_vocab, tgt_vocab = self.corpus.src_vocab, self.corpus.tgt_vocab
         return {
+            "too_large": self.too_large(),
             "src_vocab": src_vocab.idx_to_token,
             "tgt_vocab": tgt_vocab.idx_to_token,
             "num_steps": self.corpus.num_steps,
