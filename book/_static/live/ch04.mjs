@@ -149,6 +149,7 @@ export function mount(root, ctx) {
   const input = el("input", { type: "text", "aria-label": "English sentence", size: 40,
     placeholder: "type an English sentence, e.g. we are tired .", spellcheck: "false" });
   input.value = data.examples[0] || "";
+  input.style.maxWidth = "100%";
   const button = el("button", { type: "submit" }, "Translate");
   form.append(input, " ", button);
   const examples = el("div", { class: "ab-live-examples" });
