@@ -182,9 +182,6 @@ JS_MATHJAX_DONE = """() => (window.MathJax && MathJax.startup && MathJax.startup
 JS_LIVE_SETTLED = """() => Array.from(document.querySelectorAll('.ab-live'))
     .every(r => r.dataset.state !== 'loading')"""
 
-JS_LIVE_SETTLED = """() => Array.from(document.querySelectorAll('.ab-live'))
-    .every(r => r.dataset.state !== 'loading')"""
-
 JS_OVERFLOW = """() => {
   const vw = window.innerWidth;
   const main = document.querySelector('#main-content') || document.querySelector('main');
@@ -272,11 +269,6 @@ class Crawler:
         visit.phone_overflow = self.page.evaluate(JS_OVERFLOW)
         (SCREENSHOTS / "phone").mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(SCREENSHOTS / "phone" / f"{_slug(docname)}.png"), full_page=True)
-        # A live view (issue 31) that the screenshots brought into sight is loading its runtime and
-        # model: let it finish, so that leaving the page does not abort its requests.
-        if self.page.locator(".ab-live").count():
-            self.page.wait_for_timeout(200)
-            self.page.wait_for_function(JS_LIVE_SETTLED, timeout=60_000)
         # A live view (issue 31) that the screenshots brought into sight is loading its runtime and
         # model: let it finish, so that leaving the page does not abort its requests.
         if self.page.locator(".ab-live").count():
