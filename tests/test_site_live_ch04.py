@@ -26,8 +26,12 @@ pytestmark = pytest.mark.browser
 DOC, NAME = "notebooks/ch04_bahdanau", "ch04.translate"
 TOL = 1e-4
 # Not among the page's examples: unknown words, capitals and no space before "!", a sentence
-# longer than the model's num_steps (the page trims it as the package does).
-TYPED = ["My cat is VERY tired!", "i am happy , but she is not home today , sadly ."]
+# longer than the model's num_steps (the page trims it as the package does), accented capitals.
+TYPED = [
+    "My cat is VERY tired!",
+    "i am happy , but she is not home today , sadly .",
+    "ÉLODIE   is RICH?",
+]
 
 
 @pytest.fixture(scope="module")
