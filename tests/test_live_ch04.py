@@ -85,7 +85,7 @@ def trained():
         data = ab.load_translation(
             pairs=synthetic_pairs(300), num_train=240, num_val=60, verbose=False
         )
-        model, _ = ab.train_translator(
+        model, _ = ab.experiments.translation.train_translator(
             data,
             embed_size=32,
             num_hiddens=32,

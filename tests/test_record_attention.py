@@ -26,7 +26,7 @@ def _transformer():
 
 def _reverser(scoring):
     heads = 2 if scoring == "dot" else 1
-    model = ab.SequencePredictor(10, num_hiddens=16, num_heads=heads, num_blks=2, scoring=scoring).eval()
+    model = ab.experiments.reversal.SequencePredictor(10, num_hiddens=16, num_heads=heads, num_blks=2, scoring=scoring).eval()
     return model, lambda: model(_ids(3, 7, 10)), [("self", (3, heads, 7, 7))] * 2
 
 

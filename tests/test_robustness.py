@@ -272,7 +272,7 @@ def _device_cases():
                                                                      torch.zeros(2, 1, 16, device=dev)))),
         "ViT": (ab.ViT(28, 14, 16, 32, 2, 1, 0.0, 0.0), lambda m, dev: m(torch.randn(2, 1, 28, 28, device=dev))),
         "OffsetTaskModel": (ab.experiments.offset_task.OffsetTaskModel(num_heads=2), lambda m, dev: m(_ids(2, 8, 8).to(dev))),
-        "SequencePredictor": (ab.SequencePredictor(10, 16, 2), lambda m, dev: m(_ids(2, 7, 10).to(dev))),
+        "SequencePredictor": (ab.experiments.reversal.SequencePredictor(10, 16, 2), lambda m, dev: m(_ids(2, 7, 10).to(dev))),
         "NadarayaWatson": (ab.models.kernels.NadarayaWatson(torch.rand(5), torch.rand(5)), lambda m, dev: m(torch.rand(3, device=dev))),
     }
 
@@ -305,7 +305,7 @@ def test_num_heads_must_be_an_integer(bad):
                  lambda: ab.TransformerDecoderBlock(8, 16, bad),
                  lambda: ab.ViT(28, 14, 8, 16, bad, 1, 0.0, 0.0),
                  lambda: ab.experiments.offset_task.OffsetTaskModel(num_heads=bad),
-                 lambda: ab.SequencePredictor(10, 8, bad),
+                 lambda: ab.experiments.reversal.SequencePredictor(10, 8, bad),
                  lambda: ab.transpose_qkv(torch.zeros(1, 2, 8), bad)):
         with pytest.raises(ValueError, match="num_heads must be an integer"):
             make()
@@ -325,10 +325,10 @@ def test_num_heads_must_be_an_integer(bad):
     (lambda: ab.Seq2SeqDecoder(13, True, 16, 1), "embed_size"),
     (lambda: ab.ViT(28, 14, 16, 32, 2, 1.5, 0.0, 0.0), "num_blks"),
     (lambda: ab.ViT(28, 14, 16, 32.0, 2, 1, 0.0, 0.0), "mlp_num_hiddens"),
-    (lambda: ab.models.vit.ImageBatches(torch.zeros(4, 1, 8, 8), torch.zeros(4), 2.0, 8), "batch_size"),
-    (lambda: ab.reverse_loaders(batch_size=2.5), "batch_size"),
-    (lambda: ab.models.transformer.reverse_dataset(10.0), "num_samples"),
-    (lambda: ab.models.transformer.warmup_cosine_factor(0, 1, 10.0), "max_steps"),
+    (lambda: ab.data.images.ImageBatches(torch.zeros(4, 1, 8, 8), torch.zeros(4), 2.0, 8), "batch_size"),
+    (lambda: ab.experiments.reversal.reverse_loaders(batch_size=2.5), "batch_size"),
+    (lambda: ab.experiments.reversal.reverse_dataset(10.0), "num_samples"),
+    (lambda: ab.core.train.warmup_cosine_factor(0, 1, 10.0), "max_steps"),
     (lambda: ab.experiments.offset_task.make_offset_task(10, seq_len=8.0), "seq_len"),
     (lambda: ab.LearnedPositionalEmbedding(8, max_len=4.0), "max_len"),
     (lambda: ab.sinusoidal_table(4, 8.0), "num_hiddens"),
@@ -397,7 +397,7 @@ class _Failing(nn.Module):
 
 @pytest.mark.parametrize("helper", [
     lambda m: ab.experiments.offset_task.task_accuracy(m, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
-    lambda m: ab.token_accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
+    lambda m: ab.experiments.reversal.token_accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
     lambda m: ab.image_accuracy(m, [(torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))]),
 ])
 def test_evaluation_helpers_restore_train_mode_even_on_error(helper):

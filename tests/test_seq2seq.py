@@ -136,7 +136,7 @@ def test_plain_decoder_rejects_bad_input():
     with pytest.raises(ValueError, match="integer token ids, got dtype torch.float32"):
         model.decoder(torch.zeros(2, 3), state)
     with pytest.raises(ValueError, match="attention must be 'additive' or 'dot', got 'none'"):
-        ab.train_translator(_synthetic_data(), attention="none", epochs=1, progress=False)
+        ab.experiments.translation.train_translator(_synthetic_data(), attention="none", epochs=1, progress=False)
 
 
 # --- loss ---------------------------------------------------------------------------------------
@@ -335,7 +335,7 @@ def test_the_fallback_corpus_is_learnt_quickly(one_thread):
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 32, 64, 1, 0.0)
     ab.fit(model, data.train_loader(), ab.translation_loss(data.tgt_vocab[ab.data.text.PAD]), epochs=15, lr=0.01,
            clip_grad=1.0, progress=False)
-    scores = ab.evaluate_translation(model, data, "val")
+    scores = ab.experiments.translation.evaluate_translation(model, data, "val")
     assert scores["bleu"] > 0.9, scores
     engs = ["go .", "i lost .", "he's calm .", "i'm home ."]
     fras = ["va !", "j'ai perdu .", "il est calme .", "je suis chez moi ."]
@@ -355,20 +355,20 @@ def test_translate_handles_unknown_empty_and_long_sentences(capsys):
     assert ab.translate(model, data, []) == []
     with pytest.raises(ValueError, match="2 sentences but 1 references"):
         ab.translate(model, data, ["a", "b"], ["c"])
-    rows = ab.translation_table(model, data, ["go ."], ["va !"])
+    rows = ab.experiments.translation.translation_table(model, data, ["go ."], ["va !"])
     assert "go . => [" in capsys.readouterr().out and len(rows) == 1
 
 
 def test_attention_map_labels_tokens():
     data = _synthetic_data()
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
-    fig = ab.attention_map(model, data, "i'm home .", "je suis chez moi .")
+    fig = ab.experiments.translation.attention_map(model, data, "i'm home .", "je suis chez moi .")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["i'm", "home", ".", ab.data.text.EOS]
     (result,) = ab.translate(model, data, ["i'm home ."], save_attention=True)
     assert len(ax.get_yticklabels()) == result.attention.shape[0]
     assert fig._suptitle.get_text().startswith("i'm home . => ") and "BLEU" in fig._suptitle.get_text()
-    fig = ab.attention_map(model, data, "zorglub .")
+    fig = ab.experiments.translation.attention_map(model, data, "zorglub .")
     assert fig.axes[0].get_xticklabels()[0].get_text() == "zorglub (unk)"
 
 
@@ -380,27 +380,27 @@ def test_plain_model_translates_without_attention_maps():
     (beamed,) = ab.translate(model, data, ["go ."], beam_size=2)
     assert len(beamed.tokens) <= data.num_steps and beamed.attention is None
     with pytest.raises(ValueError, match="exposed no attention weights"):
-        ab.attention_map(model, data, "i'm home .")
+        ab.experiments.translation.attention_map(model, data, "i'm home .")
 
 
 def test_evaluate_by_length_splits_the_mean_by_source_length():
     data = _synthetic_data()
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
-    groups = ab.evaluate_by_length(model, data, "val")
+    groups = ab.experiments.translation.evaluate_by_length(model, data, "val")
     assert list(groups) == sorted(groups) and sum(g["pairs"] for g in groups.values()) == data.num_val
     val_pairs = data.raw_pairs[data.num_train:data.num_train + data.num_val]
     lengths = sorted({len(ab.data.text.tokenize_nmt(ab.data.text.preprocess_nmt(en))) - 1 for en, _ in val_pairs})
     assert list(groups) == lengths  # tokens before <eos>, punctuation included
-    overall = ab.evaluate_translation(model, data, "val")
+    overall = ab.experiments.translation.evaluate_translation(model, data, "val")
     for key in ("bleu", "exact"):
         weighted = sum(g["pairs"] * g[key] for g in groups.values()) / data.num_val
         assert weighted == pytest.approx(overall[key])
         assert all(0.0 <= g[key] <= 1.0 for g in groups.values())
     with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
-        ab.evaluate_by_length(model, data, "test")
+        ab.experiments.translation.evaluate_by_length(model, data, "test")
     no_val = ab.load_translation(batch_size=64, num_val=0, pairs=ab.data.text.synthetic_pairs(640), verbose=False)
     with pytest.raises(ValueError, match="split 'val' of the data has no pairs"):
-        ab.evaluate_by_length(model, no_val, "val")
+        ab.experiments.translation.evaluate_by_length(model, no_val, "val")
 
 
 # --- the chapter's assignment checker ---------------------------------------------------------------
@@ -433,32 +433,32 @@ def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
 def test_train_and_compare_translators_record_validation_loss(one_thread):
     data = _synthetic_data(batch_size=128)
     tiny = dict(embed_size=8, num_hiddens=8, num_layers=1, epochs=2, progress=False)
-    rows = ab.compare_translators(data, {"additive": dict(attention="additive"), "plain": dict(attention=None)},
+    rows = ab.experiments.translation.compare_translators(data, {"additive": dict(attention="additive"), "plain": dict(attention=None)},
                                   **tiny)
     assert [r["variant"] for r in rows] == ["additive", "plain"]
     for row in rows:
         assert len(row["history"].metrics["val loss"]) == 2
-        assert row["val loss"] == pytest.approx(ab.validation_loss(row["model"], data))
+        assert row["val loss"] == pytest.approx(ab.experiments.translation.validation_loss(row["model"], data))
         assert 0.0 <= row["val BLEU"] <= 1.0 and math.isfinite(row["train loss"])
     assert isinstance(rows[1]["model"].decoder, ab.Seq2SeqDecoder)  # attention=None: the plain model
     # the same seed gives the same model, with or without attention
-    again, _ = ab.train_translator(data, attention="additive", **tiny)
+    again, _ = ab.experiments.translation.train_translator(data, attention="additive", **tiny)
     for p, q in zip(again.parameters(), rows[0]["model"].parameters()):
         torch.testing.assert_close(p, q)
-    plain, _ = ab.train_translator(data, attention=None, **tiny)
+    plain, _ = ab.experiments.translation.train_translator(data, attention=None, **tiny)
     for p, q in zip(plain.parameters(), rows[1]["model"].parameters()):
         torch.testing.assert_close(p, q)
     with pytest.raises(ValueError, match="split must be 'train' or 'val', got 'test'"):
-        ab.evaluate_translation(again, data, "test")
+        ab.experiments.translation.evaluate_translation(again, data, "test")
 
 
 def test_train_translator_follows_the_book_seed(monkeypatch):
     data = _synthetic_data(batch_size=128)
     tiny = dict(embed_size=8, num_hiddens=8, num_layers=1, epochs=1, progress=False)
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "3")
-    by_default, _ = ab.train_translator(data, **tiny)
-    pinned, _ = ab.train_translator(data, seed=3, **tiny)
-    other, _ = ab.train_translator(data, seed=4, **tiny)
+    by_default, _ = ab.experiments.translation.train_translator(data, **tiny)
+    pinned, _ = ab.experiments.translation.train_translator(data, seed=3, **tiny)
+    other, _ = ab.experiments.translation.train_translator(data, seed=4, **tiny)
     for p, q in zip(by_default.parameters(), pinned.parameters()):
         torch.testing.assert_close(p, q)
     assert any(not torch.equal(p, q) for p, q in zip(pinned.parameters(), other.parameters()))
@@ -486,9 +486,9 @@ def test_bleu_checker_accepts_the_reference_and_rejects_no_clipping():
 
 def test_teacher_forced_scores_take_the_validation_loss_apart(one_thread):
     data = _synthetic_data(batch_size=128)
-    model, _ = ab.train_translator(data, embed_size=8, num_hiddens=8, num_layers=1, epochs=2, progress=False)
-    scores = ab.teacher_forced_scores(model, data)
-    assert scores["loss"] == pytest.approx(ab.validation_loss(model, data), rel=1e-5)
+    model, _ = ab.experiments.translation.train_translator(data, embed_size=8, num_hiddens=8, num_layers=1, epochs=2, progress=False)
+    scores = ab.experiments.translation.teacher_forced_scores(model, data)
+    assert scores["loss"] == pytest.approx(ab.experiments.translation.validation_loss(model, data), rel=1e-5)
     assert 0.0 <= scores["accuracy"] <= 1.0
     # a wrong token costs at least log 2 (its right answer has at most half the probability)
     assert scores["loss when wrong"] >= math.log(2) - 1e-6
@@ -513,5 +513,5 @@ def test_teacher_forced_scores_of_a_model_that_always_knows():
     batches = list(data.val_loader())
     labels_of = {b[0].data_ptr(): b[3] for b in batches}
     data.val_loader = lambda: batches
-    scores = ab.teacher_forced_scores(Oracle(), data)
+    scores = ab.experiments.translation.teacher_forced_scores(Oracle(), data)
     assert scores["accuracy"] == 1.0 and scores["loss"] < 1e-6 and scores["loss when wrong"] == 0.0

@@ -198,9 +198,9 @@ def test_meta_device_forward():
         for _ in range(2):
             logits, state = model.decoder(tgt[:, :1], state)
         assert logits.shape == (2, 1, 11) and logits.device.type == "meta"
-        pred = ab.SequencePredictor(10, 16, 2, 1)
+        pred = ab.experiments.reversal.SequencePredictor(10, 16, 2, 1)
         assert pred(torch.zeros(3, 16, dtype=torch.long)).shape == (3, 16, 10)
-        add = ab.SequencePredictor(10, 16, 1, 1, scoring="additive")
+        add = ab.experiments.reversal.SequencePredictor(10, 16, 1, 1, scoring="additive")
         assert add(torch.zeros(3, 16, dtype=torch.long)).shape == (3, 16, 10)
         blk = ab.TransformerEncoderBlock(8, 16, 2, norm_first=True, causal=True)
         assert blk(torch.zeros(2, 4, 8)).device.type == "meta"
@@ -245,7 +245,7 @@ def test_decoder_positions_beyond_table_raise_while_decoding():
 
 
 def test_warmup_cosine_schedule_values():
-    f = ab.models.transformer.warmup_cosine_factor
+    f = ab.core.train.warmup_cosine_factor
     assert f(0, 10, 100) == 0.0
     assert f(5, 10, 100) == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 100)))
     assert f(10, 10, 100) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.1)))
@@ -267,28 +267,28 @@ def test_warmup_cosine_schedule_values():
 
 
 def test_reverse_data_and_predictor_shapes():
-    ds = ab.models.transformer.reverse_dataset(5, seq_len=16, num_classes=10, seed=0)
+    ds = ab.experiments.reversal.reverse_dataset(5, seq_len=16, num_classes=10, seed=0)
     X, Y = ds.tensors
     assert X.shape == (5, 16) and torch.equal(Y, X.flip(1)) and int(X.max()) < 10
-    model = ab.SequencePredictor(10, 16, 1, 1)
+    model = ab.experiments.reversal.SequencePredictor(10, 16, 1, 1)
     maps = model.attention_maps(X)
     assert len(maps) == 1 and maps[0].shape == (5, 1, 16, 16)
     assert model.training  # attention_maps restores the mode
-    add = ab.SequencePredictor(10, 16, 1, 1, scoring="additive")
+    add = ab.experiments.reversal.SequencePredictor(10, 16, 1, 1, scoring="additive")
     assert add.attention_maps(X)[0].shape == (5, 1, 16, 16)
 
 
 def test_reverse_data_follows_the_book_seed(monkeypatch):
     monkeypatch.delenv("ATTENTION_BOOK_SEED", raising=False)
-    default = ab.models.transformer.reverse_dataset(4).tensors[0]
-    assert torch.equal(default, ab.models.transformer.reverse_dataset(4, seed=0).tensors[0])
+    default = ab.experiments.reversal.reverse_dataset(4).tensors[0]
+    assert torch.equal(default, ab.experiments.reversal.reverse_dataset(4, seed=0).tensors[0])
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "3")
-    assert torch.equal(ab.models.transformer.reverse_dataset(4).tensors[0], ab.models.transformer.reverse_dataset(4, seed=3).tensors[0])
-    train, val, test = ab.reverse_loaders(2, num_train=4, num_val=3, num_test=2)
-    assert torch.equal(train.dataset.tensors[0], ab.models.transformer.reverse_dataset(4, seed=3).tensors[0])
-    assert torch.equal(val.dataset.tensors[0], ab.models.transformer.reverse_dataset(3, seed=4).tensors[0])
-    assert torch.equal(test.dataset.tensors[0], ab.models.transformer.reverse_dataset(2, seed=5).tensors[0])
-    assert not torch.equal(ab.models.transformer.reverse_dataset(4).tensors[0], default)
+    assert torch.equal(ab.experiments.reversal.reverse_dataset(4).tensors[0], ab.experiments.reversal.reverse_dataset(4, seed=3).tensors[0])
+    train, val, test = ab.experiments.reversal.reverse_loaders(2, num_train=4, num_val=3, num_test=2)
+    assert torch.equal(train.dataset.tensors[0], ab.experiments.reversal.reverse_dataset(4, seed=3).tensors[0])
+    assert torch.equal(val.dataset.tensors[0], ab.experiments.reversal.reverse_dataset(3, seed=4).tensors[0])
+    assert torch.equal(test.dataset.tensors[0], ab.experiments.reversal.reverse_dataset(2, seed=5).tensors[0])
+    assert not torch.equal(ab.experiments.reversal.reverse_dataset(4).tensors[0], default)
 
 
 def test_encoder_embedding_starts_as_in_d2l_and_the_reverser_small():
@@ -298,7 +298,7 @@ def test_encoder_embedding_starts_as_in_d2l_and_the_reverser_small():
     d = 64
     enc = ab.TransformerEncoder(500, d, 32, 4, 1)
     assert 0.9 < enc.embedding.weight.std().item() < 1.1
-    rev = ab.SequencePredictor(500, d, 1, 1)
+    rev = ab.experiments.reversal.SequencePredictor(500, d, 1, 1)
     assert 0.9 < (rev.encoder.embedding.weight * d ** 0.5).std().item() < 1.1
 
 
@@ -306,24 +306,24 @@ def test_encoder_embedding_starts_as_in_d2l_and_the_reverser_small():
 def test_reversal_learns_quickly():
     """A short run already reverses most positions (the chapter trains to 100%)."""
     ab.seed_everything(0)
-    train, val, _ = ab.reverse_loaders(128, num_train=12800, num_val=256, num_test=1)
-    model = ab.SequencePredictor(10, 32, 1, 1)
+    train, val, _ = ab.experiments.reversal.reverse_loaders(128, num_train=12800, num_val=256, num_test=1)
+    model = ab.experiments.reversal.SequencePredictor(10, 32, 1, 1)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
     sched = ab.warmup_cosine_schedule(opt, 50, 5 * len(train))
     with ab.single_thread():
-        ab.fit(model, train, ab.token_loss, epochs=5, optimizer=opt, scheduler=sched, clip_grad=5.0,
+        ab.fit(model, train, ab.experiments.reversal.token_loss, epochs=5, optimizer=opt, scheduler=sched, clip_grad=5.0,
                progress=False, device="cpu")
-    assert ab.token_accuracy(model, val) > 0.95
+    assert ab.experiments.reversal.token_accuracy(model, val) > 0.95
 
 
 def test_reversal_attention_profile_on_a_hand_made_map(monkeypatch):
-    model = ab.SequencePredictor(10, 8, 2, 1)
+    model = ab.experiments.reversal.SequencePredictor(10, 8, 2, 1)
     n = 4
     anti = torch.eye(n).flip(1)                      # all weight on key n-1-i
     blur = 0.5 * anti + 0.25 * (anti.roll(1, 1) + anti.roll(-1, 1))
     fake = torch.stack([anti, blur])[None].expand(3, 2, n, n)  # head 1 sharp, head 2 blurred
     monkeypatch.setattr(model, "attention_maps", lambda X: [fake])
-    profile = ab.reversal_attention_profile(model, torch.zeros(3, n, dtype=torch.long))
+    profile = ab.experiments.reversal.reversal_attention_profile(model, torch.zeros(3, n, dtype=torch.long))
     assert profile["argmax_on_target"] == 1.0
     assert profile["on_target"] == pytest.approx(0.75)
     # rows 1 and 2 have both neighbours inside the map; rows 0 and 3 lose the one that wrapped around
@@ -335,18 +335,18 @@ def test_schedule_figure_reads_a_real_scheduler():
 
     fig = ab.schedule_figure(warmup=20, max_steps=100, base_lr=1e-3)
     ys = fig.axes[0].lines[0].get_ydata()
-    assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.models.transformer.warmup_cosine_factor(20, 20, 100))
+    assert ys[0] == 0 and ys[20] == pytest.approx(1e-3 * ab.core.train.warmup_cosine_factor(20, 20, 100))
     plt.close(fig)
 
 
 def test_reversal_attention_figure_labels_positions_and_digits():
-    model = ab.SequencePredictor(10, 16, 1, 1)
+    model = ab.experiments.reversal.SequencePredictor(10, 16, 1, 1)
     X = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
-    fig = ab.reversal_attention_figure(model, X, index=1)
+    fig = ab.experiments.reversal.reversal_attention_figure(model, X, index=1)
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["0:5", "1:9", "2:2", "3:6"]
     with pytest.raises(ValueError, match="index"):
-        ab.reversal_attention_figure(model, X, index=2)
+        ab.experiments.reversal.reversal_attention_figure(model, X, index=2)
 
 
 def _tiny_translation_data():
@@ -358,26 +358,26 @@ def _tiny_translation_data():
 
 def test_train_transformer_and_translation_maps(one_thread):
     data = _tiny_translation_data()
-    model, history = ab.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
+    model, history = ab.experiments.translation.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
                                           dropout=0.0, lr=0.01, epochs=2, progress=False)
     assert len(history.train_loss) == 2 and len(history.metrics["val loss"]) == 2
-    _, again = ab.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
+    _, again = ab.experiments.translation.train_transformer(data, num_hiddens=16, ffn_num_hiddens=8, num_heads=2, num_blks=2,
                                     dropout=0.0, lr=0.01, epochs=2, progress=False, seed=ab.book_seed())
     assert again.train_loss == history.train_loss  # seed=None means the book's seed
-    maps = ab.translation_attention(model, data, "i'm home .")
+    maps = ab.experiments.translation.translation_attention(model, data, "i'm home .")
     S, T = len(maps["source"]), len(maps["queries"])
     assert maps["source"][-1] == "<eos>" and maps["queries"][0] == "<bos>"
     assert maps["encoder"].shape == (2, 2, S, S)
     assert maps["decoder_self"].shape == (2, 2, T, T) and maps["cross"].shape == (2, 2, T, S)
     assert torch.all(maps["decoder_self"].triu(1) == 0)
-    fig = ab.translation_attention_figure(maps, "cross", layer=2)
+    fig = ab.experiments.translation.translation_attention_figure(maps, "cross", layer=2)
     assert len(fig.axes) == 2 + 1  # two heads and the colour bar
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == maps["queries"]
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == maps["source"]
     with pytest.raises(ValueError, match="kind"):
-        ab.translation_attention_figure(maps, "self")
+        ab.experiments.translation.translation_attention_figure(maps, "self")
     with pytest.raises(ValueError, match="layer"):
-        ab.translation_attention_figure(maps, "encoder", layer=3)
+        ab.experiments.translation.translation_attention_figure(maps, "encoder", layer=3)
 
 
 def test_translation_attention_figure_stacks_heads_readably(one_thread):
@@ -385,17 +385,17 @@ def test_translation_attention_figure_stacks_heads_readably(one_thread):
     ab.seed_everything(0)
     model = ab.make_transformer(len(data.src_vocab), len(data.tgt_vocab), num_hiddens=16, ffn_num_hiddens=8,
                                 num_heads=2, num_blks=2, dropout=0.0)
-    maps = ab.translation_attention(model, data, "go .")
-    fig = ab.translation_attention_figure(maps, "encoder", heads_per_row=1)
+    maps = ab.experiments.translation.translation_attention(model, data, "go .")
+    fig = ab.experiments.translation.translation_attention_figure(maps, "encoder", heads_per_row=1)
     panels = fig.axes[:-1]  # the last axes is the colour bar
     assert [ax.get_title() for ax in panels] == [f"layer {i}, head {h}" for i in (1, 2) for h in (1, 2)]
     assert fig.get_figwidth() < 5  # one plot per row: a narrow figure, not shrunk in the page column
     # every plot keeps its token labels, at the style's tick size (9 pt)
     assert all(t.get_fontsize() >= 9 for ax in panels for t in ax.get_yticklabels())
     with pytest.raises(ValueError, match="heads_per_row"):
-        ab.translation_attention_figure(maps, "encoder", heads_per_row=3)
+        ab.experiments.translation.translation_attention_figure(maps, "encoder", heads_per_row=3)
     with pytest.raises(ValueError, match="heads_per_row"):
-        ab.translation_attention_figure(maps, "encoder", heads_per_row=0)
+        ab.experiments.translation.translation_attention_figure(maps, "encoder", heads_per_row=0)
 
 
 def test_schedule_figure_keeps_its_vertical_axis_for_every_warmup():
@@ -413,31 +413,31 @@ def test_warmup_experiment_runs_the_grid_from_shared_seeds(one_thread):
     import matplotlib.pyplot as plt
 
     kwargs = dict(lrs=(1e-3, 1e-2), warmups=(0, 2), num_seeds=2, epochs=1, num_train=256, seed=5)
-    rows = ab.warmup_experiment(**kwargs)
+    rows = ab.experiments.reversal.warmup_experiment(**kwargs)
     assert [(r["lr"], r["warmup"], r["seed"]) for r in rows] == [
         (lr, w, s) for s in (5, 6) for lr in (1e-3, 1e-2) for w in (0, 2)]
     assert all(len(r["val_accuracy"]) == 1 and 0 <= r["val_accuracy"][0] <= 1 for r in rows)
     # same seed, same schedule: the same run; another schedule: another run
-    again = ab.warmup_experiment(**{**kwargs, "num_seeds": 1})
+    again = ab.experiments.reversal.warmup_experiment(**{**kwargs, "num_seeds": 1})
     assert [r["train_loss"] for r in again] == [r["train_loss"] for r in rows[:4]]
     assert rows[0]["train_loss"] != rows[1]["train_loss"]
-    fig = ab.warmup_experiment_figure(rows)
+    fig = ab.experiments.reversal.warmup_experiment_figure(rows)
     assert len(fig.axes[0].collections) == 4  # one column of dots per setting
     plt.close(fig)
     with pytest.raises(ValueError, match="lrs"):
-        ab.warmup_experiment(lrs=(0.0,), num_seeds=1, epochs=1, num_train=128)
+        ab.experiments.reversal.warmup_experiment(lrs=(0.0,), num_seeds=1, epochs=1, num_train=128)
     with pytest.raises(ValueError, match="warmups"):
-        ab.warmup_experiment(warmups=(-1,), num_seeds=1, epochs=1, num_train=128)
+        ab.experiments.reversal.warmup_experiment(warmups=(-1,), num_seeds=1, epochs=1, num_train=128)
     with pytest.raises(ValueError, match="num_seeds"):
-        ab.warmup_experiment(num_seeds=0)
+        ab.experiments.reversal.warmup_experiment(num_seeds=0)
     with pytest.raises(ValueError, match="rows"):
-        ab.warmup_experiment_figure([])
+        ab.experiments.reversal.warmup_experiment_figure([])
 
 
 # --- the chapter's assignment checker ---------------------------------------------------------------
 
 def test_warmup_cosine_checker_accepts_reference_and_rejects_wrong_ones(capsys):
-    assert ch07.check_warmup_cosine(ab.models.transformer.warmup_cosine_factor)
+    assert ch07.check_warmup_cosine(ab.core.train.warmup_cosine_factor)
 
     def ramp_replaces_cosine(step, warmup, max_steps):  # warm-up ramp alone, cosine only afterwards
         if step < warmup:

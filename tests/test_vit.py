@@ -167,9 +167,9 @@ def test_meta_device_forward(make, training):
 @pytest.mark.slow
 def test_vit_learns_digits_quickly(one_thread):
     ab.seed_everything(0)
-    (x, y), (tx, ty) = ab.models.vit.load_digits_images(seed=0)
-    train = ab.models.vit.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True, seed=0)
-    test = ab.models.vit.ImageBatches(tx, ty, batch_size=360, img_size=8)
+    (x, y), (tx, ty) = ab.data.images.load_digits_images(seed=0)
+    train = ab.data.images.ImageBatches(x[:640], y[:640], batch_size=32, img_size=8, shuffle=True, seed=0)
+    test = ab.data.images.ImageBatches(tx, ty, batch_size=360, img_size=8)
     model = ab.ViT(8, 2, num_hiddens=32, mlp_num_hiddens=64, num_heads=4, num_blks=1, emb_dropout=0.0,
                    blk_dropout=0.0, lr=3e-3)
     before = ab.image_accuracy(model, test)
@@ -180,9 +180,9 @@ def test_vit_learns_digits_quickly(one_thread):
 
 def test_digits_split_and_order_follow_the_book_seed(monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_SEED", "2")
-    (x, y), _ = ab.models.vit.load_digits_images()
-    (x2, y2), _ = ab.models.vit.load_digits_images(seed=2)
-    (x0, _), _ = ab.models.vit.load_digits_images(seed=0)
+    (x, y), _ = ab.data.images.load_digits_images()
+    (x2, y2), _ = ab.data.images.load_digits_images(seed=2)
+    (x0, _), _ = ab.data.images.load_digits_images(seed=0)
     assert torch.equal(x, x2) and torch.equal(y, y2) and not torch.equal(x, x0)
     data, pinned = ab.load_image_data("digits", 8, 16), ab.load_image_data("digits", 8, 16, seed=2)
     assert torch.equal(next(iter(data.train))[1], next(iter(pinned.train))[1])
@@ -230,11 +230,11 @@ def test_read_idx_round_trip_gzip_and_plain(tmp_path):
     images = np.arange(3 * 4 * 5, dtype=np.uint8).reshape(3, 4, 5)
     gz = tmp_path / "images-idx3-ubyte.gz"
     gz.write_bytes(gzip.compress(_idx_bytes(images)))
-    np.testing.assert_array_equal(ab.models.vit.read_idx(gz), images)
+    np.testing.assert_array_equal(ab.data.images.read_idx(gz), images)
     plain = tmp_path / "values-idx1"
     ints = np.array([1, -2, 300000], dtype=np.int32)
     plain.write_bytes(_idx_bytes(ints, 0x0C))
-    np.testing.assert_array_equal(ab.models.vit.read_idx(plain), ints)
+    np.testing.assert_array_equal(ab.data.images.read_idx(plain), ints)
 
 
 def test_read_idx_truncated_file_is_a_clear_error(tmp_path):
@@ -242,22 +242,22 @@ def test_read_idx_truncated_file_is_a_clear_error(tmp_path):
     short = tmp_path / "short.gz"
     short.write_bytes(gzip.compress(_idx_bytes(images)[:-100]))
     with pytest.raises(ValueError, match=r"shape \(10, 28, 28\).*7840 bytes.*7740.*truncated"):
-        ab.models.vit.read_idx(short)
+        ab.data.images.read_idx(short)
     cut_stream = tmp_path / "cut.gz"
     cut_stream.write_bytes(gzip.compress(_idx_bytes(images))[:40])
     with pytest.raises(ValueError, match="damaged or cut short"):
-        ab.models.vit.read_idx(cut_stream)
+        ab.data.images.read_idx(cut_stream)
 
 
 def test_read_idx_wrong_magic_number(tmp_path):
     bad = tmp_path / "bad.gz"
     bad.write_bytes(gzip.compress(b"\x00\x00\x07\x01" + struct.pack(">I", 2) + b"ab"))
     with pytest.raises(ValueError, match="not an IDX file — magic number 00 00 07 01"):
-        ab.models.vit.read_idx(bad)
+        ab.data.images.read_idx(bad)
     tiny = tmp_path / "tiny"
     tiny.write_bytes(b"\x00")
     with pytest.raises(ValueError, match="too short"):
-        ab.models.vit.read_idx(tiny)
+        ab.data.images.read_idx(tiny)
 
 
 def test_fashion_mnist_is_registered_with_md5_hashes():
@@ -279,8 +279,8 @@ def test_load_fashion_mnist_reads_the_four_files(monkeypatch, tmp_path):
             path = tmp_path / f"{prefix}-{kind}-ubyte.gz"
             path.write_bytes(gzip.compress(_idx_bytes(array)))
             files[path.name] = (path, array)
-    monkeypatch.setattr(abvit, "fetch", lambda name, fname: files[fname][0])
-    X, y = ab.models.vit.load_fashion_mnist(train=False)
+    monkeypatch.setattr(ab.data.images, "fetch", lambda name, fname: files[fname][0])
+    X, y = ab.data.images.load_fashion_mnist(train=False)
     assert X.shape == (3, 1, 28, 28) and X.dtype == torch.uint8 and y.dtype == torch.int64
     np.testing.assert_array_equal(X[:, 0].numpy(), files["t10k-images-idx3-ubyte.gz"][1])
     data = ab.load_image_data("fashion-mnist", 32, 2)
@@ -294,7 +294,7 @@ def test_fashion_mnist_offline_falls_back_to_digits(monkeypatch, tmp_path):
     def offline(*args, **kwargs):
         raise ab.data.registry.DataUnavailableError("no network in this test")
 
-    monkeypatch.setattr(abvit, "fetch", offline)
+    monkeypatch.setattr(ab.data.images, "fetch", offline)
     data = ab.load_image_data("fashion-mnist", 16, 32)
     assert data.name == "digits" and "unavailable" in data.note
     with pytest.raises(ab.data.registry.DataUnavailableError):
@@ -306,9 +306,9 @@ def test_fashion_mnist_offline_falls_back_to_digits(monkeypatch, tmp_path):
 # --- batches ---------------------------------------------------------------------------------
 
 def test_image_batches_resize_on_the_fly_and_cover_every_example():
-    (x, y), (tx, ty) = ab.models.vit.load_digits_images()
+    (x, y), (tx, ty) = ab.data.images.load_digits_images()
     assert x.shape[1:] == (1, 8, 8) and x.dtype == torch.uint8 and len(x) + len(tx) == 1797
-    batches = ab.models.vit.ImageBatches(x, y, batch_size=100, img_size=(16, 24), shuffle=True)
+    batches = ab.data.images.ImageBatches(x, y, batch_size=100, img_size=(16, 24), shuffle=True)
     seen = []
     for X, Y in batches:
         assert X.shape[1:] == (1, 16, 24) and X.dtype == torch.float32
@@ -318,7 +318,7 @@ def test_image_batches_resize_on_the_fly_and_cover_every_example():
     first, second = next(iter(batches))[1], next(iter(batches))[1]
     assert not torch.equal(first, second), "the order should change every epoch"
     with pytest.raises(ValueError, match="images must be"):
-        ab.models.vit.ImageBatches(x[:, 0], y, 10, 8)
+        ab.data.images.ImageBatches(x[:, 0], y, 10, 8)
 
 
 def _resized_on_the_cpu(images: torch.Tensor, img_size) -> torch.Tensor:
@@ -338,8 +338,8 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("img_size", [(16, 24), (4, 4), (8, 8)])  # growing, shrinking (anti-aliased), unchanged
 def test_image_batches_on_the_device_match_the_cpu_resize(device, img_size):
-    (x, y), _ = ab.models.vit.load_digits_images(seed=0)
-    batches = ab.models.vit.ImageBatches(x[:300], y[:300], batch_size=64, img_size=img_size, shuffle=True, seed=1, device=device)
+    (x, y), _ = ab.data.images.load_digits_images(seed=0)
+    batches = ab.data.images.ImageBatches(x[:300], y[:300], batch_size=64, img_size=img_size, shuffle=True, seed=1, device=device)
     order = torch.randperm(300, generator=torch.Generator().manual_seed(1))
     for k, (X, Y) in enumerate(batches):
         assert X.device.type == device and Y.device.type == device
@@ -390,7 +390,7 @@ def test_checker_accepts_reference_and_rejects_wrong_orders(capsys):
     assert ab.assignments.check_patchify(ab.patchify, verbose=False)
 
     def channel_last(X, patch_size):  # flattens each patch (row, column, channel): a classic slip
-        ph, pw = abvit._pair(patch_size, "patch_size")
+        ph, pw = ab.core.checks.check_size_pair("patch_size", patch_size)
         b, c, h, w = X.shape
         P = X.reshape(b, c, h // ph, ph, w // pw, pw).permute(0, 2, 4, 3, 5, 1)
         return P.reshape(b, -1, c * ph * pw)
@@ -400,7 +400,7 @@ def test_checker_accepts_reference_and_rejects_wrong_orders(capsys):
     assert "different embedding" in capsys.readouterr().out
 
     def plain_reshape(X, patch_size):  # reshape without permute: the pixels end up in the wrong patches
-        ph, pw = abvit._pair(patch_size, "patch_size")
+        ph, pw = ab.core.checks.check_size_pair("patch_size", patch_size)
         b, c, h, w = X.shape
         return X.reshape(b, (h // ph) * (w // pw), c * ph * pw)
 

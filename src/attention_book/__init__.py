@@ -19,7 +19,9 @@ Everything else (validators, helpers, the experiments) is imported from its modu
 Each name is defined once, in the module named after its concept.
 """
 
-from . import assignments, book, core, data, experiments, models  # noqa: F401
+# ruff: noqa: F401  (this file only re-exports)
+
+from . import assignments, book, core, data, experiments, models
 
 # core: settings, figures' style, the training loop, the memory yardstick
 from .core.config import (
@@ -36,14 +38,23 @@ from .core.config import (
     training_precision,
     distributed_run,
     is_main_process,
-)  # noqa: F401
-from .core.plot import use_book_style, show_heatmaps, plot_curves  # noqa: F401
-from .core.train import fit, PRECISIONS, grad_clipping, evaluating, IGNORE  # noqa: F401
-from .core.memory import PeakMemory, peak_memory  # noqa: F401
+)
+from .core.plot import use_book_style, show_heatmaps, plot_curves
+from .core.train import (
+    fit,
+    PRECISIONS,
+    grad_clipping,
+    evaluating,
+    IGNORE,
+    warmup_cosine_schedule,
+    schedule_figure,
+)
+from .core.memory import PeakMemory, peak_memory
 
 # data: downloads, the translation pairs, the tokenizer and corpus
-from .data.text import load_translation, bleu, bleu_parts  # noqa: F401
-from .data.corpus import synthetic_corpus, load_corpus  # noqa: F401
+from .data.images import load_image_data
+from .data.text import load_translation, bleu, bleu_parts
+from .data.corpus import synthetic_corpus, load_corpus
 
 # models: the building blocks the chapters teach
 from .models.attention import (
@@ -59,7 +70,7 @@ from .models.attention import (
     MultiHeadAttention,
     transpose_qkv,
     transpose_output,
-)  # noqa: F401
+)
 from .models.scoring import (
     DistanceAttention,
     BilinearAttention,
@@ -72,7 +83,7 @@ from .models.scoring import (
     scoring_flops,
     plot_scoring_costs,
     plot_token_weights,
-)  # noqa: F401
+)
 from .models.kernels import (
     KERNEL_NAMES,
     gaussian_kernel,
@@ -88,7 +99,7 @@ from .models.kernels import (
     estimate_weights,
     kernel_explorer_figure,
     width_objectives_figure,
-)  # noqa: F401
+)
 from .models.positional import (
     plot_encoding_columns,
     plot_encoding_heatmap,
@@ -100,12 +111,12 @@ from .models.positional import (
     RotaryEmbedding,
     alibi_slopes,
     alibi_bias,
-)  # noqa: F401
+)
 from .models.attention_variants import (
     GroupedQueryAttention,
     RotaryAttention,
     ALiBiAttention,
-)  # noqa: F401
+)
 from .models.seq2seq import (
     Encoder,
     Decoder,
@@ -120,15 +131,7 @@ from .models.seq2seq import (
     greedy_search,
     beam_search,
     translate,
-    evaluate_translation,
-    evaluate_by_length,
-    translation_table,
-    attention_map,
-    validation_loss,
-    teacher_forced_scores,
-    train_translator,
-    compare_translators,
-)  # noqa: F401
+)
 from .models.transformer import (
     PositionWiseFFN,
     AddNorm,
@@ -137,29 +140,14 @@ from .models.transformer import (
     TransformerEncoder,
     TransformerDecoder,
     make_transformer,
-    train_transformer,
     greedy_without_cache,
-    translation_attention,
-    translation_attention_figure,
-    warmup_cosine_schedule,
-    schedule_figure,
-    warmup_experiment,
-    warmup_experiment_figure,
-    reverse_loaders,
-    SequencePredictor,
-    reversal_attention_figure,
-    reversal_attention_profile,
-    AdditiveSelfAttention,
-    token_loss,
-    token_accuracy,
-)  # noqa: F401
+)
 from .models.vit import (
     patchify,
     PatchEmbedding,
     ViTMLP,
     ViTBlock,
     ViT,
-    load_image_data,
     SmallCNN,
     image_classification_loss,
     image_accuracy,
@@ -167,13 +155,13 @@ from .models.vit import (
     sample_photo,
     patch_grid_figure,
     cls_attention_figure,
-)  # noqa: F401
+)
 from .models.language_models import (
     EncoderOnlyLM,
     DecoderOnlyLM,
     EncoderDecoderLM,
     attention_pattern_figure,
-)  # noqa: F401
+)
 from .models.objectives import (
     mask_for_mlm,
     corrupt_spans,
@@ -193,14 +181,14 @@ from .models.objectives import (
     next_token_accuracy,
     fill_masks,
     span_loss_parts,
-)  # noqa: F401
-from .models.decoding import generate, greedy_decode, sampling_figure  # noqa: F401
+)
+from .models.decoding import generate, greedy_decode, sampling_figure
 from .models.kv_cache import (
     kv_cache_bytes,
     cache_bytes,
     greedy_generate,
     seconds_per_token,
-)  # noqa: F401
+)
 from .models.tiled import (
     online_softmax,
     softmax_block,
@@ -210,12 +198,12 @@ from .models.tiled import (
     tiled_forward,
     tile_counts,
     tile_figure,
-)  # noqa: F401
+)
 
 # book: explorers, claims, shown source, diagrams, live views
-from .book.explorer import Choice, Slider, LogSlider, Steps, Text, explore  # noqa: F401
-from .book.claims import claim, assert_trained, glue, glue_counts  # noqa: F401
-from .book.source import show_source  # noqa: F401
+from .book.explorer import Choice, Slider, LogSlider, Steps, Text, explore
+from .book.claims import claim, assert_trained, glue, glue_counts
+from .book.source import show_source
 from .book.diagrams import (
     draw_attention_pooling,
     draw_bahdanau,
@@ -224,9 +212,9 @@ from .book.diagrams import (
     draw_transformer,
     draw_vit,
     draw_pretraining_modes,
-)  # noqa: F401
-from .book.live import LiveView, live  # noqa: F401
-from .book.live_ch02 import ch02_live_view  # noqa: F401
-from .book.live_ch04 import ch04_live_view  # noqa: F401
+)
+from .book.live import LiveView, live
+from .book.live_ch02 import ch02_live_view
+from .book.live_ch04 import ch04_live_view
 
 __version__ = "0.1.0"

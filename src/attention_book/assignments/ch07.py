@@ -27,7 +27,7 @@ def check_warmup_cosine(fn, verbose: bool = True):
     ``warmup`` steps (none when ``warmup = 0``) multiplied by a cosine decay from
     1 at step 0 to 0 at ``max_steps``; after ``max_steps`` it stays 0.
     """
-    from ..models.transformer import warmup_cosine_factor as reference
+    from ..core.train import warmup_cosine_factor as reference
 
     rows = [
         ("the very first step learns nothing", (0, 10, 100),

@@ -17,10 +17,11 @@ __all__ = ["check_patchify"]
 
 
 def _case(name: str, shape: tuple[int, int, int, int], patch_size, seed: int, hint: str = "") -> Case:
-    from ..models.vit import PatchEmbedding, _pair
+    from ..core.checks import check_size_pair
+    from ..models.vit import PatchEmbedding
 
     b, c, h, w = shape
-    ph, pw = _pair(patch_size, "patch_size")
+    ph, pw = check_size_pair("patch_size", patch_size)
     gen = torch.Generator().manual_seed(case_seed(seed))
     X = torch.randn(shape, generator=gen, dtype=torch.float64)
     emb = PatchEmbedding((h, w), patch_size, num_hiddens=5, in_channels=c).double()

@@ -56,7 +56,7 @@ BLOCKED: dict[str, list[str]] = {
     "bleu": ["attention_book.data.text:bleu", "attention_book.data.text:bleu_parts"],
     "split_heads": ["attention_book.models.attention:transpose_qkv"],
     "sinusoidal_encoding": ["attention_book.models.positional:sinusoidal_table"],
-    "warmup_cosine": ["attention_book.models.transformer:warmup_cosine_factor"],
+    "warmup_cosine": ["attention_book.core.train:warmup_cosine_factor"],
     "patchify": ["attention_book.models.vit:patchify"],
     "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
     "merge_softmax": ["attention_book.models.tiled:merge_softmax"],

@@ -37,7 +37,8 @@ from ..core.checks import check_heads, check_int, check_positive_int
 from ..experiments.layer_comparison import LAYER_COSTS
 from ..models.language_models import DecoderOnlyLM, EncoderDecoderLM, EncoderOnlyLM, LMConfig
 from ..core.plot import _ensure_style
-from ..models.vit import ViT, _check_divisible, _pair
+from ..core.checks import check_divisible, check_size_pair
+from ..models.vit import ViT
 
 __all__ = [
     "draw_attention_pooling",
@@ -676,9 +677,9 @@ def draw_vit(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 512, 
     """
     if model is not None:
         return draw_vit(**_vit_sizes(model))
-    H, W = _pair(img_size, "img_size")
-    ph, pw = _pair(patch_size, "patch_size")
-    _check_divisible((H, W), (ph, pw))
+    H, W = check_size_pair("img_size", img_size)
+    ph, pw = check_size_pair("patch_size", patch_size)
+    check_divisible((H, W), (ph, pw))
     d, heads = check_heads(num_hiddens, num_heads)
     d_mlp = check_positive_int("mlp_num_hiddens", mlp_num_hiddens)
     N = check_positive_int("num_blks", num_blks)

@@ -32,7 +32,8 @@ from torch.nn import functional as F
 from ..core.plot import PAGE_FIGURE_WIDTH, use_book_style
 from ..core.train import evaluating
 from ..models.attention import MultiHeadAttention
-from ..models.vit import ImageBatches, ViT, attention_rollout, cls_attention
+from ..data.images import ImageBatches
+from ..models.vit import ViT, attention_rollout, cls_attention
 from .live import MAX_MODEL_BYTES, LiveView
 
 __all__ = ["DigitView", "ViTProbe", "ch08_live_view", "probe_figure"]
@@ -280,5 +281,5 @@ def _shifted(image: torch.Tensor, down: int, right: int) -> torch.Tensor:
 
 
 def ch08_live_view(model: nn.Module, data, num_examples: int = 4) -> DigitView:
-    """Chapter 8's live view of a trained ``ViT`` and its ``ab.ImageData``."""
+    """Chapter 8's live view of a trained ``ViT`` and its ``ab.data.images.ImageData``."""
     return DigitView(model, data, num_examples)

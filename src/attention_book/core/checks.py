@@ -13,23 +13,14 @@ NumPy and other integer types that support ``__index__`` are accepted.
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 from typing import Any
 
-__all__ = [
-    "check_int",
-    "check_positive_int",
-    "check_optional_positive_int",
-    "check_dropout",
-    "check_heads",
-    "check_kv_heads",
-    "check_index",
-    "check_tensor_values",
-    "check_same_device",
-    "check_same_dtype",
-    "check_token_ids",
-]
+import numpy as np
+
+__all__ = ["check_int", "check_positive_int", "check_optional_positive_int", "check_dropout", "check_heads", "check_kv_heads", "check_index", "check_tensor_values", "check_same_device", "check_same_dtype", "check_token_ids", "check_size_pair", "check_divisible"]
 
 
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:
@@ -215,3 +206,32 @@ def check_tensor_values(name: str, t, low: float, high: float, *, whole: bool = 
         else:
             problem = f"must hold whole numbers, got {t[t != t.round()].flatten()[0].item():g}"
         raise ValueError(f"{name} {problem}" + (f"; {what}" if what else "")) from None
+
+
+def check_size_pair(name: str, value) -> tuple[int, int]:
+    """``7 -> (7, 7)``; ``(4, 6)`` stays; anything else is a clear error."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        pair = (int(value), int(value))
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
+    ):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise ValueError(f"{name} must be an int or a pair (height, width) of ints, got {value!r}")
+    if min(pair) < 1:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return pair
+
+
+def check_divisible(img_size: tuple[int, int], patch_size: tuple[int, int]) -> None:
+    if img_size[0] % patch_size[0] or img_size[1] % patch_size[1]:
+        h, w = img_size
+        ph, pw = patch_size
+        fits_h = [p for p in range(1, h + 1) if h % p == 0]
+        fits_w = [p for p in range(1, w + 1) if w % p == 0]
+        raise ValueError(
+            f"image size (height, width) = {img_size} is not divisible by patch_size = {patch_size} "
+            f"(remainders {h % ph} and {w % pw}); patch heights that divide {h}: {fits_h}, "
+            f"patch widths that divide {w}: {fits_w} — or resize the images to "
+            f"({math.ceil(h / ph) * ph}, {math.ceil(w / pw) * pw})"
+        )

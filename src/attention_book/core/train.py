@@ -20,12 +20,12 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
-from .checks import check_positive_int, check_tensor_values
+from .checks import check_int, check_positive_int, check_tensor_values
 from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers,
                      training_precision)
 from .config import device as pick_device
 
-__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE"]
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device"]
 
 IGNORE = -100  # the label of a position with no target: PyTorch's default ignore_index in cross_entropy
 
@@ -500,3 +500,67 @@ def _check_divergence(epoch_loss: float, first_loss: float, epoch: int, optimize
         f", more than {DIVERGENCE_FACTOR:g} times the first step's loss of {first_loss:.3g}")
     raise FloatingPointError(f"training diverged: the mean training loss of epoch {epoch + 1} is "
                              f"{epoch_loss:.3g}{how}" + _advice(optimizer))
+
+
+def warmup_cosine_factor(step: int, warmup: int, max_steps: int) -> float:
+    """Multiplier of the base learning rate at optimisation step ``step``.
+
+    Linear warm-up from 0 to 1 over the first ``warmup`` steps, times a cosine
+    decay from 1 (step 0) to 0 (step ``max_steps``):
+
+        factor(t) = min(1, t / warmup) · ½ (1 + cos(π t / max_steps)),
+
+    with t clipped to ``[0, max_steps]`` (``warmup=0`` means no warm-up).
+    """
+    max_steps = check_positive_int("max_steps", max_steps)
+    warmup = check_int("warmup", warmup, minimum=0)
+    if warmup > max_steps:
+        raise ValueError(f"need max_steps >= 1 and 0 <= warmup <= max_steps, got warmup={warmup}, "
+                         f"max_steps={max_steps}")
+    t = min(max(step, 0), max_steps)
+    factor = 0.5 * (1.0 + math.cos(math.pi * t / max_steps))
+    if warmup > 0 and t < warmup:
+        factor *= t / warmup
+    return factor
+
+
+def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup: int,
+                           max_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` scaling every parameter group's learning rate by :func:`warmup_cosine_factor`.
+
+    Step it once per optimisation step (``ab.fit(..., scheduler=...)`` does).
+    """
+    warmup_cosine_factor(0, warmup, max_steps)  # validates the arguments
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup_cosine_factor(step, warmup, max_steps))
+
+
+def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-4, figsize=(5.5, 3.0)):
+    """The learning rate a ``warmup_cosine_schedule`` gives at every step, read off a real scheduler."""
+    from ..core.plot import _ensure_style
+    import matplotlib.pyplot as plt
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base_lr)
+    sched = warmup_cosine_schedule(opt, warmup, max_steps)
+    lrs = []
+    for _ in range(max_steps + 1):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    _ensure_style()
+    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
+    ax.plot(range(max_steps + 1), lrs)
+    if warmup:
+        ax.axvline(warmup, color="0.6", linestyle="--", linewidth=1)
+        ax.annotate("end of warm-up", (warmup, base_lr), xytext=(4, -12), textcoords="offset points", fontsize=8)
+    ax.set_ylim(0.0, 1.1 * base_lr)  # the same scale for every warm-up length
+    ax.set_xlabel("optimisation step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"warm-up {warmup} steps, cosine decay to step {max_steps}")
+    return fig
+
+
+def model_device(model: nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")

@@ -12,7 +12,6 @@ import collections
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch

@@ -2,4 +2,4 @@
 
 Imports from ``core``, ``data`` and ``models``."""
 
-from . import layer_comparison, lm_tasks, long_context, long_inputs, lookup, offset_task, scaling  # noqa: F401
+from . import layer_comparison, lm_tasks, long_context, long_inputs, lookup, offset_task, reversal, scaling, translation  # noqa: F401

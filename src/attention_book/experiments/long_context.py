@@ -328,7 +328,7 @@ def train_length_model(positions: str = "rotary", *, seq_len: int = 32, num_trai
     batch order (``None``: the book's seed). ``task`` holds
     :func:`latest_marker_task` settings. Returns ``(model, history)``.
     """
-    from ..models.transformer import warmup_cosine_schedule
+    from ..core.train import warmup_cosine_schedule
 
     task = dict(task or {})
     seed = resolve_seed(seed)

@@ -25,7 +25,8 @@ from torch import nn
 
 from ..core.checks import check_int, check_positive_int
 from ..core.config import resolve_seed
-from ..models.seq2seq import _device_of, greedy_search, make_seq2seq, translation_loss
+from ..core.train import model_device
+from ..models.seq2seq import greedy_search, make_seq2seq, translation_loss
 from ..core.train import History, fit
 
 __all__ = [
@@ -118,7 +119,7 @@ def train_copy_model(attention: str | None, *, vocab_size: int = 8, min_len: int
                      seed: int | None = None, progress: bool = True, desc: str | None = None):
     """Train a copy-task model (``attention=None``: the plain one) for ``steps`` batches.
 
-    The recipe of :func:`~attention_book.models.seq2seq.train_translator`: Adam at
+    The recipe of :func:`~attention_book.experiments.translation.train_translator`: Adam at
     ``lr``, gradient norm clipped at ``clip_grad``, the masked cross-entropy
     with teacher forcing. ``seed`` (``None``: the book's seed) fixes the
     batches and the initial weights, so the two models of one seed see the same
@@ -149,7 +150,7 @@ def copy_accuracy_by_length(model: nn.Module, lengths: Sequence[int], per_length
     """
     per_length = check_positive_int("per_length", per_length)
     base = resolve_seed(seed) + 1000  # away from the training batches' seeds
-    dev = _device_of(model)
+    dev = model_device(model)
     scores = {}
     for n in lengths:
         n = check_positive_int("lengths", n)
@@ -241,7 +242,7 @@ def copy_attention_map(model: nn.Module, length: int = 16, vocab_size: int = 8, 
     length = check_positive_int("length", length)
     (x,) = make_copy_sequences([length], vocab_size, seed=resolve_seed(seed) + 2000 + length)
     src, _, valid_len, _ = _batch([x])
-    dev = _device_of(model)
+    dev = model_device(model)
     out, steps = greedy_search(model, src.to(dev), valid_len.to(dev), COPY_BOS, COPY_EOS, length + 1,
                                save_attention=True)
     rows = [step[-1][0, 0] for step in steps[: len(out[0]) + 1] if step and step[-1] is not None]

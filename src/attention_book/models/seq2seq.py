@@ -36,8 +36,8 @@ from torch.nn import functional as F
 from .attention import AdditiveAttention, DotProductAttention, keep_attention_weights
 from ..core.checks import (check_dropout, check_optional_positive_int, check_positive_int, check_same_device,
                      check_token_ids)
-from ..data.text import BOS, EOS, PAD, bleu, preprocess_nmt, tokenize_nmt
-from ..core.train import capped_batches, evaluating
+from ..data.text import BOS, EOS, bleu
+from ..core.train import evaluating, model_device
 
 __all__ = [
     "Encoder",
@@ -56,14 +56,6 @@ __all__ = [
     "beam_search",
     "Translation",
     "translate",
-    "evaluate_translation",
-    "evaluate_by_length",
-    "translation_table",
-    "attention_map",
-    "validation_loss",
-    "teacher_forced_scores",
-    "train_translator",
-    "compare_translators",
 ]
 
 
@@ -518,13 +510,6 @@ class Translation:
         return " ".join(self.tokens)
 
 
-def _device_of(model: nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:
-        return torch.device("cpu")
-
-
 def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequence[str] | None = None,
               beam_size: int | None = None, max_steps: int | None = None, k: int = 2,
               save_attention: bool = False) -> list[Translation]:
@@ -547,7 +532,7 @@ def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequ
         raise ValueError("save_attention works with greedy decoding only (beam_size=None)")
     if len(sentences) == 0:
         return []
-    dev = _device_of(model)
+    dev = model_device(model)
     src, _, src_valid_len, _ = data.build(list(sentences), list(references) if references is not None else None)
     src, src_valid_len = src.to(dev), src_valid_len.to(dev)
     tgt_vocab = data.tgt_vocab
@@ -573,175 +558,6 @@ def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequ
     return out
 
 
-def _translate_split(model: nn.Module, data, split: str, beam_size: int | None, k: int) -> list[Translation]:
-    """Every pair of a split of ``data`` (``'train'`` or ``'val'``) translated and scored."""
-    if split not in ("train", "val"):
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-    start, stop = (0, data.num_train) if split == "train" else (data.num_train, data.num_train + data.num_val)
-    pairs = data.raw_pairs[start:stop]
-    if not pairs:
-        raise ValueError(f"split {split!r} of the data has no pairs to score")
-    return translate(model, data, [en for en, _ in pairs], [_normalise(fr) for _, fr in pairs],
-                     beam_size=beam_size, k=k)
-
-
-def _mean_scores(results: Sequence[Translation]) -> dict[str, float]:
-    scores = [r.bleu for r in results]
-    exact = [r.text == r.reference for r in results]
-    return {"bleu": sum(scores) / len(scores), "exact": sum(exact) / len(exact)}
-
-
-def evaluate_translation(model: nn.Module, data, split: str = "val", beam_size: int | None = None,
-                         k: int = 2) -> dict[str, float]:
-    """Mean BLEU and exact-match rate of ``model`` on a split of ``data`` (``'train'`` or ``'val'``)."""
-    return _mean_scores(_translate_split(model, data, split, beam_size, k))
-
-
-def evaluate_by_length(model: nn.Module, data, split: str = "val", beam_size: int | None = None,
-                       k: int = 2) -> dict[int, dict[str, float]]:
-    """:func:`evaluate_translation` for each source length separately.
-
-    The length of a source sentence is the number of tokens the model reads
-    before ``<eos>`` (punctuation counts; at most ``num_steps``). Returns
-    ``{length: {"pairs": how many, "bleu": mean BLEU, "exact": exact-match rate}}``,
-    shortest first.
-    """
-    groups: dict[int, list[Translation]] = {}
-    for result in _translate_split(model, data, split, beam_size, k):
-        length = min(len(tokenize_nmt(preprocess_nmt(result.source))) - 1, data.num_steps)
-        groups.setdefault(length, []).append(result)
-    return {n: {"pairs": len(group), **_mean_scores(group)} for n, group in sorted(groups.items())}
-
-
-def _normalise(sentence: str) -> str:
-    return " ".join(tokenize_nmt(preprocess_nmt(sentence))[:-1])
-
-
-def translation_table(model: nn.Module, data, sentences: Sequence[str], references: Sequence[str],
-                      beam_size: int | None = None, k: int = 2) -> list[Translation]:
-    """Translate, print one line per sentence (``source => [tokens], bleu x.xxx``), return the results."""
-    results = translate(model, data, sentences, references, beam_size=beam_size, k=k)
-    width = max(len(r.source) for r in results)
-    for r in results:
-        print(f"{r.source:<{width}} => {r.tokens}, bleu {r.bleu:.3f}")
-    return results
-
-
-def attention_map(model: nn.Module, data, sentence: str, reference: str | None = None, figsize=(4.4, 3.8)):
-    """Heatmap of the decoder's attention while it translates one sentence greedily.
-
-    Rows (queries) are the output tokens, the last one ``<eos>`` when the model
-    produced it; columns (keys) are the source tokens including ``<eos>``
-    (padding dropped; unknown words marked ``(unk)``). The title shows the
-    translation (and its BLEU when ``reference`` is given). Returns the figure.
-    """
-    from ..core.plot import show_heatmaps
-
-    (result,) = translate(model, data, [sentence], [reference] if reference is not None else None,
-                          save_attention=True)
-    if result.attention is None:
-        raise ValueError("the model's decoder exposed no attention weights for this sentence")
-    src_tokens = tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
-    src_tokens = [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in src_tokens]
-    out_tokens = result.tokens + ([EOS] if result.attention.shape[0] > len(result.tokens) else [])
-    weights = result.attention[: len(out_tokens), : len(src_tokens)]
-    fig = show_heatmaps(weights.reshape(1, 1, *weights.shape), xlabel="keys: source tokens",
-                        ylabel="queries: output tokens", xticklabels=src_tokens, yticklabels=out_tokens,
-                        figsize=figsize)
-    title = f"{sentence} => {result.text}"
-    if result.bleu is not None:
-        title += f"  (BLEU {result.bleu:.3f})"
-    fig.suptitle(title, fontsize=10)
-    return fig
-
-
 # --- training and comparing ---------------------------------------------------------------------
 
-@torch.no_grad()
-def validation_loss(model: nn.Module, data) -> float:
-    """Masked cross-entropy per real token over the validation pairs (teacher forcing, eval mode)."""
-    dev = _device_of(model)
-    loss_fn = translation_loss(data.tgt_vocab[PAD])
-    total, count = 0.0, 0.0
-    with evaluating(model):
-        for batch in capped_batches(data.val_loader()):
-            mean, n = loss_fn(model, [t.to(dev) for t in batch])
-            total += float(mean) * float(n)
-            count += float(n)
-    return total / max(count, 1.0)
 
-
-@torch.no_grad()
-def teacher_forced_scores(model: nn.Module, data) -> dict[str, float]:
-    """What the validation loss averages, taken apart: every real validation token, teacher forcing.
-
-    The decoder reads the true previous tokens (as in training) and predicts
-    each next one. Returns ``{"loss": cross-entropy per token (the validation
-    loss), "accuracy": share of tokens whose highest score is the right one,
-    "loss when wrong": mean cross-entropy over the tokens it gets wrong}``.
-    A model can be right more often and still have the higher loss when its
-    mistakes are confident ones.
-    """
-    dev = _device_of(model)
-    pad = data.tgt_vocab[PAD]
-    total, right, wrong_loss, count, wrong = 0.0, 0.0, 0.0, 0.0, 0.0
-    with evaluating(model):
-        for batch in capped_batches(data.val_loader()):
-            src, tgt_input, src_valid_len, label = [t.to(dev) for t in batch]
-            logits = model(src, tgt_input, src_valid_len).float()
-            per_token = F.cross_entropy(logits.transpose(1, 2), label, reduction="none")
-            real = label != pad
-            hit = (logits.argmax(-1) == label) & real
-            miss = real & ~hit
-            total += float(per_token[real].sum())
-            right += float(hit.sum())
-            wrong_loss += float(per_token[miss].sum())
-            count += float(real.sum())
-            wrong += float(miss.sum())
-    return {"loss": total / max(count, 1.0), "accuracy": right / max(count, 1.0),
-            "loss when wrong": wrong_loss / max(wrong, 1.0)}
-
-
-def train_translator(data, embed_size: int = 256, num_hiddens: int = 256, num_layers: int = 2,
-                     dropout: float = 0.2, lr: float = 0.005, epochs: int = 30, cell: str = "gru",
-                     attention: str | None = "additive", clip_grad: float = 1.0, progress: bool = True,
-                     desc: str = "training", seed: int | None = None):
-    """Build a model with :func:`make_seq2seq` and train it on ``data`` with :func:`attention_book.fit`.
-
-    Adam with learning rate ``lr``, gradient norm clipped at ``clip_grad``, the
-    masked loss of :func:`translation_loss`, and the validation loss recorded
-    after every epoch (``history.metrics['val loss']``). ``seed`` seeds the
-    initial weights, the dropout masks and the order of the batches; ``None``
-    (the default) uses the book's seed (``ATTENTION_BOOK_SEED``), so the same
-    call in a chapter gives another run when that variable changes.
-    Returns ``(model, history)``.
-    """
-    from ..core.config import seed_everything
-    from ..core.train import fit
-
-    seed = seed_everything(seed)  # None: the book's seed
-    model = make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), embed_size, num_hiddens, num_layers, dropout,
-                         cell=cell, attention=attention)
-    history = fit(model, data.train_loader(seed=seed), translation_loss(data.tgt_vocab[PAD]), epochs=epochs,
-                  lr=lr, clip_grad=clip_grad, evaluate=lambda m: {"val loss": validation_loss(m, data)},
-                  progress=progress, desc=desc)
-    return model, history
-
-
-def compare_translators(data, variants: dict[str, dict], progress: bool = False, **common) -> list[dict]:
-    """Train one model per variant (``{name: overrides of train_translator's arguments}``) and score it.
-
-    Every variant starts from the same random seed (``seed`` in ``common``, by
-    default the book's seed) and shares ``common`` settings.
-    Returns one row per variant: name, seconds, final training loss, validation
-    loss, validation BLEU (greedy) and the trained model.
-    """
-    rows = []
-    for name, overrides in variants.items():
-        settings = {**common, **overrides}
-        model, history = train_translator(data, progress=progress, desc=name, **settings)
-        scores = evaluate_translation(model, data, "val")
-        rows.append({"variant": name, "seconds": history.seconds, "train loss": history.train_loss[-1],
-                     "val loss": history.metrics["val loss"][-1], "val BLEU": scores["bleu"], "model": model,
-                     "history": history})
-    return rows

@@ -23,11 +23,8 @@ Pieces, in the order the chapter builds them:
 
 from __future__ import annotations
 
-import gzip
 import math
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -35,10 +32,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from .attention import MultiHeadAttention, record_attention
-from ..core.checks import check_dropout, check_heads, check_positive_int, check_same_device
+from ..core.checks import (check_divisible, check_dropout, check_heads, check_positive_int, check_same_device,
+                            check_size_pair)
 from ..core.train import capped_batches, evaluating
-from ..core.config import device as pick_device, resolve_seed
-from ..data.registry import FASHION_MNIST, DataFile, Dataset, fetch, register
 
 __all__ = [
     "patchify",
@@ -48,13 +44,6 @@ __all__ = [
     "ViT",
     "attention_rollout",
     "cls_attention",
-    "read_idx",
-    "FASHION_MNIST_CLASSES",
-    "load_fashion_mnist",
-    "load_digits_images",
-    "ImageBatches",
-    "ImageData",
-    "load_image_data",
     "SmallCNN",
     "image_classification_loss",
     "image_accuracy",
@@ -67,35 +56,6 @@ __all__ = [
 
 
 # --- patches ------------------------------------------------------------------------
-
-
-def _pair(value, name: str) -> tuple[int, int]:
-    """``7 -> (7, 7)``; ``(4, 6)`` stays; anything else is a clear error."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        pair = (int(value), int(value))
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value
-    ):
-        pair = (int(value[0]), int(value[1]))
-    else:
-        raise ValueError(f"{name} must be an int or a pair (height, width) of ints, got {value!r}")
-    if min(pair) < 1:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return pair
-
-
-def _check_divisible(img_size: tuple[int, int], patch_size: tuple[int, int]) -> None:
-    if img_size[0] % patch_size[0] or img_size[1] % patch_size[1]:
-        h, w = img_size
-        ph, pw = patch_size
-        fits_h = [p for p in range(1, h + 1) if h % p == 0]
-        fits_w = [p for p in range(1, w + 1) if w % p == 0]
-        raise ValueError(
-            f"image size (height, width) = {img_size} is not divisible by patch_size = {patch_size} "
-            f"(remainders {h % ph} and {w % pw}); patch heights that divide {h}: {fits_h}, "
-            f"patch widths that divide {w}: {fits_w} — or resize the images to "
-            f"({math.ceil(h / ph) * ph}, {math.ceil(w / pw) * pw})"
-        )
 
 
 def patchify(X: torch.Tensor, patch_size) -> torch.Tensor:
@@ -111,9 +71,9 @@ def patchify(X: torch.Tensor, patch_size) -> torch.Tensor:
     if not isinstance(X, torch.Tensor) or X.dim() != 4:
         got = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
         raise ValueError(f"X must have shape (batch, channels, height, width), got {got}")
-    ph, pw = _pair(patch_size, "patch_size")
+    ph, pw = check_size_pair("patch_size", patch_size)
     b, c, h, w = X.shape
-    _check_divisible((h, w), (ph, pw))
+    check_divisible((h, w), (ph, pw))
     rows, cols = h // ph, w // pw
     # (b, c, rows, ph, cols, pw) -> (b, rows, cols, c, ph, pw)
     patches = X.reshape(b, c, rows, ph, cols, pw).permute(0, 2, 4, 1, 3, 5)
@@ -134,9 +94,9 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, img_size=96, patch_size=16, num_hiddens: int = 512, in_channels: int = 1):
         super().__init__()
-        self.img_size = _pair(img_size, "img_size")
-        self.patch_size = _pair(patch_size, "patch_size")
-        _check_divisible(self.img_size, self.patch_size)
+        self.img_size = check_size_pair("img_size", img_size)
+        self.patch_size = check_size_pair("patch_size", patch_size)
+        check_divisible(self.img_size, self.patch_size)
         num_hiddens = check_positive_int("num_hiddens", num_hiddens)
         in_channels = check_positive_int("in_channels", in_channels)
         self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
@@ -308,7 +268,7 @@ def attention_rollout(maps: torch.Tensor, residual: bool = True) -> torch.Tensor
 def cls_attention(maps: torch.Tensor, grid_size, layer: int = -1) -> torch.Tensor:
     """Attention of ``<cls>`` (token 0) to every patch in one layer, heads averaged: (batch, rows, cols)."""
     _check_maps(maps)
-    rows, cols = _pair(grid_size, "grid_size")
+    rows, cols = check_size_pair("grid_size", grid_size)
     if maps.shape[-1] != rows * cols + 1:
         raise ValueError(
             f"maps cover {maps.shape[-1]} tokens but a <cls> token plus a {rows}x{cols} grid needs {rows * cols + 1}"
@@ -317,217 +277,6 @@ def cls_attention(maps: torch.Tensor, grid_size, layer: int = -1) -> torch.Tenso
 
 
 # --- data -------------------------------------------------------------------------------
-
-_IDX_TYPES = {
-    0x08: np.dtype(">u1"),
-    0x09: np.dtype(">i1"),
-    0x0B: np.dtype(">i2"),
-    0x0C: np.dtype(">i4"),
-    0x0D: np.dtype(">f4"),
-    0x0E: np.dtype(">f8"),
-}
-
-
-def read_idx(path) -> np.ndarray:
-    """Read an IDX file (the format of MNIST and Fashion-MNIST), gzipped or not.
-
-    The header is two zero bytes, a type code (0x08 unsigned byte, 0x09 signed
-    byte, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64), the number of
-    dimensions, then each dimension as a big-endian uint32; the values follow,
-    big-endian, row-major. A wrong magic number or a short file raises
-    ``ValueError`` naming the file.
-    """
-    path = Path(path)
-    with open(path, "rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    try:
-        raw = gzip.decompress(path.read_bytes()) if gzipped else path.read_bytes()
-    except (EOFError, gzip.BadGzipFile, OSError) as err:
-        raise ValueError(f"{path}: the gzip stream is damaged or cut short ({err}); download the file again") from err
-    if len(raw) < 4:
-        raise ValueError(f"{path}: {len(raw)} bytes is too short for an IDX header (4 bytes at least)")
-    zero0, zero1, type_code, ndim = raw[0], raw[1], raw[2], raw[3]
-    if zero0 != 0 or zero1 != 0 or type_code not in _IDX_TYPES or ndim == 0:
-        raise ValueError(
-            f"{path}: not an IDX file — magic number {raw[:4].hex(' ')} should be 00 00 <type> <ndim> with "
-            f"type one of {', '.join(f'{k:02x}' for k in _IDX_TYPES)} and ndim >= 1"
-        )
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise ValueError(f"{path}: the header needs {header} bytes for {ndim} dimensions, the file has {len(raw)}")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    dtype = _IDX_TYPES[type_code]
-    needed = int(np.prod(shape)) * dtype.itemsize
-    have = len(raw) - header
-    if have != needed:
-        raise ValueError(
-            f"{path}: the header promises shape {shape} of {dtype.name} ({needed} bytes of data) but the file has "
-            f"{have} bytes of data — it is {'truncated' if have < needed else 'longer than its header says'}"
-        )
-    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
-
-
-FASHION_MNIST_CLASSES = ("T-shirt/top", "trouser", "pullover", "dress", "coat",
-                         "sandal", "shirt", "sneaker", "bag", "ankle boot")
-_FASHION_MIRROR = "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"
-# The official MD5 sums published with the data set (zalandoresearch/fashion-mnist README).
-_FASHION_FILES = {
-    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
-}
-
-register(Dataset(
-    name="fashion-mnist",
-    files=tuple(
-        DataFile(fname, (FASHION_MNIST + fname, _FASHION_MIRROR + fname), f"md5:{md5}")
-        for fname, md5 in _FASHION_FILES.items()
-    ),
-    description="Fashion-MNIST (Xiao et al., 2017): 70,000 28x28 greyscale images of clothes in 10 classes.",
-    licence="MIT (Zalando SE)",
-))
-
-
-def load_fashion_mnist(train: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fashion-MNIST images (N, 1, 28, 28) uint8 and labels (N,) int64, fetched and verified."""
-    prefix = "train" if train else "t10k"
-    images = read_idx(fetch("fashion-mnist", f"{prefix}-images-idx3-ubyte.gz"))
-    labels = read_idx(fetch("fashion-mnist", f"{prefix}-labels-idx1-ubyte.gz"))
-    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-        raise ValueError(f"Fashion-MNIST files disagree: images {images.shape}, labels {labels.shape}")
-    return torch.from_numpy(images)[:, None], torch.from_numpy(labels.astype(np.int64))
-
-
-def load_digits_images(test_fraction: float = 0.2, seed: int | None = None):
-    """scikit-learn's 8x8 handwritten digits (1,797 images, shipped with the package), split in two.
-
-    Returns ``(train_images, train_labels), (test_images, test_labels)``; images
-    are (N, 1, 8, 8) uint8 in 0..255 (the original 0..16 grey levels rescaled),
-    labels int64. The split is stratified by class and fixed by ``seed`` (``None``: the
-    book's seed, ``ATTENTION_BOOK_SEED``).
-    """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must lie in (0, 1), got {test_fraction}")
-    digits = load_digits()
-    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[:, None]
-    labels = digits.target.astype(np.int64)
-    tr_x, te_x, tr_y, te_y = train_test_split(
-        images, labels, test_size=test_fraction, random_state=resolve_seed(seed), stratify=labels
-    )
-    return ((torch.from_numpy(tr_x), torch.from_numpy(tr_y)), (torch.from_numpy(te_x), torch.from_numpy(te_y)))
-
-
-class ImageBatches:
-    """Mini-batches of images resized on the fly: an iterable that :func:`attention_book.fit` can use.
-
-    ``images`` (N, channels, H, W) uint8 (0..255) stay small in memory; each batch
-    is converted to floats, resized to ``img_size`` (bilinear; anti-aliased when
-    shrinking) and standardised with ``mean``/``std``. Yields ``(X, y)`` with X
-    (batch, channels, *img_size). With ``shuffle=True`` the order changes every
-    epoch, reproducibly from ``seed`` (``None``: the book's seed).
-
-    All of this happens on ``device`` (default: :func:`attention_book.device`, the one
-    ``fit`` trains on): the uint8 images are copied there once, and each batch is cut,
-    resized and standardised there, so a GPU is never kept waiting for the CPU to
-    resize the next batch.
-    """
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, img_size,
-                 shuffle: bool = False, seed: int | None = None, mean: float = 0.5,
-                 std: float = 0.5, device: torch.device | str | None = None):
-        if images.dim() != 4 or labels.dim() != 1 or images.shape[0] != labels.shape[0]:
-            raise ValueError(
-                f"images must be (N, channels, H, W) and labels (N,), got {tuple(images.shape)} and {tuple(labels.shape)}"
-            )
-        batch_size = check_positive_int("batch_size", batch_size)
-        self.images, self.labels = images, labels
-        self.batch_size, self.img_size = batch_size, _pair(img_size, "img_size")
-        self.shuffle, self.mean, self.std = shuffle, mean, std
-        self.device = torch.device(device) if device is not None else pick_device(verbose=False)
-        self._generator = torch.Generator().manual_seed(resolve_seed(seed))
-        self._on_device: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.labels) / self.batch_size)
-
-    def transform(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 (B, C, H, W) -> standardised float (B, C, *img_size), on the device ``images`` are on."""
-        X = images.float() / 255.0
-        if tuple(X.shape[-2:]) != self.img_size:
-            shrinking = X.shape[-2] > self.img_size[0] or X.shape[-1] > self.img_size[1]
-            X = F.interpolate(X, size=self.img_size, mode="bilinear", align_corners=False, antialias=shrinking)
-        return (X - self.mean) / self.std
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if self._on_device is None:  # one copy of the whole (uint8) data set, the first time it is needed
-            self._on_device = (self.images.to(self.device), self.labels.to(self.device))
-        images, labels = self._on_device
-        n = len(self.labels)
-        order = torch.randperm(n, generator=self._generator) if self.shuffle else torch.arange(n)
-        order = order.to(self.device)
-        for start in range(0, n, self.batch_size):
-            idx = order[start: start + self.batch_size]
-            yield self.transform(images[idx]), labels[idx]
-
-
-@dataclass
-class ImageData:
-    """What :func:`load_image_data` returns: the batches and a description of them."""
-
-    name: str
-    train: ImageBatches
-    test: ImageBatches
-    classes: tuple[str, ...]
-    img_size: tuple[int, int]
-    note: str = ""
-
-    def describe(self) -> str:
-        line = (f"Data set: {self.name} — {len(self.train.labels)} training and {len(self.test.labels)} test "
-                f"images, resized to {self.img_size[0]}x{self.img_size[1]}, batches of {self.train.batch_size}")
-        return line + (f"\n{self.note}" if self.note else "")
-
-
-def load_image_data(name: str, img_size, batch_size: int, seed: int | None = None,
-                    fallback: bool = True, device: torch.device | str | None = None) -> ImageData:
-    """Training and test batches of ``'digits'`` (offline) or ``'fashion-mnist'`` (downloaded once).
-
-    ``seed`` fixes the digits' train/test split and the order of the training
-    batches (``None``: the book's seed, ``ATTENTION_BOOK_SEED``). The batches are made
-    on ``device`` (default: :func:`attention_book.device`), see :class:`ImageBatches`.
-
-    When Fashion-MNIST cannot be had and ``fallback`` is true, the digits are used
-    instead and :attr:`ImageData.note` says so (the chapter prints it).
-    """
-    from ..data.registry import DataUnavailableError
-
-    note = ""
-    if name == "fashion-mnist":
-        try:
-            train, test = load_fashion_mnist(True), load_fashion_mnist(False)
-            classes = FASHION_MNIST_CLASSES
-        except DataUnavailableError as err:
-            if not fallback:
-                raise
-            note = f"Fashion-MNIST is unavailable here, so the 8x8 digits are used instead. ({err})"
-            name = "digits"
-    elif name != "digits":
-        raise ValueError(f"name must be 'digits' or 'fashion-mnist', got {name!r}")
-    seed = resolve_seed(seed)
-    if name == "digits":
-        train, test = load_digits_images(seed=seed)
-        classes = tuple(str(d) for d in range(10))
-    return ImageData(
-        name=name,
-        train=ImageBatches(*train, batch_size=batch_size, img_size=img_size, shuffle=True, seed=seed, device=device),
-        test=ImageBatches(*test, batch_size=max(batch_size, 256), img_size=img_size, device=device),
-        classes=classes,
-        img_size=_pair(img_size, "img_size"),
-        note=note,
-    )
 
 
 # --- the convolutional baseline, training helpers ---------------------------------------
@@ -588,7 +337,7 @@ def sample_photo(size=(224, 336)) -> np.ndarray:
     """A real photograph (scikit-learn's sample 'china.jpg'), resized to ``size``: (H, W, 3) floats in [0, 1]."""
     from sklearn.datasets import load_sample_image
 
-    h, w = _pair(size, "size")
+    h, w = check_size_pair("size", size)
     photo = torch.from_numpy(load_sample_image("china.jpg").astype(np.float32) / 255.0).permute(2, 0, 1)[None]
     resized = F.interpolate(photo, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
     return resized[0].permute(1, 2, 0).clamp(0, 1).numpy()
@@ -631,8 +380,8 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
 
     img = _as_hwc(image)
     h, w = img.shape[:2]
-    ph, pw = _pair(patch_size, "patch_size")
-    _check_divisible((h, w), (ph, pw))
+    ph, pw = check_size_pair("patch_size", patch_size)
+    check_divisible((h, w), (ph, pw))
     rows, cols = h // ph, w // pw
     m = rows * cols
     _ensure_style()
@@ -710,7 +459,7 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     _check_maps(maps)
     last = to_numpy(cls_attention(maps, grid_size))
     rolled = attention_rollout(maps)[:, 0, 1:]
-    rolled = to_numpy(rolled.reshape(-1, *_pair(grid_size, "grid_size")))
+    rolled = to_numpy(rolled.reshape(-1, *check_size_pair("grid_size", grid_size)))
     imgs = to_numpy(images)
     if imgs.ndim != 4 or imgs.shape[0] != last.shape[0]:
         raise ValueError(f"images must be (batch={last.shape[0]}, channels, H, W), got shape {imgs.shape}")
