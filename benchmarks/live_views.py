@@ -157,16 +157,17 @@ def main(argv=None) -> int:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
         )
-        print(
-            f"machine: {processor_name()}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}"
-        )
+        print(f"machine: {processor_name()}; load average {os.getloadavg()[0]:.2f}")
         print(
             f"browser: Chromium {browser.version} (headless); {ort.spec} (wasm, 1 thread)"
         )
         for name in args.views:
             spec = VIEWS[name]
-            if not (args.site / f"{spec['page']}.html").is_file():
-                print(f"{name}: {spec['page']}.html not built, skipped")
+            html = args.site / f"{spec['page']}.html"
+            if not html.is_file() or f'data-live="{name}"' not in html.read_text(
+                encoding="utf-8"
+            ):
+                print(f"{name}: not in the built {spec['page']}.html, skipped")
                 continue
             url, root = f"{base}{spec['page']}.html", f'.ab-live[data-live="{name}"]'
             firsts = []
