@@ -6,11 +6,9 @@
 // The numbers shown are written to data-* attributes of the view, for the browser test.
 
 const SVG = "http://www.w3.org/2000/svg";
-const W = 640;
 const TOP = [12, 212]; // y range of the fit panel, in SVG units
 const BOTTOM = [242, 322]; // y range of the weights panel
 const LEFT = 46;
-const RIGHT = 628;
 
 function el(tag, attrs = {}, parent = null) {
   const node = document.createElementNS(SVG, tag);
@@ -61,6 +59,10 @@ export async function mount(root, ctx) {
   const xs = Float32Array.from(data.x);
   const ys = Float32Array.from(data.y);
   const uid = `ab-ch02-${Math.random().toString(36).slice(2, 8)}`;
+  // Drawn at the column's width (340 to 640 units, one unit about a pixel), so that the
+  // labels keep their size on a phone instead of shrinking with the picture.
+  const W = Math.round(Math.min(640, Math.max(340, root.clientWidth || 640)));
+  const RIGHT = W - 12;
 
   const view = document.createElement("div");
   view.className = "ab-live-view";
@@ -122,6 +124,7 @@ export async function mount(root, ctx) {
   const cursor = el("line", { y1: TOP[0], y2: BOTTOM[1], stroke: "#555", "stroke-width": 1 }, svg);
   const marker = el("circle", { r: 5, fill: "#d62728", stroke: "white", "stroke-width": 1.5 }, svg);
   const legend = el("g", { "font-size": 12 }, svg);
+  el("rect", { x: LEFT + 6, y: TOP[0] + 1, width: 200, height: 50, fill: "white", "fill-opacity": 0.75 }, legend);
   [["#1f77b4", "training points (size: weight)"], ["#7b3294", "2 sin x + x"], ["#d62728", "estimate"]]
     .forEach(([colour, text], i) => {
       el("rect", { x: LEFT + 10, y: TOP[0] + 4 + 16 * i, width: 10, height: 10, fill: colour }, legend);
