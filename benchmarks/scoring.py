@@ -18,7 +18,7 @@ Usage::
     python benchmarks/scoring.py --backward # forward + backward
 
 The chapter draws the same measurement at a small size with
-``ab.measure_scoring_costs`` + ``ab.plot_scoring_costs``. Timings on a shared
+``ab.measure_scoring_costs`` + ``ab.scoring_costs_figure``. Timings on a shared
 machine are inflated by whatever else runs; each entry is the best of
 ``--repeats`` calls, on one thread unless ``--threads`` says otherwise.
 """

@@ -60,7 +60,7 @@ def test_device_is_usable():
 # --- plotting ---------------------------------------------------------------------------
 
 def test_show_heatmaps_grid_and_colourbar():
-    fig = ab.show_heatmaps(torch.rand(2, 3, 4, 5), "Keys", "Queries", titles=["a", "b", "c"])
+    fig = ab.heatmaps_figure(torch.rand(2, 3, 4, 5), "Keys", "Queries", titles=["a", "b", "c"])
     assert isinstance(fig, matplotlib.figure.Figure)
     # 6 heatmaps + 1 shared colour bar
     assert len(fig.axes) == 7
@@ -68,19 +68,19 @@ def test_show_heatmaps_grid_and_colourbar():
 
 
 def test_show_heatmaps_one_title_per_plot():
-    fig = ab.show_heatmaps(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c", "d"])
+    fig = ab.heatmaps_figure(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c", "d"])
     assert [ax.get_title() for ax in fig.axes[:-1]] == ["a", "b", "c", "d"]
     with pytest.raises(ValueError, match="one per plot"):
-        ab.show_heatmaps(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c"])
+        ab.heatmaps_figure(torch.rand(2, 2, 3, 3), "k", "q", titles=["a", "b", "c"])
 
 
 def test_show_heatmaps_accepts_any_device_and_dtype():
-    ab.show_heatmaps(torch.eye(3, dtype=torch.bfloat16).reshape(1, 1, 3, 3), "k", "q")
-    ab.show_heatmaps(np.eye(3).reshape(1, 1, 3, 3), "k", "q")
+    ab.heatmaps_figure(torch.eye(3, dtype=torch.bfloat16).reshape(1, 1, 3, 3), "k", "q")
+    ab.heatmaps_figure(np.eye(3).reshape(1, 1, 3, 3), "k", "q")
 
 
 def test_show_heatmaps_labels_tokens():
-    fig = ab.show_heatmaps(torch.rand(1, 1, 2, 3), "keys", "queries",
+    fig = ab.heatmaps_figure(torch.rand(1, 1, 2, 3), "keys", "queries",
                            xticklabels=["a", "b", "c"], yticklabels=["x", "y"])
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b", "c"]
 
@@ -93,21 +93,21 @@ def test_show_heatmaps_labels_tokens():
 ])
 def test_show_heatmaps_rejects_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
-        ab.show_heatmaps(bad, "k", "q")
+        ab.heatmaps_figure(bad, "k", "q")
 
 
 def test_show_heatmaps_rejects_wrong_label_counts():
     with pytest.raises(ValueError, match="titles"):
-        ab.show_heatmaps(torch.rand(1, 2, 2, 2), "k", "q", titles=["only one"])
+        ab.heatmaps_figure(torch.rand(1, 2, 2, 2), "k", "q", titles=["only one"])
     with pytest.raises(ValueError, match="xticklabels"):
-        ab.show_heatmaps(torch.rand(1, 1, 2, 2), "k", "q", xticklabels=["a"])
+        ab.heatmaps_figure(torch.rand(1, 1, 2, 2), "k", "q", xticklabels=["a"])
 
 
 def test_plot_curves():
-    fig = ab.plot_curves({"train": [3, 2, 1], "val": [3.5, 2.5]}, ylabel="loss")
+    fig = ab.curves_figure({"train": [3, 2, 1], "val": [3.5, 2.5]}, ylabel="loss")
     assert len(fig.axes[0].get_lines()) == 2
     with pytest.raises(ValueError):
-        ab.plot_curves({})
+        ab.curves_figure({})
 
 
 # --- data registry ----------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_log_axes_get_at_least_three_labelled_ticks(low, high):
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = ab.plot_curves({"width": [low, (low * high) ** 0.5, high]}, logy=True)
+    fig = ab.curves_figure({"width": [low, (low * high) ** 0.5, high]}, logy=True)
     ax = fig.axes[0]
     fig.canvas.draw()
     lo, hi = sorted(ax.get_ylim())
@@ -346,3 +346,25 @@ def test_log_axes_get_at_least_three_labelled_ticks(low, high):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_figure_functions_follow_one_naming_scheme():
+    """Issue 29: a function that draws ends in `_figure` (a plot of data) or `_diagram` (a drawn
+    architecture); no `plot_*`, `draw_*` or `show_*` beside them."""
+    import ast
+    import re
+
+    root = Path(ab.__file__).parent
+    wrong = []
+    for path in sorted(root.glob("*/*.py")):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.parse(text).body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            body = ast.get_source_segment(text, node)
+            draws = re.search(r"plt\.(subplots|figure)\(|Figure\(", body)
+            if draws and not node.name.endswith(("_figure", "_diagram")):
+                wrong.append(f"{path.relative_to(root)}: {node.name}")
+            if re.match(r"(plot|draw)_", node.name):
+                wrong.append(f"{path.relative_to(root)}: {node.name}")
+    assert not wrong, wrong

@@ -389,8 +389,8 @@ def test_differs_bleu_splits_on_any_whitespace_and_needs_a_label():
 
 @needs_d2l
 def test_same_call_signatures_as_d2l():
-    for name in ("bleu", "show_heatmaps", "masked_softmax"):
-        ours, theirs = inspect.signature(getattr(ab, name)), inspect.signature(getattr(d2l, name))
+    for ours_name, name in (("bleu", "bleu"), ("heatmaps_figure", "show_heatmaps"), ("masked_softmax", "masked_softmax")):
+        ours, theirs = inspect.signature(getattr(ab, ours_name)), inspect.signature(getattr(d2l, name))
         assert list(theirs.parameters)[:3] == list(ours.parameters)[:3], name
 
 

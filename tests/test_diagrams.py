@@ -14,23 +14,23 @@ import attention_book as ab
 from attention_book.book.diagrams import _pretraining_masks
 
 DIAGRAMS = {
-    "attention pooling": (ab.draw_attention_pooling, {}),
-    "attention pooling, many pairs": (ab.draw_attention_pooling, dict(num_pairs=9, value_size=16)),
-    "bahdanau": (ab.draw_bahdanau, {}),
-    "bahdanau, short": (ab.draw_bahdanau, dict(num_steps=2, num_layers=1, tgt_vocab_size=214)),
-    "multi-head": (ab.draw_multihead_attention, {}),
-    "multi-head, one head": (ab.draw_multihead_attention, dict(num_hiddens=12, num_heads=1, query_size=7)),
-    "layer comparison": (ab.draw_layer_comparison, {}),
-    "layer comparison, widest": (ab.draw_layer_comparison, dict(num_tokens=12, kernel_size=4)),
-    "transformer": (ab.draw_transformer, {}),
-    "transformer, paper sizes": (ab.draw_transformer, dict(num_hiddens=512, ffn_num_hiddens=2048, num_heads=8,
+    "attention pooling": (ab.attention_pooling_diagram, {}),
+    "attention pooling, many pairs": (ab.attention_pooling_diagram, dict(num_pairs=9, value_size=16)),
+    "bahdanau": (ab.bahdanau_diagram, {}),
+    "bahdanau, short": (ab.bahdanau_diagram, dict(num_steps=2, num_layers=1, tgt_vocab_size=214)),
+    "multi-head": (ab.multihead_attention_diagram, {}),
+    "multi-head, one head": (ab.multihead_attention_diagram, dict(num_hiddens=12, num_heads=1, query_size=7)),
+    "layer comparison": (ab.layer_comparison_diagram, {}),
+    "layer comparison, widest": (ab.layer_comparison_diagram, dict(num_tokens=12, kernel_size=4)),
+    "transformer": (ab.transformer_diagram, {}),
+    "transformer, paper sizes": (ab.transformer_diagram, dict(num_hiddens=512, ffn_num_hiddens=2048, num_heads=8,
                                                            num_blks=6, tgt_vocab_size=37000)),
-    "vit": (ab.draw_vit, {}),
-    "vit, ci sizes, mean pooling": (ab.draw_vit, dict(img_size=24, patch_size=4, num_hiddens=64,
+    "vit": (ab.vit_diagram, {}),
+    "vit, ci sizes, mean pooling": (ab.vit_diagram, dict(img_size=24, patch_size=4, num_hiddens=64,
                                                       mlp_num_hiddens=128, num_heads=4, pool="mean")),
-    "vit, 224 x 336 photo": (ab.draw_vit, dict(img_size=(224, 336), patch_size=16, in_channels=3)),
-    "pretraining modes": (ab.draw_pretraining_modes, {}),
-    "pretraining modes, longest": (ab.draw_pretraining_modes, dict(
+    "vit, 224 x 336 photo": (ab.vit_diagram, dict(img_size=(224, 336), patch_size=16, in_channels=3)),
+    "pretraining modes": (ab.pretraining_modes_diagram, {}),
+    "pretraining modes, longest": (ab.pretraining_modes_diagram, dict(
         config=ab.models.language_models.LMConfig(vocab_size=1234, num_hiddens=256, num_heads=8, num_blks=4), seq_len=10, target_len=6)),
 }
 
@@ -75,40 +75,40 @@ def test_diagrams_close_cleanly():
 
 
 def test_attention_pooling_labels_its_sizes_and_weights_sum_to_one():
-    fig = ab.draw_attention_pooling(num_pairs=5, value_size=3)
+    fig = ab.attention_pooling_diagram(num_pairs=5, value_size=3)
     words = label(fig)
     assert "$m = 5$" in words and r"\mathbb{R}^{3}" in words
     assert r"$\mathbf{k}_{5}$" in words and r"$\mathbf{k}_{6}$" not in words
     weights = [float(t) for t in texts(fig) if t.startswith("0.")]
     assert len(weights) == 5 and sum(weights) == pytest.approx(1.0, abs=0.03)
-    many = label(ab.draw_attention_pooling(num_pairs=30))
+    many = label(ab.attention_pooling_diagram(num_pairs=30))
     assert "⋯" in many and r"$\mathbf{k}_{30}$" in many and r"$\mathbf{k}_{10}$" not in many
 
 
 def test_bahdanau_labels_its_sizes():
-    words = label(ab.draw_bahdanau(embed_size=32, num_hiddens=48, num_layers=3, num_steps=7, tgt_vocab_size=99))
+    words = label(ab.bahdanau_diagram(embed_size=32, num_hiddens=48, num_layers=3, num_steps=7, tgt_vocab_size=99))
     for piece in ("$T = 7$", r"\mathbb{R}^{48}", r"\mathbb{R}^{32}", r"\mathbb{R}^{80}", "3 layers", "GRU: 3 × 48",
                   "48 → 99", r"\mathbb{R}^{48 \times 48}"):
         assert piece in words, piece
-    assert "|V|" in label(ab.draw_bahdanau())
+    assert "|V|" in label(ab.bahdanau_diagram())
 
 
 def test_multihead_draws_the_heads_it_is_given():
     def heads_drawn(fig):
         return sum(1 for t in texts(fig) if t.startswith(r"$\mathbf{W}^{(q)}_{") and "in" not in t)
 
-    three = ab.draw_multihead_attention(num_hiddens=24, num_heads=3)
+    three = ab.multihead_attention_diagram(num_hiddens=24, num_heads=3)
     assert heads_drawn(three) == 3
     assert "$h = 3$" in label(three) and "= p_o / h = 8$" in label(three)
-    eight = ab.draw_multihead_attention(num_hiddens=24, num_heads=8)
+    eight = ab.multihead_attention_diagram(num_hiddens=24, num_heads=8)
     assert heads_drawn(eight) == 3 and "⋯" in label(eight)  # heads 1, 2, ⋯, 8
     words = label(eight)
     assert "$h = 8$" in words and r"\mathbf{W}^{(q)}_{8}" in words and r"8 \times 3 = 24" in words
-    assert r"\mathbb{R}^{9}" in label(ab.draw_multihead_attention(num_hiddens=24, num_heads=8, key_size=9))
+    assert r"\mathbb{R}^{9}" in label(ab.multihead_attention_diagram(num_hiddens=24, num_heads=8, key_size=9))
 
 
 def test_layer_comparison_shows_the_chapter_costs_and_sizes():
-    words = label(ab.draw_layer_comparison(num_tokens=5, kernel_size=2, num_hiddens=32))
+    words = label(ab.layer_comparison_diagram(num_tokens=5, kernel_size=2, num_hiddens=32))
     for _, *costs in ab.experiments.layer_comparison.LAYER_COSTS:
         for cost in costs:
             assert cost in words
@@ -117,10 +117,10 @@ def test_layer_comparison_shows_the_chapter_costs_and_sizes():
 
 
 def test_transformer_and_vit_label_their_sizes():
-    words = label(ab.draw_transformer(num_hiddens=96, ffn_num_hiddens=40, num_heads=6, num_blks=3, num_steps=11))
+    words = label(ab.transformer_diagram(num_hiddens=96, ffn_num_hiddens=40, num_heads=6, num_blks=3, num_steps=11))
     for piece in ("3 ×", "$h = 6$ heads, $d = 96$", r"96 \to 40 \to 96", "$n = 11$", r"\sqrt{96}", "(11, 96)"):
         assert piece in words, piece
-    words = label(ab.draw_vit())
+    words = label(ab.vit_diagram())
     for piece in ("$m = 36$", r"1 \times 96 \times 96", "$p = 16$", r"256 \to 512", "(37, 512)", "$h = 8$",
                   r"512 \to 2048 \to 512", "2 ×", "10 class scores"):
         assert piece in words, piece
@@ -129,7 +129,7 @@ def test_transformer_and_vit_label_their_sizes():
 def test_vit_is_drawn_from_a_model():
     model = ab.ViT(img_size=24, patch_size=6, num_hiddens=30, mlp_num_hiddens=50, num_heads=3, num_blks=4,
                    emb_dropout=0.0, blk_dropout=0.0, num_classes=7, in_channels=3)
-    words = label(ab.draw_vit(model))
+    words = label(ab.vit_diagram(model))
     for piece in ("$m = 16$", r"3 \times 24 \times 24", r"108 \to 30", "(17, 30)", "$h = 3$", r"30 \to 50 \to 30",
                   "4 ×", "7 class scores"):
         assert piece in words, piece
@@ -143,28 +143,28 @@ def test_pretraining_masks_are_the_models_own():
     t5 = masks["t5"]
     assert t5[:5, :5].all() and not t5[:5, 5:].any() and t5[5:, :5].all()
     np.testing.assert_array_equal(t5[5:, 5:], ab.causal_mask(3, 3).numpy())
-    words = label(ab.draw_pretraining_modes(config))
+    words = label(ab.pretraining_modes_diagram(config))
     assert "$d = 16$" in words and "$h = 2$" in words and "1 block per stack" in words and r"$16 \to$ 20" in words
 
 
 @pytest.mark.parametrize("draw, kwargs, match", [
-    (ab.draw_attention_pooling, dict(num_pairs=0), "num_pairs"),
-    (ab.draw_attention_pooling, dict(value_size=2.0), "value_size"),
-    (ab.draw_bahdanau, dict(num_layers=True), "num_layers"),
-    (ab.draw_bahdanau, dict(tgt_vocab_size=-3), "tgt_vocab_size"),
-    (ab.draw_multihead_attention, dict(num_hiddens=100, num_heads=8), "not divisible"),
-    (ab.draw_multihead_attention, dict(query_size=0), "query_size"),
-    (ab.draw_layer_comparison, dict(num_tokens=1), "num_tokens"),
-    (ab.draw_layer_comparison, dict(num_tokens=13), "num_tokens must be at most 12"),
-    (ab.draw_layer_comparison, dict(num_tokens=4, kernel_size=5), "kernel_size"),
-    (ab.draw_transformer, dict(num_blks=0), "num_blks"),
-    (ab.draw_transformer, dict(num_hiddens=10, num_heads=4), "not divisible"),
-    (ab.draw_vit, dict(img_size=100), "not divisible"),
-    (ab.draw_vit, dict(pool="max"), "pool"),
-    (ab.draw_vit, dict(model="a ViT"), "model must be an ab.ViT"),
-    (ab.draw_pretraining_modes, dict(config=64), "config must be a models.language_models.LMConfig"),
-    (ab.draw_pretraining_modes, dict(seq_len=11), "seq_len must be at most 10"),
-    (ab.draw_pretraining_modes, dict(config=ab.models.language_models.LMConfig(vocab_size=9, max_len=4)), "max_len"),
+    (ab.attention_pooling_diagram, dict(num_pairs=0), "num_pairs"),
+    (ab.attention_pooling_diagram, dict(value_size=2.0), "value_size"),
+    (ab.bahdanau_diagram, dict(num_layers=True), "num_layers"),
+    (ab.bahdanau_diagram, dict(tgt_vocab_size=-3), "tgt_vocab_size"),
+    (ab.multihead_attention_diagram, dict(num_hiddens=100, num_heads=8), "not divisible"),
+    (ab.multihead_attention_diagram, dict(query_size=0), "query_size"),
+    (ab.layer_comparison_diagram, dict(num_tokens=1), "num_tokens"),
+    (ab.layer_comparison_diagram, dict(num_tokens=13), "num_tokens must be at most 12"),
+    (ab.layer_comparison_diagram, dict(num_tokens=4, kernel_size=5), "kernel_size"),
+    (ab.transformer_diagram, dict(num_blks=0), "num_blks"),
+    (ab.transformer_diagram, dict(num_hiddens=10, num_heads=4), "not divisible"),
+    (ab.vit_diagram, dict(img_size=100), "not divisible"),
+    (ab.vit_diagram, dict(pool="max"), "pool"),
+    (ab.vit_diagram, dict(model="a ViT"), "model must be an ab.ViT"),
+    (ab.pretraining_modes_diagram, dict(config=64), "config must be a models.language_models.LMConfig"),
+    (ab.pretraining_modes_diagram, dict(seq_len=11), "seq_len must be at most 10"),
+    (ab.pretraining_modes_diagram, dict(config=ab.models.language_models.LMConfig(vocab_size=9, max_len=4)), "max_len"),
 ])
 def test_bad_sizes_are_refused(draw, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -173,21 +173,21 @@ def test_bad_sizes_are_refused(draw, kwargs, match):
 
 def test_pretraining_modes_need_a_token_that_is_not_pad():
     with pytest.raises(ValueError, match="besides <pad>"):
-        ab.draw_pretraining_modes(ab.models.language_models.LMConfig(vocab_size=1, pad_id=0))
+        ab.pretraining_modes_diagram(ab.models.language_models.LMConfig(vocab_size=1, pad_id=0))
 
 
 def test_drawing_leaves_torch_alone():
     """The meta-device models behind the chapter 9 masks draw no random numbers."""
     state = torch.get_rng_state()
-    ab.draw_pretraining_modes()
+    ab.pretraining_modes_diagram()
     assert torch.equal(state, torch.get_rng_state())
 
 
 CHAPTER_FIGURES = {
-    "ch01_queries_keys_values": "draw_attention_pooling", "ch04_bahdanau": "draw_bahdanau",
-    "ch05_multihead_attention": "draw_multihead_attention", "ch06_self_attention": "draw_layer_comparison",
-    "ch07_transformer": "draw_transformer", "ch08_vision_transformer": "draw_vit",
-    "ch09_pretraining": "draw_pretraining_modes",
+    "ch01_queries_keys_values": "attention_pooling_diagram", "ch04_bahdanau": "bahdanau_diagram",
+    "ch05_multihead_attention": "multihead_attention_diagram", "ch06_self_attention": "layer_comparison_diagram",
+    "ch07_transformer": "transformer_diagram", "ch08_vision_transformer": "vit_diagram",
+    "ch09_pretraining": "pretraining_modes_diagram",
 }
 
 

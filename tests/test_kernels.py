@@ -202,7 +202,7 @@ def test_data_follows_the_book_seed_when_seed_is_none(monkeypatch):
 
 def test_figures_draw():
     data = ab.make_kernel_data()
-    for fig in (ab.plot_kernels(), ab.plot_estimates(data, [("gaussian", 0.5), ("boxcar", 1.0)]),
+    for fig in (ab.kernels_figure(), ab.estimates_figure(data, [("gaussian", 0.5), ("boxcar", 1.0)]),
                 ab.kernel_explorer_figure("boxcar", 0.05, 8), ab.width_objectives_figure(data, [0.1, 1.0])):
         assert isinstance(fig, matplotlib.figure.Figure)
     _, stack = ab.estimate_weights(data, [(k, 1.0) for k in ab.KERNEL_NAMES])

@@ -30,7 +30,7 @@ def test_layers_keep_shape_and_timing_returns_one_number_per_length():
     times = ab.experiments.layer_comparison.time_sequence_layers(lengths, num_hiddens=8, batch_size=2, num_heads=2, repeats=1)
     assert set(times) == {"CNN", "RNN", "self-attention"}
     assert all(len(t) == 2 and all(x > 0 for x in t) for t in times.values())
-    fig = ab.experiments.layer_comparison.plot_layer_times(lengths, times)
+    fig = ab.experiments.layer_comparison.layer_times_figure(lengths, times)
     assert len(fig.axes[0].lines) == 3
 
 
@@ -40,14 +40,14 @@ def test_cost_table_mentions_every_layer():
 
 
 def test_encoding_figures_draw_the_table():
-    fig = ab.plot_encoding_columns(32, 60)
+    fig = ab.encoding_columns_figure(32, 60)
     line = fig.axes[0].lines[0]
     assert len(line.get_xdata()) == 60
     assert math.isclose(line.get_ydata()[10], math.sin(10 / 10000 ** (6 / 32)), abs_tol=1e-6)
     fig = ab.positional_encoding_figure(8, 20)  # columns 6, 7 only
     assert len(fig.axes[0].lines) == 2
     assert fig.axes[1].images[0].get_array().shape == (20, 8)
-    assert ab.plot_encoding_heatmap(16, 10).axes[0].images[0].get_array().shape == (10, 16)
+    assert ab.encoding_heatmap_figure(16, 10).axes[0].images[0].get_array().shape == (10, 16)
 
 
 def test_meta_device_forward():
@@ -62,7 +62,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match=r"shape \(batch, n, d\)"):
         ab.experiments.layer_comparison.permutation_error(lambda Z: Z, torch.randn(3, 2), torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match=r"columns must lie in \[0, 7\]"):
-        ab.plot_encoding_columns(8, 10, columns=(6, 9))
+        ab.encoding_columns_figure(8, 10, columns=(6, 9))
     with pytest.raises(ValueError, match="encoding_dim must be at least 2, got 1"):
         ab.positional_encoding_figure(1, 10)
     with pytest.raises(ValueError, match="lengths"):

@@ -121,7 +121,7 @@ def test_training_and_length_accuracy_run_and_restore_the_window():
     assert model.window is None and model.training
     fig = ab.experiments.long_context.length_curves_figure({"alibi": acc}, train_len=8, chance=1 / 8)
     assert fig.axes[0].get_xlabel() == "test sequence length"
-    ab.experiments.long_context.attention_patterns_figure({"alibi": model}, seq_len=24, train_len=8)
+    ab.experiments.long_context.length_attention_figure({"alibi": model}, seq_len=24, train_len=8)
     ab.experiments.long_context.window_figure(4, model, lengths=(8, 16), full=acc, train_len=8, show_len=12)
 
 

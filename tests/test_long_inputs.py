@@ -86,11 +86,11 @@ def test_long_input_experiment_trains_both_models_on_the_same_batches():
     fig = ab.experiments.long_inputs.long_input_figure(runs, vocab_size=4)
     assert len(fig.axes[0].lines) == 2 * 2 + 2 + 1  # a line per seed and model, two means, chance
     plt.close(fig)
-    fig = ab.experiments.long_inputs.copy_attention_map(runs[0].models["attention"], length=5, vocab_size=4)
+    fig = ab.experiments.long_inputs.copy_alignment_figure(runs[0].models["attention"], length=5, vocab_size=4)
     assert "copying 5 symbols" in fig._suptitle.get_text()
     plt.close(fig)
     with pytest.raises(ValueError, match="no attention weights"):
-        ab.experiments.long_inputs.copy_attention_map(runs[0].models["no attention"], length=5, vocab_size=4)
+        ab.experiments.long_inputs.copy_alignment_figure(runs[0].models["no attention"], length=5, vocab_size=4)
 
 
 @pytest.mark.slow

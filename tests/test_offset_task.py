@@ -167,7 +167,7 @@ def test_split_heads_checker():
 
 def test_eight_head_maps_wrap_onto_rows_of_four():
     run = train_run(8, num_train=64, epochs=1)
-    fig = ab.experiments.offset_task.plot_head_maps(run, importance=torch.arange(8) / 100)
+    fig = ab.experiments.offset_task.head_maps_figure(run, importance=torch.arange(8) / 100)
     maps = fig.axes[:-1]
     assert len(maps) == 8
     assert [ax.get_title().splitlines()[0] for ax in maps] == [f"head {h}" for h in range(8)]

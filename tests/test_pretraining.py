@@ -494,17 +494,17 @@ def test_scaling_experiment_and_figures(tok, capsys):
                                  num_heads=2, val_batches=1, progress=False)
     assert [r.params for r in runs] == sorted(r.params for r in runs)
     assert all(len(r.compute) == len(r.val_loss) == 2 and r.compute[1] == 2 * r.compute[0] for r in runs)
-    fig = ab.experiments.scaling.scaling_figure(runs, baseline=5.0)
+    fig = ab.experiments.scaling.scaling_law_figure(runs, baseline=5.0)
     assert set(fig.fits) == {"params", "compute"}
     with pytest.raises(ValueError, match="multiple"):
         ab.experiments.scaling.scaling_experiment(corpus, [(8, 1)], steps=5, checkpoints=2)
     bert, t5, gpt = (ab.EncoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
                      ab.EncoderDecoderLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
                      ab.DecoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)))
-    fig = ab.attention_pattern_figure(bert, t5, gpt, corpus.tokenizer, "the fire burned brightly and his face")
+    fig = ab.pretraining_masks_figure(bert, t5, gpt, corpus.tokenizer, "the fire burned brightly and his face")
     assert len(fig.axes) == 5
     with pytest.raises(ValueError, match="at least 3 tokens"):
-        ab.attention_pattern_figure(bert, t5, gpt, corpus.tokenizer, "the")
+        ab.pretraining_masks_figure(bert, t5, gpt, corpus.tokenizer, "the")
     assert ab.fill_masks(bert, corpus.tokenizer, "the <mask> burned", top=2)[0][0][1] > 0
     with pytest.raises(ValueError, match="<mask>"):
         ab.fill_masks(bert, corpus.tokenizer, "the fire")

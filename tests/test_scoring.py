@@ -130,11 +130,11 @@ def test_new_scores_run_on_the_meta_device():
     (lambda: ab.BilinearAttention(0, 3), r"query_size must be at least 1, got 0"),
     (lambda: ab.BilinearAttention(2, 3, dropout=-0.1), r"dropout must lie in \[0, 1\)"),
     (lambda: ab.scaling_statistics([0, 4]), r"dims must be positive"),
-    (lambda: ab.plot_scaling(d=2048, max_dim=1024), r"d must lie in \[1, max_dim=1024\], got 2048"),
+    (lambda: ab.score_scale_figure(d=2048, max_dim=1024), r"d must lie in \[1, max_dim=1024\], got 2048"),
     (lambda: ab.models.scoring.make_scorer("cosine", 4), r"kind must be one of"),
     (lambda: ab.scoring_flops("cosine", 1, 2, 3), r"kind must be one of"),
     (lambda: ab.scoring_cost("dot", 8, 4, repeats=0), r"repeats must be at least 1"),
-    (lambda: ab.plot_scoring_costs([]), r"needs the rows"),
+    (lambda: ab.scoring_costs_figure([]), r"needs the rows"),
 ])
 def test_bad_input_is_explained(call, match):
     with pytest.raises(ValueError, match=match):
@@ -155,7 +155,7 @@ def test_scaling_statistics_follow_the_theory():
 
 
 def test_plot_scaling_draws_four_panels_and_follows_d():
-    fig = ab.plot_scaling(d=32, max_dim=256, num_samples=100)
+    fig = ab.score_scale_figure(d=32, max_dim=256, num_samples=100)
     assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes) == 4
     assert "d = 32" in fig.axes[1].get_title()
     bars = [p.get_height() for p in fig.axes[1].patches]
@@ -179,7 +179,7 @@ def test_measured_costs_table_and_plot():
     rows = ab.measure_scoring_costs(key_counts=(8, 16), dims=(4, 8), fixed_dim=4, fixed_keys=8, repeats=1, batch=1)
     assert len(rows) == 2 * 4 * 2
     assert {r["kind"] for r in rows} == set(ab.SCORING_KINDS) and all(r["seconds"] > 0 for r in rows)
-    fig = ab.plot_scoring_costs(rows)
+    fig = ab.scoring_costs_figure(rows)
     assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 4
     assert ab.scoring_cost("dot", 8, 4, backward=True, fused=True, repeats=1) > 0
 

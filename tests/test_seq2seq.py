@@ -362,13 +362,13 @@ def test_translate_handles_unknown_empty_and_long_sentences(capsys):
 def test_attention_map_labels_tokens():
     data = _synthetic_data()
     model = ab.make_seq2seq(len(data.src_vocab), len(data.tgt_vocab), 8, 8, 1)
-    fig = ab.experiments.translation.attention_map(model, data, "i'm home .", "je suis chez moi .")
+    fig = ab.experiments.translation.alignment_figure(model, data, "i'm home .", "je suis chez moi .")
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["i'm", "home", ".", ab.data.text.EOS]
     (result,) = ab.translate(model, data, ["i'm home ."], save_attention=True)
     assert len(ax.get_yticklabels()) == result.attention.shape[0]
     assert fig._suptitle.get_text().startswith("i'm home . => ") and "BLEU" in fig._suptitle.get_text()
-    fig = ab.experiments.translation.attention_map(model, data, "zorglub .")
+    fig = ab.experiments.translation.alignment_figure(model, data, "zorglub .")
     assert fig.axes[0].get_xticklabels()[0].get_text() == "zorglub (unk)"
 
 
@@ -380,7 +380,7 @@ def test_plain_model_translates_without_attention_maps():
     (beamed,) = ab.translate(model, data, ["go ."], beam_size=2)
     assert len(beamed.tokens) <= data.num_steps and beamed.attention is None
     with pytest.raises(ValueError, match="exposed no attention weights"):
-        ab.experiments.translation.attention_map(model, data, "i'm home .")
+        ab.experiments.translation.alignment_figure(model, data, "i'm home .")
 
 
 def test_evaluate_by_length_splits_the_mean_by_source_length():

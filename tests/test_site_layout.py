@@ -7,7 +7,7 @@ server, Chromium and knobs as tests/test_site.py):
   ``clientWidth``): book/_static/book.css sets code in a size that holds 88 characters
   (tests/test_notebook_layout.py) and wraps outputs;
 - the tick labels of every attention map render at least 9 px high. A map is a figure
-  drawn by a package function that draws matrices (``imshow`` or ``ab.show_heatmaps``),
+  drawn by a package function that draws matrices (``imshow`` or ``ab.heatmaps_figure``),
   called or explored in the cell. The rendered size is the book style's tick-label size in
   points × the PNG's dpi (its pHYs chunk, written by matplotlib) / 72 × the shown width
   over the natural width.
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "attention_book"
 LAYOUT_PAGES = [p for p in PAGES if CHAPTER.match(p) or EXERCISES.match(p)]
 MIN_TICK_PX = 9.0
-MAP_DRAWERS = {"imshow", "matshow", "pcolormesh", "show_heatmaps"}
+MAP_DRAWERS = {"imshow", "matshow", "pcolormesh", "heatmaps_figure"}
 
 
 def map_functions(package: Path = PACKAGE) -> set[str]:
@@ -70,8 +70,8 @@ def png_dpi(data: bytes) -> float:
 
 def test_map_functions_are_found_and_png_dpi_is_read():
     names = map_functions()
-    assert {"show_heatmaps", "attention_patterns_figure"} <= names
-    assert "plot_curves" not in names
+    assert {"heatmaps_figure", "length_attention_figure"} <= names
+    assert "curves_figure" not in names
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(2, 1))

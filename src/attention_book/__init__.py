@@ -39,7 +39,7 @@ from .core.config import (
     distributed_run,
     is_main_process,
 )
-from .core.plot import use_book_style, show_heatmaps, plot_curves
+from .core.plot import use_book_style, heatmaps_figure, curves_figure
 from .core.train import (
     fit,
     PRECISIONS,
@@ -76,13 +76,13 @@ from .models.scoring import (
     BilinearAttention,
     distance_scores,
     scaling_statistics,
-    plot_scaling,
+    score_scale_figure,
     SCORING_KINDS,
     scoring_cost,
     measure_scoring_costs,
     scoring_flops,
-    plot_scoring_costs,
-    plot_token_weights,
+    scoring_costs_figure,
+    token_weights_figure,
 )
 from .models.kernels import (
     KERNEL_NAMES,
@@ -94,15 +94,15 @@ from .models.kernels import (
     width_objective,
     make_kernel_data,
     learn_width,
-    plot_kernels,
-    plot_estimates,
+    kernels_figure,
+    estimates_figure,
     estimate_weights,
     kernel_explorer_figure,
     width_objectives_figure,
 )
 from .models.positional import (
-    plot_encoding_columns,
-    plot_encoding_heatmap,
+    encoding_columns_figure,
+    encoding_heatmap_figure,
     positional_encoding_figure,
     sinusoidal_table,
     offset_rotation,
@@ -160,7 +160,7 @@ from .models.language_models import (
     EncoderOnlyLM,
     DecoderOnlyLM,
     EncoderDecoderLM,
-    attention_pattern_figure,
+    pretraining_masks_figure,
 )
 from .models.objectives import (
     mask_for_mlm,
@@ -205,13 +205,13 @@ from .book.explorer import Choice, Slider, LogSlider, Steps, Text, explore
 from .book.claims import claim, assert_trained, glue, glue_counts
 from .book.source import show_source
 from .book.diagrams import (
-    draw_attention_pooling,
-    draw_bahdanau,
-    draw_multihead_attention,
-    draw_layer_comparison,
-    draw_transformer,
-    draw_vit,
-    draw_pretraining_modes,
+    attention_pooling_diagram,
+    bahdanau_diagram,
+    multihead_attention_diagram,
+    layer_comparison_diagram,
+    transformer_diagram,
+    vit_diagram,
+    pretraining_modes_diagram,
 )
 from .book.live import LiveView, live
 from .book.live_ch02 import ch02_live_view

@@ -1,7 +1,7 @@
 // Chapter 4's live view: type English, read the trained translator's French and where it looked.
 // The page repeats what the package does in Python (src/attention_book/text.py and seq2seq.py):
 // the same preprocessing and tokens, the source padded to num_steps, greedy decoding that feeds
-// back the highest-scoring token until <eos>, and the attention rows ab.attention_map draws.
+// back the highest-scoring token until <eos>, and the attention rows ab.alignment_figure draws.
 
 const PUNCTUATION = new Set([",", ".", "!", "?"]);
 
@@ -105,7 +105,7 @@ function textWidth(label) {
 }
 
 // Rows: output tokens (queries); columns: source tokens (keys); each cell its weight. As the
-// book's heatmaps (ab.show_heatmaps), the colours run from 0 to the map's largest weight.
+// book's heatmaps (ab.heatmaps_figure), the colours run from 0 to the map's largest weight.
 export function heatmap(result) {
   const cell = 52;
   const largest = Math.max(...result.attention.flat()) || 1;

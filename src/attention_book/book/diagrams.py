@@ -5,13 +5,13 @@ chapter builds (defaults: the sizes it trains, or d2l's where the chapter has
 two), writes them into the labels, and returns the
 :class:`matplotlib.figure.Figure`:
 
-* :func:`draw_attention_pooling` (ch 1): an exact lookup next to attention pooling;
-* :func:`draw_bahdanau` (ch 4): the RNN encoder–decoder with additive attention;
-* :func:`draw_multihead_attention` (ch 5): h heads, concatenated, mixed by W_o;
-* :func:`draw_layer_comparison` (ch 6): what a CNN, an RNN and self-attention connect, and their costs;
-* :func:`draw_transformer` (ch 7): the encoder–decoder Transformer;
-* :func:`draw_vit` (ch 8): the vision Transformer (also from a :class:`~attention_book.ViT`);
-* :func:`draw_pretraining_modes` (ch 9): BERT, T5 and GPT with the masks their models build
+* :func:`attention_pooling_diagram` (ch 1): an exact lookup next to attention pooling;
+* :func:`bahdanau_diagram` (ch 4): the RNN encoder–decoder with additive attention;
+* :func:`multihead_attention_diagram` (ch 5): h heads, concatenated, mixed by W_o;
+* :func:`layer_comparison_diagram` (ch 6): what a CNN, an RNN and self-attention connect, and their costs;
+* :func:`transformer_diagram` (ch 7): the encoder–decoder Transformer;
+* :func:`vit_diagram` (ch 8): the vision Transformer (also from a :class:`~attention_book.ViT`);
+* :func:`pretraining_modes_diagram` (ch 9): BERT, T5 and GPT with the masks their models build
   (from an :class:`~attention_book.LMConfig`).
 
 All of them use one small drawing kit (:class:`_Sketch`: boxes, arrows, "× N"
@@ -41,13 +41,13 @@ from ..core.checks import check_divisible, check_size_pair
 from ..models.vit import ViT
 
 __all__ = [
-    "draw_attention_pooling",
-    "draw_bahdanau",
-    "draw_multihead_attention",
-    "draw_layer_comparison",
-    "draw_transformer",
-    "draw_vit",
-    "draw_pretraining_modes",
+    "attention_pooling_diagram",
+    "bahdanau_diagram",
+    "multihead_attention_diagram",
+    "layer_comparison_diagram",
+    "transformer_diagram",
+    "vit_diagram",
+    "pretraining_modes_diagram",
 ]
 
 # --------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def _columns(count: int, left: float, right: float) -> list[float]:
 # Chapter 1: a lookup, exact and soft
 # --------------------------------------------------------------------------------------
 
-def draw_attention_pooling(num_pairs: int = 4, value_size: int = 2):
+def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
     """Chapter 1: an exact lookup above attention pooling, over the same ``num_pairs`` (m) pairs.
 
     Top: the query is compared with every key and only an equal key returns its
@@ -307,7 +307,7 @@ def draw_attention_pooling(num_pairs: int = 4, value_size: int = 2):
 # Chapter 4: Bahdanau attention
 # --------------------------------------------------------------------------------------
 
-def draw_bahdanau(embed_size: int = 256, num_hiddens: int = 256, num_layers: int = 2, num_steps: int = 9,
+def bahdanau_diagram(embed_size: int = 256, num_hiddens: int = 256, num_layers: int = 2, num_steps: int = 9,
                   tgt_vocab_size: int | None = None):
     """Chapter 4: one decoding step of the GRU encoder–decoder with additive attention.
 
@@ -413,7 +413,7 @@ def draw_bahdanau(embed_size: int = 256, num_hiddens: int = 256, num_layers: int
 # Chapter 5: multi-head attention
 # --------------------------------------------------------------------------------------
 
-def draw_multihead_attention(num_hiddens: int = 100, num_heads: int = 5, query_size: int | None = None,
+def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, query_size: int | None = None,
                              key_size: int | None = None, value_size: int | None = None):
     """Chapter 5: h heads, each with its own projections and scaled dot-product attention, concatenated
     and mixed by W_o.
@@ -480,7 +480,7 @@ def draw_multihead_attention(num_hiddens: int = 100, num_heads: int = 5, query_s
 # Chapter 6: CNN, RNN and self-attention
 # --------------------------------------------------------------------------------------
 
-def draw_layer_comparison(num_tokens: int = 8, kernel_size: int = 3, num_hiddens: int = 64):
+def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hiddens: int = 64):
     """Chapter 6: which inputs each output of one layer sees, for a convolution, an RNN and self-attention.
 
     ``num_tokens`` (n, at most 12) inputs at the bottom, outputs on top; the
@@ -578,7 +578,7 @@ def _residual_block(s: _Sketch, cx: float, width: float, bottom: float, sublayer
     return y, boxes
 
 
-def draw_transformer(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4, num_blks: int = 2,
+def transformer_diagram(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4, num_blks: int = 2,
                      num_steps: int = 9, tgt_vocab_size: int | None = None):
     """Chapter 7: the encoder–decoder Transformer with its sizes.
 
@@ -650,7 +650,7 @@ def draw_transformer(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_head
 # --------------------------------------------------------------------------------------
 
 def _vit_sizes(model) -> dict:
-    """The sizes :func:`draw_vit` needs, read from a :class:`~attention_book.ViT`."""
+    """The sizes :func:`vit_diagram` needs, read from a :class:`~attention_book.ViT`."""
     if not isinstance(model, ViT):
         raise ValueError(f"model must be an ab.ViT (or None, to give the sizes one by one), got {type(model).__name__}")
     blk = model.blks[0]
@@ -661,7 +661,7 @@ def _vit_sizes(model) -> dict:
                 pool=model.pool)
 
 
-def draw_vit(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 512, mlp_num_hiddens: int = 2048,
+def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 512, mlp_num_hiddens: int = 2048,
              num_heads: int = 8, num_blks: int = 2, in_channels: int = 1, num_classes: int = 10, pool: str = "cls"):
     """Chapter 8: the vision Transformer, from pixels to class scores, with its sizes.
 
@@ -676,7 +676,7 @@ def draw_vit(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 512, 
     ``num_classes`` scores. Returns the figure.
     """
     if model is not None:
-        return draw_vit(**_vit_sizes(model))
+        return vit_diagram(**_vit_sizes(model))
     H, W = check_size_pair("img_size", img_size)
     ph, pw = check_size_pair("patch_size", patch_size)
     check_divisible((H, W), (ph, pw))
@@ -787,7 +787,7 @@ def _pretraining_masks(config, seq_len: int, target_len: int) -> dict[str, np.nd
             "gpt": as_array(gpt.attention_masks(ids)["decoder self-attention"])}
 
 
-def draw_pretraining_modes(config=None, seq_len: int = 6, target_len: int = 4):
+def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4):
     """Chapter 9: BERT (encoder-only), T5 (encoder–decoder) and GPT (decoder-only) side by side, each with
     the attention mask its model builds.
 

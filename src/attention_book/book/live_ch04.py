@@ -6,7 +6,7 @@ hidden state, encoder outputs, source length -> scores for the next token, the
 new hidden state and the attention weights of that step). ``ch04.mjs`` repeats
 the package's preprocessing and greedy decoding around them, so a typed sentence
 gets the very tokens and alignment that ``ab.translate`` gives in Python. In
-Jupyter or Colab the same view is a text box redrawing ``ab.experiments.translation.attention_map``.
+Jupyter or Colab the same view is a text box redrawing ``ab.experiments.translation.alignment_figure``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class DecoderStepGraph(nn.Module):
 
 
 def _source_labels(data, sentence: str) -> list[str]:
-    """The heatmap's column labels, as ``ab.experiments.translation.attention_map`` writes them (unknown words marked)."""
+    """The heatmap's column labels, as ``ab.experiments.translation.alignment_figure`` writes them (unknown words marked)."""
     tokens = tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
     return [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in tokens]
 
@@ -243,7 +243,7 @@ class TranslatorView(LiveView):
                     "reads"
                 ]
                 print("the model reads:", " ".join(reads))
-                fig = ab.experiments.translation.attention_map(
+                fig = ab.experiments.translation.alignment_figure(
                     self.model, self.corpus, box.value
                 )
                 display(fig)

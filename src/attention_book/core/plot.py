@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-__all__ = ["use_book_style", "to_numpy", "show_heatmaps", "plot_curves", "readable_log_axis", "chance_line",
+__all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH"]
 
 BOOK_CMAP = "Reds"
@@ -65,7 +65,7 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def show_heatmaps(
+def heatmaps_figure(
     matrices,
     xlabel: str,
     ylabel: str,
@@ -90,14 +90,14 @@ def show_heatmaps(
     data = to_numpy(matrices)
     if data.ndim != 4:
         raise ValueError(
-            "show_heatmaps expects a 4-D input (rows of plots, columns of plots, "
+            "heatmaps_figure expects a 4-D input (rows of plots, columns of plots, "
             f"queries, keys), got shape {tuple(data.shape)}; for one matrix M use "
             "M.reshape(1, 1, *M.shape)"
         )
     if 0 in data.shape:
-        raise ValueError(f"show_heatmaps got an empty array of shape {tuple(data.shape)}")
+        raise ValueError(f"heatmaps_figure got an empty array of shape {tuple(data.shape)}")
     if not np.all(np.isfinite(data)):
-        raise ValueError("show_heatmaps got NaN or infinite values; check the attention weights")
+        raise ValueError("heatmaps_figure got NaN or infinite values; check the attention weights")
     num_rows, num_cols, n_q, n_k = data.shape
     per_panel = titles is not None and num_rows > 1 and len(titles) == num_rows * num_cols
     if titles is not None and len(titles) != num_cols and not per_panel:
@@ -173,7 +173,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
     target.set_minor_formatter(NullFormatter())
 
 
-def plot_curves(
+def curves_figure(
     curves: dict[str, Sequence[float]],
     xlabel: str = "epoch",
     ylabel: str = "",
@@ -189,7 +189,7 @@ def plot_curves(
     is given. Returns the figure.
     """
     if not curves:
-        raise ValueError("plot_curves needs at least one named curve")
+        raise ValueError("curves_figure needs at least one named curve")
     _ensure_style()
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize, layout="constrained")
@@ -217,7 +217,7 @@ def plot_curves(
 def chance_line(ax, level: float, label: str = "chance"):
     """A dotted horizontal line at the score of guessing, named in the legend. Returns the line.
 
-    Call ``ax.legend()`` afterwards (``plot_curves`` does) so the entry shows.
+    Call ``ax.legend()`` afterwards (``curves_figure`` does) so the entry shows.
     """
     if not np.isfinite(level):
         raise ValueError(f"chance_line needs a finite level, got {level!r}")

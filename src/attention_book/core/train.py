@@ -108,11 +108,11 @@ class History:
 
     def plot(self, logy: bool = False, title: str | None = None):
         """Learning curves: training loss and every recorded metric. Returns the figure."""
-        from .plot import plot_curves
+        from .plot import curves_figure
 
         curves = {"train loss": self.train_loss, **self.metrics}
         losses_only = all("loss" in name or "perplexity" in name for name in curves)
-        return plot_curves(curves, xlabel="epoch", ylabel="loss" if losses_only else "loss / metric", logy=logy,
+        return curves_figure(curves, xlabel="epoch", ylabel="loss" if losses_only else "loss / metric", logy=logy,
                            title=title)
 
     def summary(self) -> str:

@@ -23,7 +23,7 @@ __all__ = [
     "layer_cost_table",
     "sequence_layers",
     "time_sequence_layers",
-    "plot_layer_times",
+    "layer_times_figure",
     "permutation_error",
 ]
 
@@ -108,7 +108,7 @@ def time_sequence_layers(lengths: Sequence[int], num_hiddens: int = 64, batch_si
     return times
 
 
-def plot_layer_times(lengths: Sequence[int], times: dict[str, Sequence[float]]):
+def layer_times_figure(lengths: Sequence[int], times: dict[str, Sequence[float]]):
     """Log-log plot of forward time against sequence length, one line per layer."""
     _ensure_style()
     fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")

@@ -52,7 +52,7 @@ __all__ = [
     "train_length_model",
     "length_accuracy",
     "length_curves_figure",
-    "attention_patterns_figure",
+    "length_attention_figure",
     "sliding_window_attention",
     "elu_feature_map",
     "linear_attention",
@@ -384,7 +384,7 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
 
 
 @torch.no_grad()
-def attention_patterns_figure(models: dict[str, LengthModel], seq_len: int = 96, train_len: int = 32,
+def length_attention_figure(models: dict[str, LengthModel], seq_len: int = 96, train_len: int = 32,
                               example: int = 0, seed: int | None = None, num_markers: int = 8):
     """Each model's attention over one test sequence of ``seq_len`` tokens (first block).
 

@@ -41,7 +41,7 @@ __all__ = [
     "CopyRun",
     "long_input_experiment",
     "long_input_figure",
-    "copy_attention_map",
+    "copy_alignment_figure",
 ]
 
 COPY_PAD, COPY_BOS, COPY_EOS = 0, 1, 2  # the symbols of the copy task come after these three ids
@@ -229,7 +229,7 @@ def long_input_figure(runs: Sequence[CopyRun], vocab_size: int = 8):
     return fig
 
 
-def copy_attention_map(model: nn.Module, length: int = 16, vocab_size: int = 8, seed: int | None = None,
+def copy_alignment_figure(model: nn.Module, length: int = 16, vocab_size: int = 8, seed: int | None = None,
                        figsize=(4.6, 4.2)):
     """The attention weights of the model while it copies one random held-out sequence of ``length``.
 
@@ -237,7 +237,7 @@ def copy_attention_map(model: nn.Module, length: int = 16, vocab_size: int = 8, 
     columns the source symbols and ``<eos>``. A model that copies by looking
     back puts its weight near the diagonal. Returns the figure.
     """
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     length = check_positive_int("length", length)
     (x,) = make_copy_sequences([length], vocab_size, seed=resolve_seed(seed) + 2000 + length)
@@ -252,7 +252,7 @@ def copy_attention_map(model: nn.Module, length: int = 16, vocab_size: int = 8, 
     source = copy_symbols(src[0])
     output = copy_symbols(out[0]) + (["<eos>"] if weights.shape[0] > len(out[0]) else [])
     right = sum(1 for k, t in enumerate(out[0][:length]) if t == int(x[k]))
-    fig = show_heatmaps(weights.reshape(1, 1, *weights.shape), xlabel="keys: source symbols",
+    fig = heatmaps_figure(weights.reshape(1, 1, *weights.shape), xlabel="keys: source symbols",
                         ylabel="queries: output symbols", xticklabels=source, yticklabels=output, figsize=figsize)
     fig.suptitle(f"copying {length} symbols: {right} of {length} right", fontsize=10)
     return fig

@@ -48,7 +48,7 @@ __all__ = [
     "head_importance",
     "pruning_curve",
     "offset_attention",
-    "plot_head_maps",
+    "head_maps_figure",
     "head_count_figure",
 ]
 
@@ -303,9 +303,9 @@ def offset_attention(run: HeadRun, num_examples: int = 200) -> torch.Tensor:
     return torch.stack([mean[:, queries, (queries + o) % n].mean(-1) for o in run.offsets], dim=-1)
 
 
-def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tensor | None = None):
+def head_maps_figure(run: HeadRun, num_examples: int = 200, importance: torch.Tensor | None = None):
     """Each head's attention map averaged over held-out sequences (queries down, keys across)."""
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     (weights,) = collect_attention(run.model, run.X_test[:num_examples])
     mean = weights.mean(0).cpu()  # (heads, queries, keys)
@@ -317,7 +317,7 @@ def plot_head_maps(run: HeadRun, num_examples: int = 200, importance: torch.Tens
     cols = 4 if run.num_heads > 4 and run.num_heads % 4 == 0 else run.num_heads
     rows = run.num_heads // cols
     height = (2.6 if importance is None else 2.9) * rows
-    fig = show_heatmaps(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
+    fig = heatmaps_figure(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
                         titles=titles, figsize=(min(2.1 * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
     for ax in fig.axes[:-1]:
         ax.set_xticks(range(0, n, 2))
@@ -331,4 +331,4 @@ def head_count_figure(num_heads: int, runs: dict[int, HeadRun]):
     """Widget callback: the attention maps and accuracy of the model with ``num_heads`` heads."""
     if num_heads not in runs:
         raise ValueError(f"num_heads={num_heads} was not trained; trained head counts: {sorted(runs)}")
-    return plot_head_maps(runs[num_heads])
+    return head_maps_figure(runs[num_heads])

@@ -108,13 +108,13 @@ def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: 
     Rows are query positions, columns key positions; the ticks show the
     position and the digit there (``position:digit``).
     """
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     if not 0 <= index < X.shape[0]:
         raise ValueError(f"index must lie in 0..{X.shape[0] - 1}, got {index}")
     maps = torch.stack([m[0] for m in model.attention_maps(X[index:index + 1])])  # (layers, heads, n, n)
     ticks = [f"{i}:{d}" for i, d in enumerate(X[index].tolist())]
-    return show_heatmaps(maps, xlabel="key position : digit", ylabel="query position : digit",
+    return heatmaps_figure(maps, xlabel="key position : digit", ylabel="query position : digit",
                          titles=[f"head {h + 1}" for h in range(maps.shape[1])],
                          row_titles=[f"layer {i + 1}" for i in range(maps.shape[0])] if maps.shape[0] > 1 else None,
                          xticklabels=ticks, yticklabels=ticks, figsize=figsize, vmin=0.0)

@@ -2,7 +2,7 @@
 
 :func:`fit_power_law` fits ``L = c · x^(-α)``; :func:`scaling_experiment` trains
 one :class:`~attention_book.DecoderOnlyLM` per size on the same batches and
-returns :class:`ScalingRun` records; :func:`scaling_figure` draws loss against
+returns :class:`ScalingRun` records; :func:`scaling_law_figure` draws loss against
 parameters and against compute (``C ≈ 6 N D``, with ``N`` from
 :func:`non_embedding_parameters`).
 """
@@ -23,7 +23,7 @@ from ..models.objectives import Batches, clm_batch, clm_loss, evaluate_loss
 from ..models.transformer import TransformerDecoder
 
 __all__ = ["PowerLaw", "fit_power_law", "non_embedding_parameters", "ScalingRun", "scaling_experiment",
-           "scaling_figure"]
+           "scaling_law_figure"]
 
 
 # --------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def _frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]
     return out
 
 
-def scaling_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
+def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
     """Loss against parameters (final checkpoint) and against compute (every checkpoint), log–log,
     each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt

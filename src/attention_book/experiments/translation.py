@@ -16,7 +16,7 @@ from ..models.attention import record_attention
 from ..models.seq2seq import Translation, make_seq2seq, translate, translation_loss
 from ..models.transformer import make_transformer
 
-__all__ = ["train_transformer", "translation_attention", "translation_attention_figure", "train_translator", "compare_translators", "evaluate_by_length", "translation_table", "attention_map", "teacher_forced_scores", "validation_loss", "evaluate_translation"]
+__all__ = ["train_transformer", "translation_attention", "translation_attention_figure", "train_translator", "compare_translators", "evaluate_by_length", "translation_table", "alignment_figure", "teacher_forced_scores", "validation_loss", "evaluate_translation"]
 
 
 def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4,
@@ -101,7 +101,7 @@ def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int |
     """
     if kind not in _MAP_KINDS:
         raise ValueError(f"kind must be one of {sorted(_MAP_KINDS)}, got {kind!r}")
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     title, q_name, k_name, xlabel, ylabel = _MAP_KINDS[kind]
     weights = maps[kind]  # (layers, heads, queries, keys)
@@ -117,7 +117,7 @@ def translation_attention_figure(maps: dict, kind: str = "encoder", layer: int |
     panels = weights[layers].reshape(-1, heads_per_row, *weights.shape[2:])
     if figsize is None:
         figsize = (1.2 + 2.7 * heads_per_row, 0.9 + 2.5 * panels.shape[0])
-    fig = show_heatmaps(panels, xlabel=xlabel, ylabel=ylabel,
+    fig = heatmaps_figure(panels, xlabel=xlabel, ylabel=ylabel,
                         titles=[f"layer {i + 1}, head {h + 1}" for i in layers for h in range(num_heads)],
                         figsize=figsize, xticklabels=maps[k_name], yticklabels=maps[q_name], vmin=0.0, vmax=1.0)
     source, output = " ".join(maps["source"][:-1]), " ".join(maps["output"])
@@ -151,7 +151,7 @@ def translation_table(model: nn.Module, data, sentences: Sequence[str], referenc
     return results
 
 
-def attention_map(model: nn.Module, data, sentence: str, reference: str | None = None, figsize=(4.4, 3.8)):
+def alignment_figure(model: nn.Module, data, sentence: str, reference: str | None = None, figsize=(4.4, 3.8)):
     """Heatmap of the decoder's attention while it translates one sentence greedily.
 
     Rows (queries) are the output tokens, the last one ``<eos>`` when the model
@@ -159,7 +159,7 @@ def attention_map(model: nn.Module, data, sentence: str, reference: str | None =
     (padding dropped; unknown words marked ``(unk)``). The title shows the
     translation (and its BLEU when ``reference`` is given). Returns the figure.
     """
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     (result,) = translate(model, data, [sentence], [reference] if reference is not None else None,
                           save_attention=True)
@@ -169,7 +169,7 @@ def attention_map(model: nn.Module, data, sentence: str, reference: str | None =
     src_tokens = [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in src_tokens]
     out_tokens = result.tokens + ([EOS] if result.attention.shape[0] > len(result.tokens) else [])
     weights = result.attention[: len(out_tokens), : len(src_tokens)]
-    fig = show_heatmaps(weights.reshape(1, 1, *weights.shape), xlabel="keys: source tokens",
+    fig = heatmaps_figure(weights.reshape(1, 1, *weights.shape), xlabel="keys: source tokens",
                         ylabel="queries: output tokens", xticklabels=src_tokens, yticklabels=out_tokens,
                         figsize=figsize)
     title = f"{sentence} => {result.text}"

@@ -51,8 +51,8 @@ __all__ = [
     "make_kernel_data",
     "NadarayaWatson",
     "learn_width",
-    "plot_kernels",
-    "plot_estimates",
+    "kernels_figure",
+    "estimates_figure",
     "estimate_weights",
     "kernel_explorer_figure",
     "width_objectives_figure",
@@ -386,7 +386,7 @@ def _panels(num: int, width: float, height: float):
     return fig, axes
 
 
-def plot_kernels(kernels=KERNEL_NAMES, sigma: float = 1.0, x_range: float = 2.5):
+def kernels_figure(kernels=KERNEL_NAMES, sigma: float = 1.0, x_range: float = 2.5):
     """One panel per kernel: ``alpha(q, k)`` against ``q - k`` for the key at 0."""
     _ensure_style()
     d = torch.linspace(-x_range, x_range, 401)
@@ -404,7 +404,7 @@ def estimate_weights(data: KernelData, settings):
     """Predictions and attention weights on the validation grid for several ``(kernel, sigma)`` settings.
 
     Returns ``(predictions, weights)``: a list of (n_val,) tensors and a
-    (1, len(settings), n_val, n_train) tensor ready for :func:`attention_book.show_heatmaps`.
+    (1, len(settings), n_val, n_train) tensor ready for :func:`attention_book.heatmaps_figure`.
     """
     preds, weights = [], []
     for kernel, sigma in settings:
@@ -422,7 +422,7 @@ def _draw_fit(ax, data: KernelData, y_hat: torch.Tensor, title: str) -> None:
     ax.set_xlabel("x")
 
 
-def plot_estimates(data: KernelData, settings, titles=None):
+def estimates_figure(data: KernelData, settings, titles=None):
     """One panel per ``(kernel, sigma)`` setting: training data, true function and the estimate."""
     _ensure_style()
     preds, _ = estimate_weights(data, settings)

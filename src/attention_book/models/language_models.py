@@ -5,7 +5,7 @@
   :class:`LMConfig`; each accepts the config or its fields as arguments
   (``ab.DecoderOnlyLM(vocab_size, num_hiddens=64, num_heads=4, …)``).
 * Each exposes the boolean attention masks it really uses (``attention_masks``),
-  which :func:`attention_pattern_figure` draws, and its attention maps
+  which :func:`pretraining_masks_figure` draws, and its attention maps
   (``attention_maps``, recorded by :func:`attention_book.record_attention`).
 
 Masks follow the book's convention: boolean, ``True`` = may attend.
@@ -28,7 +28,7 @@ from .objectives import corrupt_spans
 from ..data.tokenizer import Tokenizer
 from .transformer import TransformerDecoder, TransformerEncoder, _check_ids
 
-__all__ = ["LMConfig", "EncoderOnlyLM", "DecoderOnlyLM", "EncoderDecoderLM", "attention_pattern_figure"]
+__all__ = ["LMConfig", "EncoderOnlyLM", "DecoderOnlyLM", "EncoderDecoderLM", "pretraining_masks_figure"]
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ def _collect_maps(model: nn.Module, run: Callable, names: Sequence[str]) -> list
 # The three attention patterns, drawn from the masks the models use
 # --------------------------------------------------------------------------------------
 
-def attention_pattern_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok: Tokenizer,
+def pretraining_masks_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok: Tokenizer,
                              text: str = "the time traveller smiled round at us", num_pad: int = 2,
                              seed: int | None = None):
     """Which positions each token may attend to, in the three pretraining modes.

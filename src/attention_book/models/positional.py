@@ -29,8 +29,8 @@ from torch import nn
 from ..core.checks import check_int, check_positive_int
 
 __all__ = [
-    "plot_encoding_columns",
-    "plot_encoding_heatmap",
+    "encoding_columns_figure",
+    "encoding_heatmap_figure",
     "positional_encoding_figure",
     "sinusoidal_table",
     "offset_rotation",
@@ -250,7 +250,7 @@ def _check_encoding_args(encoding_dim: int, num_steps: int) -> None:
     check_int("num_steps", num_steps, minimum=2)
 
 
-def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
+def encoding_columns_figure(encoding_dim: int = 32, num_steps: int = 60, columns: Sequence[int] = (6, 7, 8, 9), ax=None):
     """Columns of the sinusoidal table against position: higher columns oscillate more slowly."""
     _check_encoding_args(encoding_dim, num_steps)
     bad = [c for c in columns if not 0 <= c < encoding_dim]
@@ -274,13 +274,13 @@ def plot_encoding_columns(encoding_dim: int = 32, num_steps: int = 60, columns: 
     return fig
 
 
-def plot_encoding_heatmap(encoding_dim: int = 32, num_steps: int = 60):
+def encoding_heatmap_figure(encoding_dim: int = 32, num_steps: int = 60):
     """The whole table P (positions down, encoding dimensions across)."""
     _check_encoding_args(encoding_dim, num_steps)
-    from ..core.plot import show_heatmaps
+    from ..core.plot import heatmaps_figure
 
     P = sinusoidal_table(num_steps, encoding_dim)
-    fig = show_heatmaps(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
+    fig = heatmaps_figure(P[None, None], xlabel="column (encoding dimension)", ylabel="row (position)",
                         figsize=(4.0, 4.2), cmap="Blues", vmin=-1.0, vmax=1.0)
     return fig
 
@@ -297,7 +297,7 @@ def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.4, 1]})
     columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
-    plot_encoding_columns(encoding_dim, num_steps, columns, ax=left)
+    encoding_columns_figure(encoding_dim, num_steps, columns, ax=left)
     left.set_title(f"columns {columns[0]}–{columns[-1]} of P")
     image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
     right.grid(False)

@@ -4,10 +4,10 @@
   from dot products and the keys' squared norms only (exercise 11.3.1).
 * :class:`BilinearAttention` — the score ``qᵀ M k`` for queries and keys of
   different sizes (exercise 11.3.2).
-* :func:`scaling_statistics` / :func:`plot_scaling` — why dot products are divided
+* :func:`scaling_statistics` / :func:`score_scale_figure` — why dot products are divided
   by ``√d``: variance of the raw scores and saturation of the softmax as ``d`` grows.
 * :func:`scoring_cost`, :func:`measure_scoring_costs`, :func:`scoring_flops`,
-  :func:`plot_scoring_costs` — measured and counted cost of the four scores as the
+  :func:`scoring_costs_figure` — measured and counted cost of the four scores as the
   number of keys and the feature size grow (exercise 11.3.3).
 
 Both modules follow :mod:`attention_book.models.attention`: ``forward(queries, keys,
@@ -37,15 +37,15 @@ __all__ = [
     "BilinearAttention",
     "distance_scores",
     "scaling_statistics",
-    "plot_scaling",
+    "score_scale_figure",
     "SCORING_KINDS",
     "make_scorer",
     "scoring_cost",
     "best_time",
     "measure_scoring_costs",
     "scoring_flops",
-    "plot_scoring_costs",
-    "plot_token_weights",
+    "scoring_costs_figure",
+    "token_weights_figure",
 ]
 
 
@@ -194,7 +194,7 @@ def _powers_of_two_axis(ax, values) -> None:
     ax.minorticks_off()
 
 
-def plot_scaling(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_samples: int = 400, seed: int | None = None):
+def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num_samples: int = 400, seed: int | None = None):
     """The "why 1/√d" figure at feature size ``d`` (the widget's callback). Returns the figure.
 
     Top left: variance of the scores against d, raw and scaled. Top right: the
@@ -396,10 +396,10 @@ def measure_scoring_costs(key_counts: Sequence[int] = (64, 128, 256, 512), dims:
     return rows
 
 
-def plot_scoring_costs(rows: Sequence[dict]):
+def scoring_costs_figure(rows: Sequence[dict]):
     """Measured time against number of keys and against feature size, one line per scoring kind."""
     if not rows:
-        raise ValueError("plot_scoring_costs needs the rows returned by measure_scoring_costs")
+        raise ValueError("scoring_costs_figure needs the rows returned by measure_scoring_costs")
     _ensure_style()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     for ax, sweep, xkey, xlabel in ((axes[0], "keys", "num_keys", "number of keys $m$ (= queries)"),
@@ -417,7 +417,7 @@ def plot_scoring_costs(rows: Sequence[dict]):
     return fig
 
 
-def plot_token_weights(tokens: Sequence[Sequence[str]], weights, title: str | None = None):
+def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | None = None):
     """One row per sequence: each cell names its token and shows its attention weight.
 
     ``tokens`` are the (padded) sequences, all of the same length; ``weights``
