@@ -227,3 +227,36 @@ def test_fit_counts_zero_negative_and_what_loss_fn_returns():
         fit(lambda m, b: _mse(m, b).detach())
     with pytest.raises(ValueError, match="scalar loss"):
         fit(lambda m, b: nn.functional.mse_loss(m(b[0]), b[1], reduction="none"))
+
+
+def test_fit_learns_of_website_builds_only_through_its_progress_callback(monkeypatch, capsys):
+    """Issue 29: the training loop never reads the build mode; the book's machinery hands it a bar."""
+    import inspect
+
+    assert "static_explorers" not in inspect.getsource(train_module)
+    made = []
+
+    class Bar:
+        def __init__(self, total, desc):
+            made.append((total, desc))
+
+        def update(self, n):
+            pass
+
+        def set_postfix(self, post):
+            pass
+
+        def close(self):
+            made.append("closed")
+
+    model = torch.nn.Linear(2, 1)
+    batches = [(torch.ones(4, 2), torch.zeros(4, 1))]
+    loss = lambda m, b: (torch.nn.functional.mse_loss(m(b[0]), b[1]), len(b[0]))  # noqa: E731
+    ab.fit(model, batches, loss, epochs=2, progress=Bar, desc="mine")
+    assert made == [(2, "mine"), "closed"]
+    # the installed default is the book's: on a website build it prints one line when done
+    monkeypatch.setenv("ATTENTION_BOOK_EXPLORERS", "static")
+    ab.fit(model, batches, loss, epochs=2, desc="on a page")
+    assert "on a page: 100%" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="callable"):
+        train_module.use_progress_bar("tqdm")

@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
+from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
 
@@ -451,3 +452,25 @@ def explore(fn: Callable[..., Any], *, name: str, dpi: int = 75, **controls: _Co
         plt.show()
 
     return widgets.interactive(show, **{key: c.widget() for key, c in controls.items()})
+
+
+def page_progress_bar(total: int, desc: str):
+    """``fit``'s bar, told of website builds: there it writes nothing while it runs and prints
+    its final state as one line of text when closed (a widget on a page without a kernel would
+    show an empty box); in a notebook it is tqdm's widget."""
+    if not static_explorers():
+        return notebook_progress_bar(total, desc)
+    import io
+
+    from tqdm.std import tqdm
+
+    class PrintedWhenClosed(tqdm):
+        def close(self):
+            if not self.disable:
+                super().close()
+                print(self)
+
+    return PrintedWhenClosed(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False)
+
+
+use_progress_bar(page_progress_bar)  # the book's machinery tells the training loop how pages are built

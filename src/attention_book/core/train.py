@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from .checks import check_int, check_positive_int, check_tensor_values
-from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed, static_explorers,
+from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed,
                      training_precision)
 from .config import device as pick_device
 
-__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device"]
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device",
+           "notebook_progress_bar", "use_progress_bar"]
 
 IGNORE = -100  # the label of a position with no target: PyTorch's default ignore_index in cross_entropy
 
@@ -126,19 +127,28 @@ class History:
         return ", ".join(parts)
 
 
-def _progress_bar(total: int, desc: str):
-    """tqdm's notebook bar in a live kernel. When the website is built (static explorers)
-    the bar writes nothing while it runs and ``fit`` prints its final state as text: a
-    widget on a page without a kernel would show an empty box."""
-    if static_explorers():
-        import io
-
-        from tqdm.std import tqdm
-
-        return tqdm(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False)
+def notebook_progress_bar(total: int, desc: str):
+    """tqdm's bar: a widget in a live notebook, text in a terminal."""
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit="epoch")
+
+
+_progress_bar = notebook_progress_bar
+
+
+def use_progress_bar(make_bar: Callable[[int, str], Any]) -> Callable[[int, str], Any]:
+    """Set the bar ``fit(progress=True)`` draws: ``make_bar(total_epochs, desc)`` returns an
+    object with tqdm's ``update``, ``set_postfix`` and ``close``. Returns the previous one.
+
+    The book's machinery uses it for website builds (a widget on a page without a kernel
+    would be an empty box), so the training loop never asks how it is being run.
+    """
+    global _progress_bar
+    if not callable(make_bar):
+        raise ValueError(f"use_progress_bar needs a callable (total, desc) -> bar, got {make_bar!r}")
+    previous, _progress_bar = _progress_bar, make_bar
+    return previous
 
 
 def fit(
@@ -154,7 +164,7 @@ def fit(
     evaluate: Callable[[nn.Module], Mapping[str, float]] | None = None,
     device: torch.device | str | None = None,
     precision: str | None = None,
-    progress: bool = True,
+    progress: bool | Callable[[int, str], Any] = True,
     desc: str = "training",
 ) -> History:
     """Train ``model`` for ``epochs`` passes over ``train_data``.
@@ -242,7 +252,8 @@ def fit(
     main = run is None or run.is_main
 
     first_loss = None  # the loss of the first step, before any update: the yardstick for divergence
-    bar = _progress_bar(epochs, desc) if progress and main else None
+    make_bar = progress if callable(progress) else _progress_bar
+    bar = make_bar(epochs, desc) if progress and main else None
     for _epoch in range(epochs):
         model.train()
         if sampler is not None:
@@ -317,8 +328,6 @@ def fit(
             break
     if bar is not None:
         bar.close()
-        if static_explorers():
-            print(bar)  # the page shows the finished bar as one line of text
     if history.capped is not None and main:
         print(f"{desc}: stopped after {cap} steps ({MAX_STEPS_ENV}={cap})")
     model.eval()
