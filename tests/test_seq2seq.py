@@ -515,3 +515,24 @@ def test_teacher_forced_scores_of_a_model_that_always_knows():
     data.val_loader = lambda: batches
     scores = ab.experiments.translation.teacher_forced_scores(Oracle(), data)
     assert scores["accuracy"] == 1.0 and scores["loss"] < 1e-6 and scores["loss when wrong"] == 0.0
+
+
+@pytest.mark.parametrize("attention", [None, "additive"])
+def test_greedy_with_and_without_the_cache_gives_the_same_tokens(attention):
+    # issue 29: one greedy decoder; the RNN's hidden state and the Transformer's key/value cache are
+    # both "the cache": re-running the whole prefix from the first state must pick the same tokens
+    from attention_book.models.seq2seq import greedy
+
+    torch.manual_seed(0)
+    models = [ab.make_seq2seq(V_SRC, V_TGT, 8, 16, 2, 0.0, attention=attention),
+              ab.make_transformer(V_SRC, V_TGT, 16, 32, 2, 2, 0.0)]
+    src, valid = _tokens(3, 5), torch.tensor([5, 3, 1])
+    for model in models:
+        model.eval()
+        state = model.decoder.init_state(model.encoder(src, valid), valid)
+        bos = torch.full((3, 1), BOS)
+        cached, _ = greedy(model.decoder, state, bos, 7, EOS)
+        uncached, first = greedy(model.decoder, state, bos, 7, EOS, use_cache=False)
+        assert torch.equal(cached, uncached) and first is state
+        assert ab.greedy_search(model, src, valid, BOS, EOS, 7)[0] == ab.greedy_without_cache(
+            model, src, valid, BOS, EOS, 7)

@@ -21,6 +21,7 @@ from ..core.checks import check_int
 from ..core.config import resolve_seed
 from ..data.tokenizer import Tokenizer
 from ..core.train import evaluating
+from .seq2seq import cut_at_eos, greedy
 
 __all__ = ["next_token_distribution", "generate", "greedy_decode", "sampling_figure"]
 
@@ -108,33 +109,19 @@ def generate(model: nn.Module, tok: Tokenizer, prompt: str = "", num_tokens: int
     return tok.decode(out)
 
 
-@torch.no_grad()
 def greedy_decode(model: nn.Module, enc_inputs: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> list[list[int]]:
-    """Greedy decoding with an encoder–decoder: the most likely token at each step, up to ``<eos>``.
+    """Greedy decoding with an encoder–decoder LM: :func:`~attention_book.models.seq2seq.greedy` after ``<bos>``.
 
-    The encoder runs once; the decoder takes one new token per step and keeps
-    the earlier ones in its key/value cache. Returns one list of ids per example
-    (``<bos>`` and ``<eos>`` removed).
+    The encoder runs once (``model.decoder_state``); the decoder takes one new token
+    per step and keeps the earlier ones in its key/value cache. Returns one list of
+    ids per example (``<bos>`` and ``<eos>`` removed).
     """
     with evaluating(model):
         dev = next(model.parameters()).device
         enc_inputs = enc_inputs.to(dev)
-        state = model.decoder_state(enc_inputs)
-        nxt = torch.full((len(enc_inputs), 1), bos_id, device=dev)
-        done = torch.zeros(len(enc_inputs), dtype=torch.bool, device=dev)
-        steps = []
-        for _ in range(min(max_len, model.max_len)):
-            logits, state = model.decoder(nxt, state)
-            nxt = logits[:, -1].argmax(dim=-1, keepdim=True)
-            nxt = torch.where(done[:, None], torch.full_like(nxt, eos_id), nxt)
-            steps.append(nxt)
-            done |= nxt[:, 0] == eos_id
-            if bool(done.all()):
-                break
-    out = []
-    for row in torch.cat(steps, dim=1).tolist():
-        out.append(row[:row.index(eos_id)] if eos_id in row else row)
-    return out
+        bos = torch.full((len(enc_inputs), 1), bos_id, dtype=torch.long, device=dev)
+        tokens, _ = greedy(model.decoder, model.decoder_state(enc_inputs), bos, min(max_len, model.max_len), eos_id)
+    return cut_at_eos(tokens, eos_id)
 
 
 def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time traveller", temperature: float = 1.0,

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..core.checks import check_int, check_positive_int
 from ..core.train import evaluating
+from .seq2seq import greedy
 
 __all__ = ["kv_cache_bytes", "cache_bytes", "greedy_generate", "seconds_per_token"]
 
@@ -55,30 +56,19 @@ def _check_decoder(decoder) -> None:
         raise ValueError("decoder must be a decoder-only TransformerDecoder (built with cross_attention=False)")
 
 
-@torch.no_grad()
 def greedy_generate(decoder: nn.Module, prompt: torch.Tensor, steps: int, use_cache: bool = True):
     """Greedy continuation of ``prompt`` (batch, n) by ``steps`` tokens with a decoder-only model.
 
-    With the cache, the prompt is run once and each new token alone after it;
+    :func:`~attention_book.models.seq2seq.greedy` from the decoder's empty state:
+    with the cache, the prompt is run once and each new token alone after it;
     without, every step runs the decoder over the whole sequence so far.
     Returns ``(tokens, state)``: the new ids (batch, steps) and, with the cache,
     the final decoder state (``None`` without).
     """
     _check_decoder(decoder)
-    steps = check_positive_int("steps", steps)
     with evaluating(decoder):
-        if use_cache:
-            logits, state = decoder(prompt, decoder.init_state(None))
-            new = [logits[:, -1:].argmax(dim=-1)]
-            for _ in range(steps - 1):
-                logits, state = decoder(new[-1], state)
-                new.append(logits[:, -1:].argmax(dim=-1))
-            return torch.cat(new, dim=1), state
-        seq = prompt
-        for _ in range(steps):
-            logits, _ = decoder(seq, decoder.init_state(None))
-            seq = torch.cat((seq, logits[:, -1:].argmax(dim=-1)), dim=1)
-        return seq[:, prompt.shape[1]:], None
+        tokens, state = greedy(decoder, decoder.init_state(None), prompt, steps, use_cache=use_cache)
+    return tokens, state if use_cache else None
 
 
 def seconds_per_token(decoder: nn.Module, prompt: torch.Tensor, steps: int, use_cache: bool = True,

@@ -52,6 +52,8 @@ __all__ = [
     "masked_cross_entropy",
     "translation_loss",
     "reorder_state",
+    "greedy",
+    "cut_at_eos",
     "greedy_search",
     "beam_search",
     "Translation",
@@ -399,38 +401,70 @@ def _snapshot(weights):
 
 
 @torch.no_grad()
+def greedy(decoder: nn.Module, state: Any, prefix: torch.Tensor, max_steps: int, eos_id: int | None = None,
+           use_cache: bool = True, after_step: Callable[[], None] | None = None) -> tuple[torch.Tensor, Any]:
+    """Greedy decoding with any decoder ``forward(X, state) -> (logits, state)``: feed back the most likely token.
+
+    ``state`` is the decoder's state before ``prefix`` (batch, n): ``<bos>`` for a
+    translation, a prompt for a language model. With ``use_cache`` the prefix runs
+    once and then each new token alone, the decoder keeping what it needs about the
+    earlier ones in its state (an RNN's hidden state, a Transformer's key/value
+    cache). Without, every step runs the decoder from ``state`` over the whole
+    sequence so far. Stops after ``max_steps`` tokens, or once every row has
+    produced ``eos_id``; ``after_step()`` runs after each step. Returns the new
+    tokens (batch, steps run) and the state after them (``state`` itself without the cache).
+    Call it in eval mode (:func:`attention_book.evaluating`).
+    """
+    max_steps = check_positive_int("max_steps", max_steps)
+    seq, X, new = prefix, prefix, []
+    finished = torch.zeros(prefix.shape[0], dtype=torch.bool, device=prefix.device)
+    for _ in range(max_steps):
+        if use_cache:
+            logits, state = decoder(X, state)
+        else:
+            logits, _ = decoder(seq, state)
+        X = logits[:, -1:].argmax(dim=-1)
+        new.append(X)
+        if not use_cache:
+            seq = torch.cat((seq, X), dim=1)
+        if after_step is not None:
+            after_step()
+        if eos_id is not None:
+            finished |= X[:, 0] == eos_id
+            if bool(finished.all()):
+                break
+    return torch.cat(new, dim=1), state
+
+
+def cut_at_eos(tokens: torch.Tensor, eos_id: int) -> list[list[int]]:
+    """Each row of ``tokens`` as a list of ids up to (without) its first ``eos_id``."""
+    return [row[: row.index(eos_id)] if eos_id in row else row for row in tokens.tolist()]
+
+
+@torch.no_grad()
 def greedy_search(model: nn.Module, src: torch.Tensor, src_valid_len: torch.Tensor | None, bos_id: int,
-                  eos_id: int, max_steps: int, save_attention: bool = False):
-    """Greedy decoding: at every step feed back the most likely token.
+                  eos_id: int, max_steps: int, save_attention: bool = False, use_cache: bool = True):
+    """Greedy decoding of an encoder–decoder (:func:`greedy` after ``<bos>``, from the encoded source).
 
     Returns ``(tokens, attention)``: ``tokens[b]`` is the list of predicted
     token ids of example ``b`` *without* ``<eos>`` (decoding of an example stops
     at its first ``<eos>``, and the loop stops when every example has stopped or
     after ``max_steps`` tokens); ``attention`` is a list with one entry per step
     run, each a copy of ``model.decoder.attention_weights`` after that step
-    (empty unless ``save_attention``). Runs in eval mode.
+    (empty unless ``save_attention``). ``use_cache=False`` re-runs the decoder over
+    the whole prefix at every step (the same tokens, slower). Runs in eval mode.
     """
     check_token_ids("src", src)
-    max_steps = check_positive_int("max_steps", max_steps)
+    attention: list = []
+
+    def keep():
+        attention.append(_snapshot(getattr(model.decoder, "attention_weights", None)))
+
     with evaluating(model), (keep_attention_weights() if save_attention else contextlib.nullcontext()):
         state = model.decoder.init_state(model.encoder(src, src_valid_len), src_valid_len)
-        batch = src.shape[0]
-        Y = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        attention = []
-        for _ in range(max_steps):
-            logits, state = model.decoder(Y, state)
-            Y = logits[:, -1].argmax(dim=-1, keepdim=True)
-            if save_attention:
-                attention.append(_snapshot(getattr(model.decoder, "attention_weights", None)))
-            for b, token in enumerate(Y[:, 0].tolist()):
-                if not finished[b] and token != eos_id:
-                    tokens[b].append(token)
-            finished |= Y[:, 0] == eos_id
-            if bool(finished.all()):
-                break
-    return tokens, attention
+        bos = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+        tokens, _ = greedy(model.decoder, state, bos, max_steps, eos_id, use_cache, keep if save_attention else None)
+    return cut_at_eos(tokens, eos_id), attention
 
 
 @torch.no_grad()

@@ -42,7 +42,6 @@ from .attention_variants import GroupedQueryAttention
 from ..core.checks import (check_dropout, check_heads, check_positive_int, check_same_device, check_tensor_values,
                      check_token_ids)
 from .positional import PositionalEncoding
-from ..core.train import evaluating
 
 __all__ = [
     "PositionWiseFFN",
@@ -430,28 +429,17 @@ def make_transformer(src_vocab_size: int, tgt_vocab_size: int, num_hiddens: int 
     return EncoderDecoder(encoder, decoder)
 
 
-@torch.no_grad()
 def greedy_without_cache(model: nn.Module, src: torch.Tensor, src_valid_len, bos_id: int, eos_id: int,
                          max_steps: int) -> list[list[int]]:
-    """Greedy decoding that re-runs the decoder on the *whole* prefix at every step (no cache).
+    """``ab.greedy_search`` with ``use_cache=False``: the decoder re-runs the *whole* prefix at every step.
 
-    The slow reference for ``ab.greedy_search``, which feeds one token per step
-    and keeps the earlier positions in the decoder's key/value cache. Both must
-    produce the same tokens. Returns the ids of each example without ``<eos>``.
+    The slow reference for the cached decoding (one new token per step, the earlier
+    positions in the decoder's key/value cache): both produce the same tokens.
+    Returns the ids of each example without ``<eos>``.
     """
-    max_steps = check_positive_int("max_steps", max_steps)
-    with evaluating(model):
-        enc_outputs = model.encoder(src, src_valid_len)
-        prefix = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
-        for _ in range(max_steps):
-            logits, _ = model.decoder(prefix, model.decoder.init_state(enc_outputs, src_valid_len))
-            prefix = torch.cat((prefix, logits[:, -1:].argmax(dim=-1)), dim=1)
-            if bool((prefix[:, 1:] == eos_id).any(dim=1).all()):
-                break
-    out = []
-    for row in prefix[:, 1:].tolist():
-        out.append(row[: row.index(eos_id)] if eos_id in row else row)
-    return out
+    from .seq2seq import greedy_search
+
+    return greedy_search(model, src, src_valid_len, bos_id, eos_id, max_steps, use_cache=False)[0]
 
 
 # --- learning-rate schedule -------------------------------------------------------------------
