@@ -368,3 +368,22 @@ def test_figure_functions_follow_one_naming_scheme():
             if re.match(r"(plot|draw)_", node.name):
                 wrong.append(f"{path.relative_to(root)}: {node.name}")
     assert not wrong, wrong
+
+
+def test_accuracy_counts_the_argmax_over_batches_and_skips_ignored_labels():
+    # issue 29: one accuracy for classes (one label per example) and tokens (one per position)
+    class Echo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+
+        def forward(self, X):
+            return nn.functional.one_hot(X, 5).float() + self.w
+
+    X = torch.tensor([[1, 2, 3], [4, 0, 1]])
+    labels = torch.tensor([[1, 0, 3], [ab.IGNORE, 0, ab.IGNORE]])
+    assert ab.accuracy(Echo(), [(X, labels)]) == pytest.approx(3 / 4)
+    assert ab.accuracy(Echo(), [(X[:, 0], torch.tensor([1, 3]))]) == pytest.approx(1 / 2)
+    assert ab.accuracy(Echo(), [(X, labels)], scores=lambda x: Echo()((x + 1) % 5)) == 0.0
+    with pytest.raises(ValueError, match="no labels"):
+        ab.accuracy(Echo(), [(X, torch.full_like(X, ab.IGNORE))])

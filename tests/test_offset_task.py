@@ -16,7 +16,7 @@ def train_run(num_heads, *, num_train=2000, epochs=6, seed=0, offsets=ab.experim
     torch.manual_seed(seed)
     model = ab.experiments.offset_task.OffsetTaskModel(num_heads=num_heads, num_offsets=len(offsets))
     history = ab.fit(model, batches, ab.experiments.offset_task.offset_task_loss, epochs=epochs, lr=3e-3, device="cpu", progress=False)
-    return ab.experiments.offset_task.HeadRun(num_heads, model, history, ab.experiments.offset_task.task_accuracy(model, X_test, Y_test), X_test, Y_test,
+    return ab.experiments.offset_task.HeadRun(num_heads, model, history, ab.accuracy(model, [(X_test, Y_test)]), X_test, Y_test,
                       tuple(offsets), seed)
 
 

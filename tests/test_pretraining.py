@@ -591,7 +591,7 @@ def test_evaluation_helpers_restore_the_models_mode():
         (bert, lambda: ab.evaluate_loss(bert, ab.mlm_loss, mlm)),
         (bert, lambda: ab.masked_accuracy(bert, mlm)),
         (bert, lambda: ab.fill_masks(bert, tok, "the <mask> traveller")),
-        (bert, lambda: ab.experiments.lm_tasks.classification_accuracy(bert, [ab.experiments.lm_tasks.order_task_batch(stream, tok, 2, 8, g)])),
+        (bert, lambda: ab.accuracy(bert, [ab.experiments.lm_tasks.order_task_batch(stream, tok, 2, 8, g)], scores=bert.classify)),
         (t5, lambda: ab.span_loss_parts(t5, spans, tok)),
         (t5, lambda: ab.greedy_decode(t5, spans[0][0], tok.bos_id, tok.eos_id, 4)),
         (t5, lambda: ab.experiments.lm_tasks.exact_match(t5, tasks, tok)),

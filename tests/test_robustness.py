@@ -396,9 +396,9 @@ class _Failing(nn.Module):
 
 
 @pytest.mark.parametrize("helper", [
-    lambda m: ab.experiments.offset_task.task_accuracy(m, torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)),
-    lambda m: ab.experiments.reversal.token_accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
-    lambda m: ab.image_accuracy(m, [(torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))]),
+    lambda m: ab.accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))], scores=m.forward),
+    lambda m: ab.accuracy(m, [(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))]),
+    lambda m: ab.accuracy(m, [(torch.zeros(2, 1, 4, 4), torch.zeros(2, dtype=torch.long))]),
 ])
 def test_evaluation_helpers_restore_train_mode_even_on_error(helper):
     model = _Failing().train()

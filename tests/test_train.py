@@ -164,7 +164,7 @@ def test_capped_batches_cuts_evaluation_only_under_the_cap(monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
     assert len(list(ab.core.train.capped_batches(batches))) == 2
     model = nn.Linear(3, 4)
-    assert 0.0 <= ab.image_accuracy(model, batches) <= 1.0
+    assert 0.0 <= ab.accuracy(model, batches) <= 1.0
 
 
 # --- what loss_fn and train_data may be (issue 28) -------------------------------------------

@@ -313,7 +313,7 @@ def test_reversal_learns_quickly():
     with ab.single_thread():
         ab.fit(model, train, ab.experiments.reversal.token_loss, epochs=5, optimizer=opt, scheduler=sched, clip_grad=5.0,
                progress=False, device="cpu")
-    assert ab.experiments.reversal.token_accuracy(model, val) > 0.95
+    assert ab.accuracy(model, val) > 0.95
 
 
 def test_reversal_attention_profile_on_a_hand_made_map(monkeypatch):

@@ -172,9 +172,9 @@ def test_vit_learns_digits_quickly(one_thread):
     test = ab.data.images.ImageBatches(tx, ty, batch_size=360, img_size=8)
     model = ab.ViT(8, 2, num_hiddens=32, mlp_num_hiddens=64, num_heads=4, num_blks=1, emb_dropout=0.0,
                    blk_dropout=0.0, lr=3e-3)
-    before = ab.image_accuracy(model, test)
+    before = ab.accuracy(model, test)
     ab.fit(model, train, ab.image_classification_loss, epochs=4, lr=model.lr, progress=False, device="cpu")
-    after = ab.image_accuracy(model, test)
+    after = ab.accuracy(model, test)
     assert after > 0.45 and after > before + 0.25, (before, after)  # chance is 0.1
 
 

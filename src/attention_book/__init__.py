@@ -41,6 +41,7 @@ from .core.config import (
 )
 from .core.plot import use_book_style, heatmaps_figure, curves_figure
 from .core.train import (
+    accuracy,
     fit,
     PRECISIONS,
     grad_clipping,
@@ -150,7 +151,6 @@ from .models.vit import (
     ViT,
     SmallCNN,
     image_classification_loss,
-    image_accuracy,
     count_parameters,
     sample_photo,
     patch_grid_figure,

@@ -26,6 +26,7 @@ from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, 
 from .config import device as pick_device
 
 __all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device",
+           "accuracy",
            "notebook_progress_bar", "use_progress_bar"]
 
 IGNORE = -100  # the label of a position with no target: PyTorch's default ignore_index in cross_entropy
@@ -566,6 +567,30 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
     ax.set_ylabel("learning rate")
     ax.set_title(f"warm-up {warmup} steps, cosine decay to step {max_steps}")
     return fig
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, batches: Iterable, device: torch.device | str | None = None, ignore: int = IGNORE,
+             scores: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
+    """Share of the labels that the model's arg-max predicts, over batches of ``(inputs, labels)``.
+
+    Labels are one per example (a class) or one per position (a token); those equal to
+    ``ignore`` (``IGNORE``, -100) are skipped. Inputs and labels go to ``device`` (default: the
+    model's); the model runs in eval mode. ``scores(inputs)`` gives the logits (default: the
+    model itself; e.g. ``model.classify`` for a classifier head).
+    """
+    dev = model_device(model) if device is None else device
+    right = total = 0
+    with evaluating(model):
+        for inputs, labels in capped_batches(batches):
+            logits = (model if scores is None else scores)(inputs.to(dev))
+            labels = labels.to(dev)
+            scored = labels != ignore
+            right += int(((logits.argmax(dim=-1) == labels) & scored).sum())
+            total += int(scored.sum())
+    if total == 0:
+        raise ValueError("accuracy got no labels to score")
+    return right / total
 
 
 def model_device(model: nn.Module) -> torch.device:

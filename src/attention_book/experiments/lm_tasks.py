@@ -1,7 +1,7 @@
 """Tasks made from the corpus, for fine-tuning and prompting the pretrained models, and their scores.
 
 Labelled tasks for the encoder (:func:`order_task_batch`, :func:`replaced_task_batch`,
-scored by :func:`classification_accuracy`; :class:`LabelEfficiency` holds the accuracies
+scored by ``ab.accuracy(model, batches, scores=model.classify)``; :class:`LabelEfficiency` holds the accuracies
 of a pretrained encoder and the same architecture from scratch fine-tuned on growing
 numbers of labelled examples (chapter 9 writes that loop on the page), drawn by
 :func:`label_efficiency_figure`), text-to-text tasks for the
@@ -23,10 +23,10 @@ from ..core.config import resolve_seed
 from ..models.objectives import random_windows
 from ..models.decoding import greedy_decode
 from ..data.tokenizer import Tokenizer
-from ..core.train import IGNORE, capped_batches, evaluating
+from ..core.train import IGNORE, evaluating
 
 __all__ = [
-    "order_task_batch", "replaced_task_batch", "classification_accuracy",
+    "order_task_batch", "replaced_task_batch",
     "LabelEfficiency", "label_efficiency_figure",
     "TEXT_TASKS", "text_to_text_batch", "exact_match",
     "few_shot_prompts", "next_word_accuracy",
@@ -90,19 +90,6 @@ def replaced_task_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, seq_
     windows = torch.where(hit, random_words, windows)
     inputs = torch.cat([torch.full((batch_size, 1), tok.cls_id), windows], dim=1)
     return inputs, labels
-
-
-@torch.no_grad()
-def classification_accuracy(model: nn.Module, batches) -> float:
-    """Fraction of examples whose ``<cls>`` prediction equals the label."""
-    with evaluating(model):
-        dev = next(model.parameters()).device
-        right = total = 0
-        for inputs, labels in capped_batches(batches):
-            pred = model.classify(inputs.to(dev)).argmax(dim=-1).cpu()
-            right += int((pred == labels).sum())
-            total += len(labels)
-    return right / total
 
 
 @dataclass

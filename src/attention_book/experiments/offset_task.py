@@ -32,7 +32,7 @@ from ..core.config import device as pick_device, resolve_seed
 from ..models.attention import MultiHeadAttention, collect_attention
 from ..core.checks import check_heads, check_int, check_positive_int, check_same_device
 from ..models.positional import LearnedPositionalEmbedding
-from ..core.train import History, evaluating
+from ..core.train import History, accuracy
 
 __all__ = [
     "OFFSETS",
@@ -41,7 +41,6 @@ __all__ = [
     "HeadRun",
     "offset_task_data",
     "offset_task_loss",
-    "task_accuracy",
     "one_offset_per_head_accuracy",
     "head_count_accuracy_figure",
     "ablate_heads",
@@ -108,18 +107,6 @@ class OffsetTaskModel(nn.Module):
         H = self.positions(self.embedding(X))  # token embedding + position embedding: (batch, n, p_o)
         O = self.attention(H, H, H)  # W_o [o_1; ...; o_h] at every position t
         return self.readout(O).unflatten(-1, (self.num_offsets, self.vocab_size))  # linear scores for each y_{t,j}
-
-
-@torch.no_grad()
-def task_accuracy(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> float:
-    """Fraction of answers (every position, every offset) the model predicts.
-
-    ``X`` and ``Y`` are moved to the model's device first.
-    """
-    dev = next(model.parameters()).device
-    with evaluating(model):
-        acc = (model(X.to(dev)).argmax(-1) == Y.to(dev)).float().mean().item()
-    return acc
 
 
 def one_offset_per_head_accuracy(num_heads: int, num_offsets: int = len(OFFSETS), vocab_size: int = 16) -> float:
@@ -259,11 +246,11 @@ def head_importance(model: nn.Module, attention: MultiHeadAttention, X: torch.Te
     on ``(X, Y)`` — the ablation experiment of Michel et al. (2019), measured on a
     held-out set.
     """
-    full = task_accuracy(model, X, Y)
+    full = accuracy(model, [(X, Y)])
     drops = []
     for h in range(attention.num_heads):
         with ablate_heads(attention, [h]):
-            drops.append(full - task_accuracy(model, X, Y))
+            drops.append(full - accuracy(model, [(X, Y)]))
     return torch.tensor(drops)
 
 
@@ -279,10 +266,10 @@ def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tens
     """
     importance = head_importance(model, attention, X, Y)
     order = [int(h) for h in torch.argsort(importance, stable=True)]
-    accuracies = [task_accuracy(model, X, Y)]
+    accuracies = [accuracy(model, [(X, Y)])]
     for k in range(1, len(order) + 1):
         with ablate_heads(attention, order[:k]):
-            accuracies.append(task_accuracy(model, X, Y))
+            accuracies.append(accuracy(model, [(X, Y)]))
     return order, accuracies
 
 

@@ -10,11 +10,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.checks import check_int, check_positive_int
-from ..core.train import capped_batches, evaluating, warmup_cosine_schedule
+from ..core.train import accuracy, evaluating, warmup_cosine_schedule
 from ..models.attention import record_attention
 from ..models.transformer import TransformerEncoder
 
-__all__ = ["reverse_dataset", "reverse_loaders", "SequencePredictor", "reversal_attention_figure", "reversal_attention_profile", "warmup_experiment", "warmup_experiment_figure", "AdditiveSelfAttention", "token_loss", "token_accuracy"]
+__all__ = ["reverse_dataset", "reverse_loaders", "SequencePredictor", "reversal_attention_figure", "reversal_attention_profile", "warmup_experiment", "warmup_experiment_figure", "AdditiveSelfAttention", "token_loss"]
 
 
 def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, seed: int | None = None):
@@ -183,7 +183,7 @@ def warmup_experiment(lrs=(3e-3, 3e-2), warmups=(0, 50), num_seeds: int = 4, epo
                 scheduler = warmup_cosine_schedule(optimizer, min(warmup, max_steps), max_steps)
                 history = fit(model, train, token_loss, epochs=epochs, optimizer=optimizer, scheduler=scheduler,
                               clip_grad=5.0, progress=False,
-                              evaluate=lambda m: {"val accuracy": token_accuracy(m, val)})
+                              evaluate=lambda m: {"val accuracy": accuracy(m, val)})
                 rows.append({"lr": lr, "warmup": warmup, "seed": first + k,
                              "val_accuracy": list(history.metrics["val accuracy"]),
                              "train_loss": list(history.train_loss)})
@@ -256,16 +256,3 @@ def token_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
     X, Y = batch
     logits = model(X)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), Y.reshape(-1)), Y.numel()
-
-
-@torch.no_grad()
-def token_accuracy(model: nn.Module, loader, device=None) -> float:
-    """Fraction of positions whose most likely class is the label (eval mode)."""
-    dev = device or next(model.parameters()).device
-    right = total = 0
-    with evaluating(model):
-        for X, Y in capped_batches(loader):
-            X, Y = X.to(dev), Y.to(dev)
-            right += int((model(X).argmax(dim=-1) == Y).sum())
-            total += Y.numel()
-    return right / total

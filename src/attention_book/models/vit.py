@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from .attention import MultiHeadAttention, record_attention
 from ..core.checks import (check_divisible, check_dropout, check_heads, check_positive_int, check_same_device,
                             check_size_pair)
-from ..core.train import capped_batches, evaluating
+from ..core.train import evaluating
 
 __all__ = [
     "patchify",
@@ -46,7 +46,6 @@ __all__ = [
     "cls_attention",
     "SmallCNN",
     "image_classification_loss",
-    "image_accuracy",
     "count_parameters",
     "sample_photo",
     "attention_cost",
@@ -309,21 +308,6 @@ def image_classification_loss(model: nn.Module, batch) -> tuple[torch.Tensor, in
     """``loss_fn`` for :func:`attention_book.fit`: mean cross-entropy of a batch and its size."""
     X, y = batch
     return F.cross_entropy(model(X), y), len(y)
-
-
-@torch.no_grad()
-def image_accuracy(model: nn.Module, batches, device=None) -> float:
-    """Fraction of correctly classified examples over an iterable of ``(X, y)`` batches."""
-    dev = device if device is not None else next(model.parameters()).device
-    correct = total = 0
-    with evaluating(model):
-        for X, y in capped_batches(batches):
-            pred = model(X.to(dev)).argmax(dim=-1)
-            correct += int((pred == y.to(dev)).sum())
-            total += len(y)
-    if total == 0:
-        raise ValueError("accuracy got no examples")
-    return correct / total
 
 
 def count_parameters(model: nn.Module) -> int:
