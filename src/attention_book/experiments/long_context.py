@@ -38,6 +38,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..models.attention import MultiHeadAttention, _check_projection_inputs, attend, record_attention, transpose_qkv
+from ..models.transformer import init_small_embeddings
 from ..models.attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
 from ..core.checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
 from ..core.config import resolve_seed
@@ -242,7 +243,7 @@ class LengthModel(nn.Module):
         check_kv_heads(num_heads, num_kv_heads)
         self.window = check_optional_positive_int("window", window)
         self.embedding = nn.Embedding(vocab_size, num_hiddens)
-        nn.init.normal_(self.embedding.weight, std=num_hiddens ** -0.5)
+        init_small_embeddings(self.embedding)
         self.pos = None
         if positions == "sinusoidal":
             self.pos = PositionalEncoding(num_hiddens, 0.0, max_len)

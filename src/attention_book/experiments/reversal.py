@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from ..core.checks import check_int, check_positive_int
 from ..core.train import accuracy, evaluating, warmup_cosine_schedule
 from ..models.attention import record_attention
-from ..models.transformer import TransformerEncoder
+from ..models.transformer import TransformerEncoder, init_small_embeddings
 
 __all__ = ["reverse_dataset", "reverse_loaders", "SequencePredictor", "reversal_attention_figure", "reversal_attention_profile", "warmup_experiment", "warmup_experiment_figure", "AdditiveSelfAttention", "token_loss"]
 
@@ -83,11 +83,9 @@ class SequencePredictor(nn.Module):
         self.num_classes = num_classes
         self.encoder = TransformerEncoder(num_classes, num_hiddens, ffn_num_hiddens or 2 * num_hiddens, num_heads,
                                           num_blks, dropout, max_len=max_len, attention=attention)
-        # Reversal is a task about positions only. With nn.Embedding's default N(0, 1) entries, the
-        # token embedding × √num_hiddens would be √num_hiddens times larger than the positional
-        # encoding (entries in [-1, 1]) and hide it: training then stalls near chance. Entries of
-        # std 1/√num_hiddens make both of the same size at the start.
-        nn.init.normal_(self.encoder.embedding.weight, std=num_hiddens ** -0.5)
+        # Reversal is a task about positions only: with N(0, 1) token embeddings the positional
+        # encoding would be hidden and training would stall near chance.
+        init_small_embeddings(self.encoder.embedding)
         self.output_net = nn.Sequential(nn.Linear(num_hiddens, num_hiddens), nn.LayerNorm(num_hiddens), nn.ReLU(),
                                         nn.Dropout(dropout), nn.Linear(num_hiddens, num_classes))
 

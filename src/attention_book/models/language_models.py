@@ -26,7 +26,7 @@ from ..core.checks import check_dropout, check_heads, check_index, check_optiona
 from ..core.config import resolve_seed
 from .objectives import corrupt_spans
 from ..data.tokenizer import Tokenizer
-from .transformer import TransformerDecoder, TransformerEncoder, _check_ids
+from .transformer import TransformerDecoder, TransformerEncoder, _check_ids, init_small_embeddings
 
 __all__ = ["LMConfig", "EncoderOnlyLM", "DecoderOnlyLM", "EncoderDecoderLM", "pretraining_masks_figure"]
 
@@ -89,7 +89,7 @@ class _LanguageModel(nn.Module):
         c = self.config
         self.vocab_size, self.num_hiddens, self.max_len, self.pad_id = c.vocab_size, c.num_hiddens, c.max_len, c.pad_id
         self._build(c)
-        _small_embeddings(self)
+        init_small_embeddings(self)
 
     def _build(self, c: LMConfig) -> None:
         raise NotImplementedError
@@ -246,19 +246,6 @@ class EncoderDecoderLM(_LanguageModel):
         names = (["encoder self-attention"] * len(self.encoder.blks)
                  + ["decoder self-attention", "cross-attention"] * len(self.decoder.blks))
         return _collect_maps(self, lambda: self(enc_ids, dec_ids), names)
-
-
-def _small_embeddings(model: nn.Module) -> None:
-    """Token embeddings drawn with standard deviation 1/√d instead of 1.
-
-    The stacks multiply embeddings by √d before adding the positional encoding
-    (entries in [-1, 1]); with PyTorch's default N(0, 1) embeddings the positions
-    would be 8 times weaker than the words at d = 64 and short training would
-    barely see word order. With 1/√d both start at the same scale.
-    """
-    for module in model.modules():
-        if isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=module.embedding_dim ** -0.5)
 
 
 def _real_keys(ids: torch.Tensor, pad_id: int) -> torch.Tensor:

@@ -52,6 +52,7 @@ __all__ = [
     "TransformerDecoder",
     "make_transformer",
     "greedy_without_cache",
+    "init_small_embeddings",
 ]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -273,6 +274,19 @@ def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> 
     check_tensor_values(name, X, 0, vocab_size - 1,
                         what=f"the embedding has vocab_size={vocab_size}; build the model with the vocabulary "
                              "size of the data it reads")
+
+
+def init_small_embeddings(module: nn.Module) -> None:
+    """Draw every token embedding in ``module`` (``module`` itself included) with standard deviation 1/√d, not 1.
+
+    The stacks multiply embeddings by √d before adding the positional encoding
+    (entries in [-1, 1]); with PyTorch's default N(0, 1) embeddings the positions
+    would be √d times weaker than the tokens (8 times at d = 64) and short training
+    would barely see word order. With 1/√d both start at the same scale.
+    """
+    for m in module.modules():
+        if isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=m.embedding_dim ** -0.5)
 
 
 class _TokenStack(nn.Module):
