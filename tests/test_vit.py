@@ -92,14 +92,15 @@ def test_vit_block_keeps_shape_and_is_pre_norm():
     assert [tuple(m.weights.shape) for m in maps] == [(2, 8, 100, 100)]
     # Pre-norm: each sub-layer reads a normalised copy; the residual path is a plain sum.
     Xr = torch.randn(2, 5, 24)
-    Y = blk.ln1(Xr)
+    Y = blk.addnorm1.ln(Xr)
     H = Xr + blk.attention(Y, Y, Y)
-    torch.testing.assert_close(blk(Xr), H + blk.mlp(blk.ln2(H)))
+    torch.testing.assert_close(blk(Xr), H + blk.ffn(blk.addnorm2.ln(H)))
+    assert isinstance(blk, ab.TransformerEncoderBlock) and isinstance(blk.ffn.activation, torch.nn.GELU)
 
 
 def test_vit_mlp_uses_gelu_and_dropout():
     mlp = ab.ViTMLP(32, 8, dropout=0.5)
-    assert isinstance(mlp.gelu, torch.nn.GELU)
+    assert isinstance(mlp.activation, torch.nn.GELU)
     mlp.eval()
     X = torch.randn(3, 4, 8)
     expected = mlp.dense2(F.gelu(mlp.dense1(X)))

@@ -656,7 +656,7 @@ def _vit_sizes(model) -> dict:
     blk = model.blks[0]
     emb = model.patch_embedding
     return dict(img_size=emb.img_size, patch_size=emb.patch_size, num_hiddens=emb.num_hiddens,
-                mlp_num_hiddens=blk.mlp.dense1.out_features, num_heads=blk.attention.num_heads,
+                mlp_num_hiddens=blk.ffn.dense1.out_features, num_heads=blk.attention.num_heads,
                 num_blks=len(model.blks), in_channels=emb.in_channels, num_classes=model.num_classes,
                 pool=model.pool)
 

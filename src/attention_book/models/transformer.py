@@ -136,7 +136,7 @@ class TransformerEncoderBlock(nn.Module):
 
     ``TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, dropout,
     use_bias=False, *, norm_first=False, causal=False, activation='relu',
-    attention=None)``.
+    attention=None, ffn_dropout=0.0)``; ``ffn_dropout`` acts on the FFN's hidden layer.
 
     ``forward(X, valid_lens=None, *, attn_mask=None, causal=None)`` maps
     (batch, length, num_hiddens) to the same shape. ``valid_lens`` masks keys
@@ -153,14 +153,14 @@ class TransformerEncoderBlock(nn.Module):
 
     def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float = 0.0,
                  use_bias: bool = False, *, norm_first: bool = False, causal: bool = False,
-                 activation: str = "relu", attention: nn.Module | None = None):
+                 activation: str = "relu", attention: nn.Module | None = None, ffn_dropout: float = 0.0):
         super().__init__()
         _check_sizes(num_hiddens, ffn_num_hiddens, num_heads, dropout)
         self.num_hiddens, self.causal = num_hiddens, bool(causal)
         self.attention = attention if attention is not None else MultiHeadAttention(num_hiddens, num_heads, dropout,
                                                                                      bias=use_bias)
         self.addnorm1 = AddNorm(num_hiddens, dropout, norm_first)
-        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation)
+        self.ffn = PositionWiseFFN(ffn_num_hiddens, num_hiddens, activation=activation, dropout=ffn_dropout)
         self.addnorm2 = AddNorm(num_hiddens, dropout, norm_first)
 
     @property

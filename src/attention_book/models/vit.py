@@ -31,7 +31,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import MultiHeadAttention, record_attention
+from .attention import record_attention
+from .transformer import PositionWiseFFN, TransformerEncoderBlock
 from ..core.checks import (check_divisible, check_dropout, check_heads, check_positive_int, check_same_device,
                             check_size_pair)
 from ..core.train import evaluating
@@ -119,52 +120,45 @@ class PatchEmbedding(nn.Module):
 # --- the encoder -----------------------------------------------------------------------
 
 
-class ViTMLP(nn.Module):
-    """The MLP of a ViT block: dense -> GELU -> dropout -> dense -> dropout.
+class ViTMLP(PositionWiseFFN):
+    """The MLP of a ViT block: chapter 7's position-wise FFN with GELU, and dropout after each dense layer.
 
-    ``num_inputs`` defaults to ``mlp_num_outputs`` (in a ViT both are ``num_hiddens``).
+    dense -> GELU -> dropout -> dense -> dropout. ``num_inputs`` defaults to
+    ``mlp_num_outputs`` (in a ViT both are ``num_hiddens``). In a :class:`ViTBlock`
+    the last dropout is the one its pre-norm ``AddNorm`` applies to the MLP's output.
     """
 
     def __init__(self, mlp_num_hiddens: int, mlp_num_outputs: int, dropout: float = 0.5,
                  num_inputs: int | None = None):
-        super().__init__()
-        self.dense1 = nn.Linear(num_inputs or mlp_num_outputs, mlp_num_hiddens)
-        self.gelu = nn.GELU()
-        self.dropout1 = nn.Dropout(dropout)
-        self.dense2 = nn.Linear(mlp_num_hiddens, mlp_num_outputs)
+        super().__init__(mlp_num_hiddens, mlp_num_outputs, num_inputs, activation="gelu", dropout=dropout)
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.dropout2(self.dense2(self.dropout1(self.gelu(self.dense1(X)))))
+        return self.dropout2(super().forward(X))
 
 
-class ViTBlock(nn.Module):
-    """A pre-normalisation encoder block:
+class ViTBlock(TransformerEncoderBlock):
+    """A pre-normalisation encoder block: chapter 7's :class:`TransformerEncoderBlock` with
+    ``norm_first=True`` and a GELU MLP,
 
     X <- X + MultiHeadAttention(LN(X)),   X <- X + MLP(LN(X)).
 
     The layer norm sits *before* each sub-layer, so the residual path from input
     to output is a plain sum (post-normalisation, chapter 7, normalises after it).
+    As in d2l's ViT, dropout acts inside the attention and the MLP (after each of its
+    dense layers) and not on the attention's output. ``norm_shape`` must be ``num_hiddens``.
     ``attention_weights`` is the (batch, heads, tokens, tokens) map of the last
     forward pass when weights were kept (``ab.record_attention`` or ``ab.keep_attention_weights()``).
     """
 
     def __init__(self, num_hiddens: int, norm_shape, mlp_num_hiddens: int, num_heads: int,
                  dropout: float, use_bias: bool = False):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(norm_shape)
-        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
-        self.ln2 = nn.LayerNorm(norm_shape)
-        self.mlp = ViTMLP(mlp_num_hiddens, num_hiddens, dropout)
-
-    @property
-    def attention_weights(self) -> torch.Tensor | None:
-        return self.attention.attention_weights
-
-    def forward(self, X: torch.Tensor, valid_lens=None) -> torch.Tensor:
-        Y = self.ln1(X)
-        X = X + self.attention(Y, Y, Y, valid_lens)  # Z' = Z + MultiHead(LN(Z))
-        return X + self.mlp(self.ln2(X))  # Z'' = Z' + MLP(LN(Z'))
+        if tuple(torch.Size([norm_shape] if isinstance(norm_shape, int) else norm_shape)) != (num_hiddens,):
+            raise ValueError(f"norm_shape must be num_hiddens={num_hiddens}, got {norm_shape!r}")
+        # Z' = Z + MultiHead(LN(Z)) and Z'' = Z' + MLP(LN(Z')): the two pre-norm AddNorms
+        super().__init__(num_hiddens, mlp_num_hiddens, num_heads, dropout, use_bias, norm_first=True,
+                         activation="gelu", ffn_dropout=dropout)
+        self.addnorm1.dropout = nn.Identity()  # no dropout on the attention's output
 
 
 class ViT(nn.Module):
