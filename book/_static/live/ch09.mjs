@@ -203,7 +203,7 @@ export async function mount(root, ctx) {
     element("div", { class: "ab-row" }, element("label", { class: "ab-prompt" }, "prompt", prompt),
       labelled("examples", examples)),
     element("div", { class: "ab-row" }, labelled("temperature", temperature, temperatureShown),
-      labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("words", count),
+      labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("new words", count),
       element("span", {}, generateButton, " ", stepButton)),
     tokensLine, message, caption, bars, text);
   // The loader's status line and the build's frames stay in root; the form goes before them.
