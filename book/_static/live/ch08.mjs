@@ -29,6 +29,7 @@ const STYLE = `
 .ab-live-ch08 .ab-live-buttons { display: flex; flex-wrap: wrap; gap: 0.3rem; max-width: 240px; }
 .ab-live-ch08 .ab-live-buttons button { font-size: 0.85rem; padding: 0.1rem 0.5rem; }
 .ab-live-ch08 .ab-live-caption { font-size: 0.9rem; }
+.ab-live-ch08 .ab-live-choice label { margin: 0 0.9rem 0 0.25rem; }
 .ab-live-ch08 .ab-live-bars { min-width: 220px; font-size: 0.85rem; }
 .ab-live-ch08 .ab-live-bar { display: flex; align-items: center; gap: 0.4rem; height: 1.25rem; }
 .ab-live-ch08 .ab-live-bar-label { width: 5.5rem; text-align: right; overflow: hidden; white-space: nowrap; }
