@@ -3,14 +3,14 @@
 The view runs one ONNX graph, :class:`ViTProbe`: it takes an image at the data
 set's own resolution with the data set's pixel values (0..255, as the uint8
 images are stored), applies the very transform the training batches use
-(:meth:`attention_book.ImageBatches.transform`: resize, standardise), runs the
+(:meth:`attention_book.data.images.ImageBatches.transform`: resize, standardise), runs the
 trained ViT and returns
 
 * ``probs`` (batch, classes): the softmax of the class scores;
 * ``cls_attention`` (batch, rows, cols): the last layer's ``<cls>`` row over the
-  patches, heads averaged (:func:`attention_book.cls_attention`);
+  patches, heads averaged (:func:`attention_book.models.vit.cls_attention`);
 * ``rollout`` (batch, rows, cols): the same row of the attention rollout
-  (:func:`attention_book.attention_rollout`).
+  (:func:`attention_book.models.vit.attention_rollout`).
 
 These are the two maps of the chapter's figure. In Jupyter and Colab the same
 probe runs in PyTorch behind a form (:meth:`DigitView.widget`); on the website the
@@ -31,8 +31,8 @@ from torch.nn import functional as F
 
 from ..core.plot import PAGE_FIGURE_WIDTH, use_book_style
 from ..core.train import evaluating
-from ..models.attention import MultiHeadAttention
 from ..data.images import ImageBatches
+from ..models.attention import MultiHeadAttention
 from ..models.vit import ViT, attention_rollout, cls_attention
 from .live import MAX_MODEL_BYTES, LiveView
 
@@ -49,7 +49,7 @@ class ViTProbe(nn.Module):
     """pixels (batch, channels, h, w), values 0..255 at the data's own size -> (probs, cls_attention, rollout).
 
     A copy of ``model`` in eval mode whose attention modules keep their weights, behind
-    the transform of ``batches`` (an :class:`attention_book.ImageBatches`), so the graph
+    the transform of ``batches`` (an :class:`attention_book.data.images.ImageBatches`), so the graph
     sees exactly what the training batches fed the model.
     """
 
