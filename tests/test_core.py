@@ -387,3 +387,19 @@ def test_accuracy_counts_the_argmax_over_batches_and_skips_ignored_labels():
     assert ab.accuracy(Echo(), [(X, labels)], scores=lambda x: Echo()((x + 1) % 5)) == 0.0
     with pytest.raises(ValueError, match="no labels"):
         ab.accuracy(Echo(), [(X, torch.full_like(X, ab.IGNORE))])
+
+
+def test_no_module_imports_a_private_name_of_another():
+    # issue 29: a helper that another module needs is public where it belongs (or stays local)
+    import ast
+
+    root = Path(ab.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                inside = node.level > 0 or (node.module or "").split(".")[0] == "attention_book"
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                if inside and private:
+                    offenders.append(f"{path.relative_to(root)}:{node.lineno} imports {', '.join(private)}")
+    assert not offenders, "\n".join(offenders)

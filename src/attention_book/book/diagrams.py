@@ -36,7 +36,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangl
 from ..core.checks import check_heads, check_int, check_positive_int
 from ..experiments.layer_comparison import LAYER_COSTS
 from ..models.language_models import DecoderOnlyLM, EncoderDecoderLM, EncoderOnlyLM, LMConfig
-from ..core.plot import _ensure_style
+from ..core.plot import ensure_style
 from ..core.checks import check_divisible, check_size_pair
 from ..models.vit import ViT
 
@@ -106,7 +106,7 @@ class _Sketch:
     """A blank figure of ``width`` x ``height`` inches whose data coordinates are inches, (0, 0) bottom left."""
 
     def __init__(self, width: float, height: float):
-        _ensure_style()
+        ensure_style()
         self.fig = plt.figure(figsize=(width, height))
         self.ax = self.fig.add_axes((0, 0, 1, 1))
         self.ax.set_xlim(0, width)

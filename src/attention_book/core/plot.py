@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
-           "BOOK_CMAP", "PAGE_FIGURE_WIDTH"]
+           "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -48,7 +48,8 @@ def use_book_style() -> None:
     _STYLED = True
 
 
-def _ensure_style() -> None:
+def ensure_style() -> None:
+    """The book's figure style, set once (the package's figure functions call this first)."""
     if not _STYLED:
         use_book_style()
 
@@ -109,7 +110,7 @@ def heatmaps_figure(
         raise ValueError(f"xticklabels has {len(xticklabels)} entries but there are {n_k} keys")
     if yticklabels is not None and len(yticklabels) != n_q:
         raise ValueError(f"yticklabels has {len(yticklabels)} entries but there are {n_q} queries")
-    _ensure_style()
+    ensure_style()
     if figsize is None:
         cell = 2.6 if max(n_q, n_k) < 30 else 3.2
         cell = min(cell, (PAGE_FIGURE_WIDTH - 1.0) / num_cols)  # many columns: smaller maps, same text
@@ -190,7 +191,7 @@ def curves_figure(
     """
     if not curves:
         raise ValueError("curves_figure needs at least one named curve")
-    _ensure_style()
+    ensure_style()
     if ax is None:
         fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     else:

@@ -546,7 +546,7 @@ def warmup_cosine_schedule(optimizer: torch.optim.Optimizer, warmup: int,
 
 def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-4, figsize=(5.5, 3.0)):
     """The learning rate a ``warmup_cosine_schedule`` gives at every step, read off a real scheduler."""
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
     import matplotlib.pyplot as plt
 
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=base_lr)
@@ -556,7 +556,7 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    _ensure_style()
+    ensure_style()
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     ax.plot(range(max_steps + 1), lrs)
     if warmup:

@@ -16,7 +16,7 @@ from torch import nn
 from ..models.attention import MultiHeadAttention
 from ..core.checks import check_positive_int
 from ..core.config import single_thread
-from ..core.plot import _ensure_style
+from ..core.plot import ensure_style
 
 __all__ = [
     "LAYER_COSTS",
@@ -110,7 +110,7 @@ def time_sequence_layers(lengths: Sequence[int], num_hiddens: int = 64, batch_si
 
 def layer_times_figure(lengths: Sequence[int], times: dict[str, Sequence[float]]):
     """Log-log plot of forward time against sequence length, one line per layer."""
-    _ensure_style()
+    ensure_style()
     fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
     for name, ts in times.items():
         ax.loglog(lengths, [1e3 * t for t in ts], marker="o", markersize=4, label=name)

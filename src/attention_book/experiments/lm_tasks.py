@@ -120,9 +120,9 @@ def label_efficiency_figure(result: LabelEfficiency):
     """Held-out accuracy against the number of labelled examples: one dot per seed, a line through the means."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, chance_line
+    from ..core.plot import ensure_style, chance_line
 
-    _ensure_style()
+    ensure_style()
     fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
     n_seeds = len(result.seeds)
     for c, (name, marker) in enumerate((("pretrained", "o"), ("from scratch", "s"))):

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..models.attention import MultiHeadAttention, _check_projection_inputs, attend, record_attention, transpose_qkv
+from ..models.attention import MultiHeadAttention, check_projection_inputs, attend, record_attention, transpose_qkv
 from ..models.transformer import init_small_embeddings
 from ..models.attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
 from ..core.checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
@@ -98,7 +98,7 @@ def latest_marker_task(num_examples: int, seq_len: int, vocab_size: int = 24, nu
 
 # --- local and linear attention -----------------------------------------------------------------
 
-def _check_qkv(q, k, v) -> None:
+def check_qkv(q, k, v) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() < 2 or not t.is_floating_point():
             got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -117,7 +117,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     previous one (2·window keys), so time and memory grow like ``n · window``,
     not ``n²``. The same numbers as softmax attention under the band mask.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     window = check_positive_int("window", window)
     n = q.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -163,7 +163,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     the state carried from the earlier chunks. ``feature_map`` must return
     positive features (the default :func:`elu_feature_map`).
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     chunk = check_positive_int("chunk", chunk)
     fq, fk = feature_map(q), feature_map(k)
     if not causal:
@@ -202,7 +202,7 @@ class LinearAttention(nn.Module):
         if valid_lens is not None or attn_mask is not None:
             raise ValueError("LinearAttention supports causal=True/False only, not valid_lens or attn_mask")
         inner = self.inner
-        _check_projection_inputs(inner, queries, keys, values)
+        check_projection_inputs(inner, queries, keys, values)
         q, k, v = (transpose_qkv(t, inner.num_heads) for t in inner._project(queries, keys, values))
         out = linear_attention(q, k, v, causal=causal)
         return inner.W_o(out.transpose(1, 2).flatten(2))
@@ -264,10 +264,10 @@ class LengthModel(nn.Module):
         self.head = nn.Linear(num_hiddens, vocab_size)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
-        from ..models.transformer import _check_ids
+        from ..models.transformer import check_token_range
 
         check_same_device("X", X, self)
-        _check_ids("X", X, self.vocab_size, self.max_len)
+        check_token_range("X", X, self.vocab_size, self.max_len)
         H = self.embedding(X) * math.sqrt(self.num_hiddens)
         if self.pos is not None:
             H = self.pos(H)
@@ -354,11 +354,11 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
     """Accuracy against test length (log axis), one line per model; the training length marked."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, chance_line
+    from ..core.plot import ensure_style, chance_line
 
     if not curves:
         raise ValueError("length_curves_figure needs at least one curve")
-    _ensure_style()
+    ensure_style()
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.8, 3.6), layout="constrained")
     else:
@@ -396,11 +396,11 @@ def length_attention_figure(models: dict[str, LengthModel], seq_len: int = 96, t
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, ensure_style
 
     X, _ = latest_marker_task(example + 1, seq_len, num_markers=num_markers, seed=resolve_seed(seed, 2) + seq_len)
     X = X[example:example + 1]
-    _ensure_style()
+    ensure_style()
     # At most two maps side by side: four in a row would shrink to the column's width and hide the
     # staircase; two per row keep each map about 3.5 inches wide.
     cols = min(len(models), 2)
@@ -479,10 +479,10 @@ def kernel_features_figure(data, sigma: float = 0.5, feature_counts: Sequence[in
     import matplotlib.pyplot as plt
 
     from ..models.kernels import nadaraya_watson
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
 
     exact, _ = nadaraya_watson(data.x_train, data.y_train, data.x_val, "gaussian", sigma)
-    _ensure_style()
+    ensure_style()
     fig, ax = plt.subplots(figsize=(6.0, 3.4), layout="constrained")
     ax.scatter(data.x_train, data.y_train, s=10, color="0.6", label="training points")
     ax.plot(data.x_val, exact, color="black", linewidth=2, label="exact kernel (chapter 2)")
@@ -552,9 +552,9 @@ def cost_figure(costs: dict[str, dict[str, list]], lengths: Sequence[int]):
     """Peak memory and time against length for each method of :func:`attention_costs` (log–log)."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, readable_log_axis
+    from ..core.plot import ensure_style, readable_log_axis
 
-    _ensure_style()
+    ensure_style()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.6, 3.5), layout="constrained")
     for name, cost in costs.items():
         left.plot(lengths, [m / 2 ** 20 for m in cost["memory"]], marker="o", markersize=4, label=name)
@@ -585,13 +585,13 @@ def window_figure(window: int, model: LengthModel, lengths: Sequence[int] = (32,
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import BOOK_CMAP, _ensure_style
+    from ..core.plot import BOOK_CMAP, ensure_style
 
     window = check_positive_int("window", window)
     accuracy = length_accuracy(model, lengths, seed=seed, window=window)
     pos = torch.arange(show_len)
     band = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
-    _ensure_style()
+    ensure_style()
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.6, 3.4), layout="constrained",
                                       gridspec_kw={"width_ratios": [1, 1.5]})
     left.imshow(band.float().numpy(), cmap=BOOK_CMAP, vmin=0, vmax=1, interpolation="nearest")

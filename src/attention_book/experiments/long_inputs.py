@@ -208,9 +208,9 @@ def long_input_figure(runs: Sequence[CopyRun], vocab_size: int = 8):
     """Token accuracy against source length: one thin line per seed and model, the mean in bold, chance dotted."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, chance_line
+    from ..core.plot import ensure_style, chance_line
 
-    _ensure_style()
+    ensure_style()
     if not runs:
         raise ValueError("runs must hold at least one CopyRun, got none")
     fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")

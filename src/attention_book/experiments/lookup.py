@@ -201,9 +201,9 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     weight written in its cell. Right: the pooled probabilities of the first
     names for ``query``. Returns the figure.
     """
-    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, ensure_style
 
-    _ensure_style()
+    ensure_style()
     _check_database(database)
     t = _check_temperature(temperature)
     keys = [k for k, _ in database]
@@ -251,9 +251,9 @@ def pooling_regions_figure(values: torch.Tensor | None = None, n_samples: int = 
     from matplotlib.patches import Polygon
     from scipy.spatial import ConvexHull
 
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
 
-    _ensure_style()
+    ensure_style()
     if values is None:
         values = torch.tensor([[2.0, 0.4], [1.6, 1.8], [0.5, 1.5], [1.2, 0.9]])
     if values.dim() != 2 or values.shape[1] != 2 or values.shape[0] < 3:

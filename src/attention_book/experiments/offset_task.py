@@ -171,9 +171,9 @@ def head_count_accuracy_figure(spread: dict[int, list[HeadRun]]):
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, chance_line
+    from ..core.plot import ensure_style, chance_line
 
-    _ensure_style()
+    ensure_style()
     heads = sorted(spread)
     if not heads or any(not spread[h] for h in heads):
         counts = {h: len(r) for h, r in spread.items()}

@@ -196,12 +196,12 @@ def warmup_experiment_figure(rows: list[dict], figsize=(6.0, 3.2)):
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, chance_line
+    from ..core.plot import ensure_style, chance_line
 
     if not rows:
         raise ValueError("rows is empty: pass the list that warmup_experiment returns")
     settings = sorted({(r["lr"], r["warmup"]) for r in rows})
-    _ensure_style()
+    ensure_style()
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     for x, (lr, warmup) in enumerate(settings):
         finals = [r["val_accuracy"][-1] for r in rows if (r["lr"], r["warmup"]) == (lr, warmup)]

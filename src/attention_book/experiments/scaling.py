@@ -144,11 +144,11 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
     each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style, readable_log_axis
+    from ..core.plot import ensure_style, readable_log_axis
 
     if len(runs) < 2:
         raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")
-    _ensure_style()
+    ensure_style()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     params = [r.params for r in runs]
     final = [r.val_loss[-1] for r in runs]

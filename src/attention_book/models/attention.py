@@ -55,6 +55,11 @@ __all__ = [
     "heads_mask",
     "transpose_qkv",
     "transpose_output",
+    "wants_weights",
+    "check_qkv",
+    "check_qkv_devices",
+    "check_mask",
+    "check_projection_inputs",
 ]
 
 _KEEP_WEIGHTS: bool | None = None
@@ -75,7 +80,8 @@ def keep_attention_weights(flag: bool = True) -> Iterator[None]:
         _KEEP_WEIGHTS = previous
 
 
-def _wants_weights(module: nn.Module, need_weights: bool | None) -> bool:
+def wants_weights(module: nn.Module, need_weights: bool | None) -> bool:
+    """Whether an attention module keeps its weights: the call's ``need_weights``, else the module's, else the switch."""
     if need_weights is not None:
         return bool(need_weights)
     if getattr(module, "need_weights", None) is not None:
@@ -215,7 +221,8 @@ def masked_softmax(X: torch.Tensor, valid_lens=None) -> torch.Tensor:
     return _softmax_where(X, key_mask(valid_lens, *X.shape, device=X.device))
 
 
-def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
+def check_qkv(queries, keys, values, same_qk_size: bool) -> None:
+    """Queries, keys and values: floating-point (batch, length, features) tensors that fit together (a clear error if not)."""
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -244,7 +251,7 @@ def _check_qkv(queries, keys, values, same_qk_size: bool) -> None:
         )
 
 
-def _check_devices(module: nn.Module, queries, keys, values) -> None:
+def check_qkv_devices(module: nn.Module, queries, keys, values) -> None:
     """Queries, keys and values on the device, and in the dtype, of ``module``'s parameters (a clear
     error naming both if not; under ``torch.autocast`` any floating-point dtype is fine)."""
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
@@ -252,7 +259,8 @@ def _check_devices(module: nn.Module, queries, keys, values) -> None:
         check_same_dtype(name, t, module)
 
 
-def _check_mask(mask, q: torch.Tensor, k: torch.Tensor) -> None:
+def check_mask(mask, q: torch.Tensor, k: torch.Tensor) -> None:
+    """A boolean attention mask (``True`` = may attend) that fits queries ``q`` and keys ``k``."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a boolean tensor (True = may attend), got {got}")
@@ -297,7 +305,7 @@ def attend(
       holding both ``+inf`` and ``-inf`` does too.
     """
     if mask is not None:
-        _check_mask(mask, q, k)
+        check_mask(mask, q, k)
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     if n_k == 0:  # no key at all: empty weights, zero output (kept in the autograd graph)
@@ -374,11 +382,11 @@ class DotProductAttention(nn.Module):
         self.attention_weights: torch.Tensor | None = None
 
     def forward(self, queries, keys, values, valid_lens=None, need_weights: bool | None = None):
-        _check_qkv(queries, keys, values, same_qk_size=True)
+        check_qkv(queries, keys, values, same_qk_size=True)
         mask = key_mask(valid_lens, queries.shape[0], queries.shape[1], keys.shape[1], device=queries.device)
         p = self.dropout if self.training else 0.0
         out, self.attention_weights = attend(
-            queries, keys, values, mask, dropout_p=p, need_weights=_wants_weights(self, need_weights)
+            queries, keys, values, mask, dropout_p=p, need_weights=wants_weights(self, need_weights)
         )
         return out
 
@@ -408,8 +416,8 @@ class AdditiveAttention(nn.Module):
         self.attention_weights: torch.Tensor | None = None
 
     def forward(self, queries, keys, values, valid_lens=None):
-        _check_qkv(queries, keys, values, same_qk_size=False)
-        _check_devices(self, queries, keys, values)
+        check_qkv(queries, keys, values, same_qk_size=False)
+        check_qkv_devices(self, queries, keys, values)
         for name, t, layer in (("queries", queries, self.W_q), ("keys", keys, self.W_k)):
             if not isinstance(layer, nn.LazyLinear) and t.shape[-1] != layer.in_features:
                 raise ValueError(
@@ -453,10 +461,10 @@ def transpose_output(X: torch.Tensor) -> torch.Tensor:
     return X.transpose(1, 2).reshape(b, n, h * d)
 
 
-def _check_projection_inputs(module: nn.Module, queries, keys, values) -> None:
+def check_projection_inputs(module: nn.Module, queries, keys, values) -> None:
     """Queries, keys and values as ``module``'s ``W_q``, ``W_k``, ``W_v`` take them (a clear error if not)."""
-    _check_qkv(queries, keys, values, same_qk_size=False)
-    _check_devices(module, queries, keys, values)
+    check_qkv(queries, keys, values, same_qk_size=False)
+    check_qkv_devices(module, queries, keys, values)
     for name, t, layer in (("queries", queries, module.W_q), ("keys", keys, module.W_k),
                            ("values", values, module.W_v)):
         if t.shape[-1] != layer.in_features:
@@ -535,14 +543,14 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
                 need_weights: bool | None = None):
-        _check_projection_inputs(self, queries, keys, values)
+        check_projection_inputs(self, queries, keys, values)
         b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
         mask = heads_mask(valid_lens, attn_mask, b, self.num_heads, n_q, n_k, device=queries.device)
         # (batch, length, num_hiddens) -> (batch, heads, length, head_dim): head h gets its own columns
         q, k, v = (transpose_qkv(t, self.num_heads) for t in self._project(queries, keys, values))
         p = self.dropout if self.training else 0.0
         out, self.attention_weights = attend(q, k, v, mask, causal=causal, dropout_p=p,
-                                             need_weights=_wants_weights(self, need_weights))
+                                             need_weights=wants_weights(self, need_weights))
         # (batch, heads, queries, head_dim) -> (batch, queries, num_hiddens), then mix the heads
         return self.W_o(transpose_output(out))
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import (MultiHeadAttention, _check_projection_inputs, _shape, _wants_weights, attend, heads_mask,
+from .attention import (MultiHeadAttention, check_projection_inputs, wants_weights, attend, heads_mask,
                         transpose_output, transpose_qkv)
 from ..core.checks import check_int, check_kv_heads, check_same_device
 from .positional import ALiBi, RotaryEmbedding
@@ -76,7 +76,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         """
         for name, t in (("keys", keys), ("values", values)):
             if not isinstance(t, torch.Tensor) or t.dim() != 3:
-                got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+                got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
                 raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
         offset = check_int("offset", offset, minimum=0)
         k = self._rotate(transpose_qkv(self.W_k(keys), self.num_kv_heads), offset)
@@ -85,7 +85,7 @@ class GroupedQueryAttention(MultiHeadAttention):
     def forward(self, queries, keys, values, valid_lens=None, *, attn_mask=None, causal: bool = False,
                 need_weights: bool | None = None, kv: torch.Tensor | None = None):
         if kv is None:
-            _check_projection_inputs(self, queries, keys, values)
+            check_projection_inputs(self, queries, keys, values)
             q, k, v = self._project(queries, keys, values)
             k = self._rotate(transpose_qkv(k, self.num_kv_heads))
         else:
@@ -99,7 +99,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         mask = heads_mask(valid_lens, attn_mask, b, self.num_heads, n_q, n_k, device=queries.device)
         q = self._rotate(q, offset=max(n_k - n_q, 0))  # the queries are the last n_q positions
         p = self.dropout if self.training else 0.0
-        out, self.attention_weights = self._attend(q, k, v, mask, causal, p, _wants_weights(self, need_weights),
+        out, self.attention_weights = self._attend(q, k, v, mask, causal, p, wants_weights(self, need_weights),
                                                    self._bias(n_q, n_k, q))
         return self.W_o(transpose_output(out))
 
@@ -131,15 +131,15 @@ def _check_cache(module: GroupedQueryAttention, queries, kv) -> None:
     """Queries and a cache ``kv`` as ``module`` attends over them (a clear error if not)."""
     for name, t in (("queries", queries), ("kv", kv)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} must have shape (batch, length, features), got {got}")
         check_same_device(name, t, module)
     width = 2 * module.W_k.out_features
     if kv.shape[-1] != width or kv.shape[0] != queries.shape[0]:
-        raise ValueError(f"kv has shape {_shape(kv)}; it needs ({queries.shape[0]}, keys, {width}): "
+        raise ValueError(f"kv has shape {tuple(kv.shape)}; it needs ({queries.shape[0]}, keys, {width}): "
                          f"keys and values of {module.num_kv_heads} key/value heads, as project_kv returns")
     if queries.shape[-1] != module.W_q.in_features:
-        raise ValueError(f"queries have {queries.shape[-1]} features (shape {_shape(queries)}) but this layer "
+        raise ValueError(f"queries have {queries.shape[-1]} features (shape {tuple(queries.shape)}) but this layer "
                          f"expects {module.W_q.in_features}")
     if not queries.is_floating_point() or queries.dtype != kv.dtype:
         raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")

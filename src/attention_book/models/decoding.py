@@ -137,9 +137,9 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
 
-    _ensure_style()
+    ensure_style()
     seed = resolve_seed(seed)
     dev = next(model.parameters()).device
     with evaluating(model), torch.no_grad():

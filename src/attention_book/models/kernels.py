@@ -33,7 +33,7 @@ from torch import nn
 from .attention import masked_softmax
 from ..core.checks import check_optional_positive_int, check_positive_int, check_same_device
 from ..core.config import resolve_seed
-from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, _ensure_style
+from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, ensure_style
 
 __all__ = [
     "KERNEL_NAMES",
@@ -388,7 +388,7 @@ def _panels(num: int, width: float, height: float):
 
 def kernels_figure(kernels=KERNEL_NAMES, sigma: float = 1.0, x_range: float = 2.5):
     """One panel per kernel: ``alpha(q, k)`` against ``q - k`` for the key at 0."""
-    _ensure_style()
+    ensure_style()
     d = torch.linspace(-x_range, x_range, 401)
     fig, axes = _panels(len(kernels), 3.2, 2.4)
     for ax, name in zip(axes.flat, kernels):
@@ -424,7 +424,7 @@ def _draw_fit(ax, data: KernelData, y_hat: torch.Tensor, title: str) -> None:
 
 def estimates_figure(data: KernelData, settings, titles=None):
     """One panel per ``(kernel, sigma)`` setting: training data, true function and the estimate."""
-    _ensure_style()
+    ensure_style()
     preds, _ = estimate_weights(data, settings)
     titles = titles or [f"{_TITLES[k]}, σ={s:g}" for k, s in settings]
     fig, axes = _panels(len(settings), 3.6, 2.8)
@@ -445,7 +445,7 @@ def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train
     (validation queries × training keys, right). The title reports the
     validation MSE and how many queries no training point reaches.
     """
-    _ensure_style()
+    ensure_style()
     data = make_kernel_data(n_train=n_train, seed=seed)
     y_hat, weights = nadaraya_watson(data.x_train, data.y_train, data.x_val, kernel, sigma)
     defined = ~torch.isnan(y_hat)
@@ -472,7 +472,7 @@ def width_objectives_figure(data: KernelData, sigmas=None, kernel: str = "gaussi
 
     ``marks`` is a dict ``{label: sigma}`` (e.g. the learned widths) drawn as vertical lines.
     """
-    _ensure_style()
+    ensure_style()
     sigmas = np.geomspace(0.01, 3.0, 60) if sigmas is None else np.asarray(sigmas, dtype=float)
     with torch.no_grad():
         loo = [float(width_objective(data.x_train, data.y_train, float(s), kernel, True)) for s in sigmas]

@@ -26,7 +26,7 @@ from ..core.checks import check_dropout, check_heads, check_index, check_optiona
 from ..core.config import resolve_seed
 from .objectives import corrupt_spans
 from ..data.tokenizer import Tokenizer
-from .transformer import TransformerDecoder, TransformerEncoder, _check_ids, init_small_embeddings
+from .transformer import TransformerDecoder, TransformerEncoder, check_token_range, init_small_embeddings
 
 __all__ = ["LMConfig", "EncoderOnlyLM", "DecoderOnlyLM", "EncoderDecoderLM", "pretraining_masks_figure"]
 
@@ -118,7 +118,7 @@ class EncoderOnlyLM(_LanguageModel):
 
     def attention_masks(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{'encoder self-attention': (batch, length, length)}``, True = may attend (every non-pad key)."""
-        _check_ids("ids", ids, self.vocab_size, self.max_len)
+        check_token_range("ids", ids, self.vocab_size, self.max_len)
         n = ids.shape[1]
         return {"encoder self-attention": _real_keys(ids, self.pad_id).expand(-1, n, -1)}
 
@@ -171,13 +171,13 @@ class DecoderOnlyLM(_LanguageModel):
         The blocks receive the ``<pad>`` part as ``valid_lens`` and add the causal
         part themselves (``causal=True``); this is the combination they apply.
         """
-        _check_ids("ids", ids, self.vocab_size, self.max_len)
+        check_token_range("ids", ids, self.vocab_size, self.max_len)
         n = ids.shape[1]
         return {"decoder self-attention": causal_mask(n, n, device=ids.device)[None] & _real_keys(ids, self.pad_id)}
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         """Output vectors of the last block, (batch, length, num_hiddens)."""
-        _check_ids("ids", ids, self.vocab_size, self.max_len)
+        check_token_range("ids", ids, self.vocab_size, self.max_len)
         return self.body(ids, _real_keys(ids, self.pad_id))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -210,8 +210,8 @@ class EncoderDecoderLM(_LanguageModel):
         Decoder inputs are never padded on the left, so the causal mask alone
         already keeps every real target position away from ``<pad>``.
         """
-        _check_ids("enc_ids", enc_ids, self.vocab_size, self.max_len)
-        _check_ids("dec_ids", dec_ids, self.vocab_size, self.max_len)
+        check_token_range("enc_ids", enc_ids, self.vocab_size, self.max_len)
+        check_token_range("dec_ids", dec_ids, self.vocab_size, self.max_len)
         if enc_ids.shape[0] != dec_ids.shape[0]:
             raise ValueError(f"enc_ids {tuple(enc_ids.shape)} and dec_ids {tuple(dec_ids.shape)} need the same "
                              "batch size")
@@ -225,7 +225,7 @@ class EncoderDecoderLM(_LanguageModel):
 
     def encode(self, enc_ids: torch.Tensor) -> torch.Tensor:
         """Encoder outputs (batch, S, num_hiddens)."""
-        _check_ids("enc_ids", enc_ids, self.vocab_size, self.max_len)
+        check_token_range("enc_ids", enc_ids, self.vocab_size, self.max_len)
         s = enc_ids.shape[1]
         return self.encoder(enc_ids, _real_keys(enc_ids, self.pad_id).expand(-1, s, -1))
 
@@ -235,7 +235,7 @@ class EncoderDecoderLM(_LanguageModel):
         return self.decoder.init_state(memory, _real_keys(enc_ids, self.pad_id))
 
     def forward(self, enc_ids: torch.Tensor, dec_ids: torch.Tensor) -> torch.Tensor:
-        _check_ids("dec_ids", dec_ids, self.vocab_size, self.max_len)
+        check_token_range("dec_ids", dec_ids, self.vocab_size, self.max_len)
         if enc_ids.shape[0] != dec_ids.shape[0]:
             raise ValueError(f"enc_ids {tuple(enc_ids.shape)} and dec_ids {tuple(dec_ids.shape)} need the same "
                              "batch size")
@@ -283,9 +283,9 @@ def pretraining_masks_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
 
-    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, ensure_style
 
-    _ensure_style()
+    ensure_style()
     ids = tok.encode(text)
     if len(ids) < 3:
         raise ValueError(f"text needs at least 3 tokens to draw a pattern, got {len(ids)}: {text!r}")

@@ -256,9 +256,9 @@ def encoding_columns_figure(encoding_dim: int = 32, num_steps: int = 60, columns
     bad = [c for c in columns if not 0 <= c < encoding_dim]
     if bad:
         raise ValueError(f"columns must lie in [0, {encoding_dim - 1}] for encoding_dim={encoding_dim}, got {bad}")
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
 
-    _ensure_style()
+    ensure_style()
     P = PositionalEncoding(encoding_dim, 0.0, max_len=num_steps).P[0]
     import matplotlib.pyplot as plt
 
@@ -288,9 +288,9 @@ def encoding_heatmap_figure(encoding_dim: int = 32, num_steps: int = 60):
 def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
     _check_encoding_args(encoding_dim, num_steps)
-    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, ensure_style
 
-    _ensure_style()
+    ensure_style()
     import matplotlib.pyplot as plt
 
     P = sinusoidal_table(num_steps, encoding_dim)

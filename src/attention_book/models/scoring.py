@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .attention import AdditiveAttention, DotProductAttention, _check_devices, _check_qkv, _shape, _wants_weights, attend, key_mask
+from .attention import AdditiveAttention, DotProductAttention, check_qkv_devices, check_qkv, wants_weights, attend, key_mask
 from ..core.checks import check_dropout, check_int, check_positive_int
 from ..core.config import resolve_seed
-from ..core.plot import _ensure_style, chance_line
+from ..core.plot import ensure_style, chance_line
 
 __all__ = [
     "DistanceAttention",
@@ -55,7 +55,7 @@ def _attend_module(module: nn.Module, q, k, values, valid_lens, need_weights, sc
     mask = key_mask(valid_lens, batch, num_queries, num_keys, device=q.device)
     p = module.dropout if module.training else 0.0
     out, module.attention_weights = attend(
-        q, k, values, mask, dropout_p=p, need_weights=_wants_weights(module, need_weights), scale=scale
+        q, k, values, mask, dropout_p=p, need_weights=wants_weights(module, need_weights), scale=scale
     )
     return out
 
@@ -66,7 +66,7 @@ def distance_scores(queries: torch.Tensor, keys: torch.Tensor, scale: float | No
     ``scale`` defaults to ``1/√d``. This is the slow, literal reference that
     :class:`DistanceAttention` must agree with after the softmax.
     """
-    _check_qkv(queries, keys, keys, same_qk_size=True)
+    check_qkv(queries, keys, keys, same_qk_size=True)
     scale = 1.0 / math.sqrt(queries.shape[-1]) if scale is None else scale
     diff = queries.unsqueeze(2) - keys.unsqueeze(1)  # (batch, queries, keys, d)
     return -0.5 * scale * (diff * diff).sum(-1)
@@ -95,7 +95,7 @@ class DistanceAttention(nn.Module):
         self.attention_weights: torch.Tensor | None = None
 
     def forward(self, queries, keys, values, valid_lens=None, need_weights: bool | None = None):
-        _check_qkv(queries, keys, values, same_qk_size=True)
+        check_qkv(queries, keys, values, same_qk_size=True)
         scale = 1.0 / math.sqrt(queries.shape[-1]) if self.scale is None else self.scale
         half_sq_norms = 0.5 * (keys * keys).sum(-1, keepdim=True)  # (batch, keys, 1)
         q_aug = torch.cat([queries, torch.ones_like(queries[..., :1])], dim=-1)  # [q, 1]
@@ -124,12 +124,12 @@ class BilinearAttention(nn.Module):
         self.attention_weights: torch.Tensor | None = None
 
     def forward(self, queries, keys, values, valid_lens=None, need_weights: bool | None = None):
-        _check_qkv(queries, keys, values, same_qk_size=False)
-        _check_devices(self, queries, keys, values)
+        check_qkv(queries, keys, values, same_qk_size=False)
+        check_qkv_devices(self, queries, keys, values)
         for name, t, size in (("queries", queries, self.query_size), ("keys", keys, self.key_size)):
             if t.shape[-1] != size:
                 raise ValueError(
-                    f"{name} have shape {_shape(t)} but this layer needs (batch, length, {size}); "
+                    f"{name} have shape {tuple(t.shape)} but this layer needs (batch, length, {size}); "
                     f"it was built with query_size={self.query_size}, key_size={self.key_size}"
                 )
         q_mapped = queries @ self.M  # (batch, queries, key_size): qᵀM for every query
@@ -205,7 +205,7 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
     """
     if not 1 <= d <= max_dim:
         raise ValueError(f"d must lie in [1, max_dim={max_dim}], got {d}")
-    _ensure_style()
+    ensure_style()
     dims = sorted({2**i for i in range(int(math.log2(max_dim)) + 1)} | {int(d)})
     seed = resolve_seed(seed)
     stats = scaling_statistics(dims, num_keys=num_keys, num_samples=num_samples, seed=seed)
@@ -400,7 +400,7 @@ def scoring_costs_figure(rows: Sequence[dict]):
     """Measured time against number of keys and against feature size, one line per scoring kind."""
     if not rows:
         raise ValueError("scoring_costs_figure needs the rows returned by measure_scoring_costs")
-    _ensure_style()
+    ensure_style()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     for ax, sweep, xkey, xlabel in ((axes[0], "keys", "num_keys", "number of keys $m$ (= queries)"),
                                     (axes[1], "dim", "dim", "feature size $d$")):
@@ -429,7 +429,7 @@ def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | 
             f"weights has shape {data.shape} but needs (sequences, length) = "
             f"({len(tokens)}, {len(tokens[0]) if tokens else 0}) to match tokens"
         )
-    _ensure_style()
+    ensure_style()
     n_rows, n_cols = data.shape
     fig, ax = plt.subplots(figsize=(1.5 * n_cols + 1.5, 0.75 * n_rows + 0.9), layout="constrained")
     image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=max(float(data.max()), 1e-9), aspect="auto")

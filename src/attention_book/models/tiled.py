@@ -337,9 +337,9 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     n_q, n_k, block_q, block_k, window = _check_plan(q.shape[-2], k.shape[-2], block_q, block_k, causal, window)
     causal = bool(causal) or window is not None
     if mask is not None:
-        from .attention import _check_mask
+        from .attention import check_mask
 
-        _check_mask(mask, q, k)
+        check_mask(mask, q, k)
         mask = mask.expand(*q.shape[:-1], n_k)  # a view: slicing a tile of it costs nothing
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return _TiledAttention.apply(q, k, v, mask, causal, window, block_q, block_k, scale)
@@ -359,12 +359,12 @@ def tile_figure(seq_len: int = 256, block_size: int = 32, causal: bool = True, w
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch, Rectangle
 
-    from ..core.plot import _ensure_style
+    from ..core.plot import ensure_style
 
     seq_len, block_size = check_positive_int("seq_len", seq_len), check_positive_int("block_size", block_size)
     plan = tile_plan(seq_len, seq_len, block_size, block_size, causal, window)
     counts = tile_counts(seq_len, seq_len, block_size, block_size, causal, window)
-    _ensure_style()
+    ensure_style()
     if ax is None:
         fig, ax = plt.subplots(figsize=(4.6, 4.6), layout="constrained")
     else:

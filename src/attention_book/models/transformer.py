@@ -53,6 +53,7 @@ __all__ = [
     "make_transformer",
     "greedy_without_cache",
     "init_small_embeddings",
+    "check_token_range",
 ]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -262,7 +263,7 @@ def _check_hidden(name: str, X, num_hiddens: int) -> None:
         raise ValueError(f"{name} must have shape (batch, length, num_hiddens={num_hiddens}), got {got}")
 
 
-def _check_ids(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> None:
+def check_token_range(name: str, X, vocab_size: int, max_len: int, offset: int = 0) -> None:
     """Token ids: a (batch, length) integer tensor, each id < vocab_size, positions within the table."""
     check_token_ids(name, X)
     if offset + X.shape[1] > max_len:
@@ -306,7 +307,7 @@ class _TokenStack(nn.Module):
     def embed(self, name: str, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Checked token ids (batch, T) -> embedding · √num_hiddens + the positions offset .. offset+T-1."""
         check_same_device(name, X, self)
-        _check_ids(name, X, self.vocab_size, self.max_len, offset)
+        check_token_range(name, X, self.vocab_size, self.max_len, offset)
         return self.pos_encoding(self.embedding(X) * math.sqrt(self.num_hiddens), offset=offset)
 
     def finish(self, X: torch.Tensor) -> torch.Tensor:

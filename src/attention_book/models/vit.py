@@ -354,7 +354,7 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style
+    from ..core.plot import PAGE_FIGURE_WIDTH, ensure_style
 
     img = _as_hwc(image)
     h, w = img.shape[:2]
@@ -362,7 +362,7 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     check_divisible((h, w), (ph, pw))
     rows, cols = h // ph, w // pw
     m = rows * cols
-    _ensure_style()
+    ensure_style()
     cmap = "gray" if img.ndim == 2 else None
     # The picture and its sequence side by side, the cost below: three panels in a row would
     # shrink to the page's column and their labels with them.
@@ -432,7 +432,7 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import PAGE_FIGURE_WIDTH, _ensure_style, to_numpy
+    from ..core.plot import PAGE_FIGURE_WIDTH, ensure_style, to_numpy
 
     _check_maps(maps)
     last = to_numpy(cls_attention(maps, grid_size))
@@ -442,7 +442,7 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     if imgs.ndim != 4 or imgs.shape[0] != last.shape[0]:
         raise ValueError(f"images must be (batch={last.shape[0]}, channels, H, W), got shape {imgs.shape}")
     n = min(len(imgs), max_images)
-    _ensure_style()
+    ensure_style()
     side = min(1.75, (PAGE_FIGURE_WIDTH - 0.6) / n)  # at most the page's width (ab.PAGE_FIGURE_WIDTH)
     fig, axes = plt.subplots(3, n, figsize=(side * n + 0.6, 3.2 * side), squeeze=False, layout="constrained")
     for i in range(n):
