@@ -32,16 +32,14 @@ import html
 import io
 import json
 import logging
-import os
 import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-from ..core.config import static_explorers
+from ..core.config import LIVE_ENV, live_dir, static_explorers  # noqa: F401  (LIVE_ENV: for tests)
 
 __all__ = [
-    "LIVE_ENV",
     "MAX_MODEL_BYTES",
     "SERVE_COMMAND",
     "LiveView",
@@ -50,7 +48,6 @@ __all__ = [
     "run_onnx",
 ]
 
-LIVE_ENV = "ATTENTION_BOOK_LIVE"
 """The folder where a website build writes the live views' models and data."""
 
 MAX_MODEL_BYTES = 2_000_000
@@ -98,12 +95,6 @@ class LiveView:
     def fallback_html(self) -> str:
         """What the page shows before the model runs, and from ``file://``: precomputed frames."""
         return ""
-
-
-def live_dir() -> Path | None:
-    """The folder of the live views' files (``ATTENTION_BOOK_LIVE``), or None when unset."""
-    configured = os.environ.get(LIVE_ENV, "").strip()
-    return Path(configured).expanduser() if configured else None
 
 
 @contextlib.contextmanager

@@ -70,6 +70,8 @@ __all__ = [
     "FRAMES_ENV",
     "static_explorers",
     "frames_dir",
+    "LIVE_ENV",
+    "live_dir",
     "seed_everything",
     "describe_run",
     "single_thread",
@@ -88,6 +90,7 @@ SEED_ENV = "ATTENTION_BOOK_SEED"
 CLAIMS_ENV = "ATTENTION_BOOK_CLAIMS"
 EXPLORERS_ENV = "ATTENTION_BOOK_EXPLORERS"
 FRAMES_ENV = "ATTENTION_BOOK_FRAMES"
+LIVE_ENV = "ATTENTION_BOOK_LIVE"
 MAX_STEPS_ENV = "ATTENTION_BOOK_MAX_STEPS"
 _SIZES = ("ci", "full")
 
@@ -261,6 +264,13 @@ def static_explorers() -> bool:
     if configured not in ("live", "static"):
         raise ValueError(f"{EXPLORERS_ENV} must be 'live' or 'static', got {configured!r}")
     return configured == "static"
+
+
+def live_dir() -> Path | None:
+    """Where a website build's live views write their models and data (``ATTENTION_BOOK_LIVE``),
+    or None when unset."""
+    configured = os.environ.get(LIVE_ENV, "").strip()
+    return Path(configured).expanduser() if configured else None
 
 
 def frames_dir() -> Path | None:
