@@ -111,8 +111,10 @@ export function heatmap(result) {
   const largest = Math.max(...result.attention.flat()) || 1;
   const left = Math.max(60, ...result.rows.map(textWidth));
   const top = Math.max(40, ...result.source.map((l) => 0.75 * textWidth(l) + 10));
-  const width = left + cell * result.source.length + 10;
-  const height = top + cell * result.rows.length + 36;
+  // the rotated column labels may reach past the last column
+  const reach = Math.max(...result.source.map((l, j) => left + cell * (j + 0.5) + 0.77 * textWidth(l)));
+  const width = Math.max(left + cell * result.source.length + 10, reach + 4);
+  const height = top + cell * result.rows.length + 6;
   const svg = el("svg", { viewBox: `0 0 ${width} ${height}`, width, role: "img", class: "ab-live-heatmap",
     "aria-label": "attention weights: one row per output token, one column per source token" }, null, SVG);
   svg.style.maxWidth = "100%";
@@ -134,9 +136,11 @@ export function heatmap(result) {
         "text-anchor": "middle", "font-size": 12, fill: w / largest > 0.6 ? "white" : "black" }, w.toFixed(2), SVG));
     });
   });
-  svg.append(el("text", { x: left, y: height - 10, "font-size": 12 },
-    `columns: source tokens (keys) · rows: output tokens (queries) · darkest: ${largest.toFixed(2)}`, SVG));
-  return svg;
+  const note = el("p", { class: "ab-live-caption" },
+    `Columns: source tokens (keys); rows: output tokens (queries); the darkest cell: ${largest.toFixed(2)}.`);
+  const map = el("div", { class: "ab-live-map" });
+  map.append(svg, note);
+  return map;
 }
 
 // --- the view ------------------------------------------------------------------------------
@@ -153,6 +157,7 @@ export function mount(root, ctx) {
   const button = el("button", { type: "submit" }, "Translate");
   form.append(input, " ", button);
   const examples = el("div", { class: "ab-live-examples" });
+  examples.style.margin = "0.4em 0 0.8em";
   const french = el("p", { class: "ab-live-output" });
   const reads = el("p", { class: "ab-live-reads" });
   const figure = el("div", { class: "ab-live-figure" });
