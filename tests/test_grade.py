@@ -150,12 +150,12 @@ for pid in hogs:
 BYPASS = """
 import gc, importlib, sys, types
 def my_masked_softmax(X, valid_lens=None):
-    m = importlib.reload(ab.attention)
+    m = importlib.reload(ab.models.attention)
     try:
         return m.masked_softmax(X, valid_lens)
     except RuntimeError:
         pass
-    space = {"__name__": "attention_book.models.attention", "__package__": "attention_book"}
+    space = {"__name__": "attention_book.models.attention", "__package__": "attention_book.models"}
     try:
         exec(compile(open(m.__file__).read(), m.__file__, "exec"), space)
         return space["masked_softmax"](X, valid_lens)
@@ -218,7 +218,7 @@ def graded(tmp_path_factory):
     token = f"host-secret-{time.time_ns()}"
     secret.write_text(token)
     victim = subs / "bob" / "ch03_exercises.ipynb"
-    package_file = clone / "src" / "attention_book" / "attention.py"
+    package_file = clone / "src" / "attention_book" / "models" / "attention.py"
     marker = f"grader-test-orphan-{time.time_ns()}"
     class_ = {
         "bob": notebook(GOOD),
@@ -482,8 +482,8 @@ def test_judge_process_survives_what_it_judges(tmp_path):
 def test_package_copy_has_no_answer(tmp_path):
     package_without(["masked_softmax"], tmp_path)
     code = ("import importlib, attention_book as ab\n"
-            "m = importlib.reload(ab.attention)\n"
-            "space = {'__name__': 'attention_book.models.attention', '__package__': 'attention_book'}\n"
+            "m = importlib.reload(ab.models.attention)\n"
+            "space = {'__name__': 'attention_book.models.attention', '__package__': 'attention_book.models'}\n"
             "exec(compile(open(m.__file__).read(), m.__file__, 'exec'), space)\n"
             "for f in (ab.masked_softmax, m.masked_softmax, space['masked_softmax']):\n"
             "    try:\n        f(None)\n    except RuntimeError as e:\n        print('raises', 'not available' in str(e))\n"
