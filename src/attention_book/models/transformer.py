@@ -48,6 +48,7 @@ __all__ = [
     "AddNorm",
     "TransformerEncoderBlock",
     "TransformerDecoderBlock",
+    "TokenStack",
     "TransformerEncoder",
     "TransformerDecoder",
     "make_transformer",
@@ -290,7 +291,7 @@ def init_small_embeddings(module: nn.Module) -> None:
             nn.init.normal_(m.weight, std=m.embedding_dim ** -0.5)
 
 
-class _TokenStack(nn.Module):
+class TokenStack(nn.Module):
     """What encoder and decoder share: checks, token embedding × √d + positions, a final norm if pre-norm."""
 
     def __init__(self, vocab_size: int, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, num_blks: int,
@@ -314,7 +315,7 @@ class _TokenStack(nn.Module):
         return X if self.final_norm is None else self.final_norm(X)
 
 
-class TransformerEncoder(_TokenStack):
+class TransformerEncoder(TokenStack):
     """Embedding × √num_hiddens + sinusoidal positions, then ``num_blks`` encoder blocks.
 
     ``TransformerEncoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
@@ -358,7 +359,7 @@ class TransformerEncoder(_TokenStack):
         return self.finish(X)
 
 
-class TransformerDecoder(_TokenStack):
+class TransformerDecoder(TokenStack):
     """Embedding × √num_hiddens + positions, ``num_blks`` decoder blocks, a dense layer to the vocabulary.
 
     ``TransformerDecoder(vocab_size, num_hiddens, ffn_num_hiddens, num_heads,
