@@ -43,6 +43,7 @@ __all__ = [
     "MAX_MODEL_BYTES",
     "SERVE_COMMAND",
     "LiveView",
+    "figure_img",
     "export_onnx",
     "live",
     "run_onnx",
@@ -112,6 +113,21 @@ def _quiet():
             yield
     finally:
         logging.disable(previous)
+
+
+def figure_img(fig, alt: str, dpi: int = 100, style: str = "") -> str:
+    """A matplotlib figure as an inline PNG ``<img>`` (closed after drawing): a view's fallback frames."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    style = f' style="{style}"' if style else ""
+    return f'<img src="data:image/png;base64,{data}"{style} alt="{alt}">'
 
 
 def _strip_debug_info(path: Path) -> None:

@@ -14,15 +14,13 @@ moving the slider adds or removes points instead of drawing new data.
 
 from __future__ import annotations
 
-import base64
-import io
 
 import torch
 from torch import nn
 
 import attention_book as ab
 
-from .live import LiveView
+from .live import LiveView, figure_img
 
 __all__ = ["PoolingView", "ch02_live_view"]
 
@@ -227,18 +225,9 @@ class PoolingView(LiveView):
         )
 
     def fallback_html(self) -> str:
-        import matplotlib.pyplot as plt
-
-        fig = self.figure(**self.defaults)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=100)
-        plt.close(fig)
-        src = base64.b64encode(buf.getvalue()).decode()
         d = self.defaults
-        return (
-            f'<img src="data:image/png;base64,{src}" style="max-width:100%" '
-            f'alt="Nadaraya–Watson estimate at σ={d["sigma"]:g}, n={d["n"]}, query x={d["query"]:g}">'
-        )
+        alt = f"Nadaraya–Watson estimate at σ={d['sigma']:g}, n={d['n']}, query x={d['query']:g}"
+        return figure_img(self.figure(**d), alt, dpi=100, style="max-width:100%")
 
 
 def ch02_live_view(data, **settings) -> PoolingView:

@@ -20,9 +20,7 @@ pixels the way the data set was made, and runs the exported graph.
 
 from __future__ import annotations
 
-import base64
 import copy
-import io
 
 import numpy as np
 import torch
@@ -34,7 +32,7 @@ from ..core.train import evaluating
 from ..data.images import ImageBatches
 from ..models.attention import MultiHeadAttention
 from ..models.vit import ViT, attention_rollout, cls_attention
-from .live import MAX_MODEL_BYTES, LiveView
+from .live import MAX_MODEL_BYTES, LiveView, figure_img
 
 __all__ = ["DigitView", "ViTProbe", "ch08_live_view", "probe_figure"]
 
@@ -212,19 +210,15 @@ class DigitView(LiveView):
         }
 
     def fallback_html(self) -> str:
-        import matplotlib.pyplot as plt
-
-        parts = []
-        for label, pixels in self.examples:
-            fig = probe_figure(self.probe, pixels, self.classes)
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format="png", dpi=70)
-            plt.close(fig)
-            data = base64.b64encode(buffer.getvalue()).decode()
-            parts.append(
-                f'<img src="data:image/png;base64,{data}" alt="test image of a {label}: '
-                f"the ViT's probabilities and where its &lt;cls&gt; token looks\">"
+        parts = [
+            figure_img(
+                probe_figure(self.probe, pixels, self.classes),
+                f"test image of a {label}: the ViT's probabilities and where its "
+                "&lt;cls&gt; token looks",
+                dpi=70,
             )
+            for label, pixels in self.examples
+        ]
         return '<div class="ab-live-frames">' + "".join(parts) + "</div>"
 
     def widget(self):

@@ -16,10 +16,8 @@ the ids that are never sampled, and the few characters whose case folding
 
 from __future__ import annotations
 
-import base64
 import functools
 import html
-import io
 import sys
 
 import torch
@@ -27,13 +25,12 @@ from torch import nn
 
 import attention_book as ab
 
-from ..models.decoding import next_token_distribution
-from .live import MAX_MODEL_BYTES, LiveView
+from ..models.decoding import banned_ids, next_token_distribution
+from .live import MAX_MODEL_BYTES, LiveView, figure_img
 
 __all__ = [
     "GenerateView",
     "NextTokenScores",
-    "banned_ids",
     "casefold_exceptions",
     "ch09_live_view",
     "next_token_probs",
@@ -73,11 +70,6 @@ def casefold_exceptions() -> dict[str, str]:
     return table
 
 
-def banned_ids(tok) -> list[int]:
-    """Ids :func:`attention_book.generate` never samples: the special tokens other than ``<eos>``."""
-    return sorted(i for i in tok.special_ids if i != tok.eos_id)
-
-
 def next_token_probs(
     scores: torch.Tensor, tok, temperature: float, top_k: int | None
 ) -> torch.Tensor:
@@ -85,16 +77,6 @@ def next_token_probs(
     scores = scores.float().clone()
     scores[banned_ids(tok)] = float("-inf")
     return next_token_distribution(scores, temperature, top_k or None)
-
-
-def _figure_html(fig) -> str:
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=60, bbox_inches="tight")
-    plt.close(fig)
-    data = base64.b64encode(buf.getvalue()).decode()
-    return f'<img alt="next-token distribution after the example prompt" src="data:image/png;base64,{data}">'
 
 
 class GenerateView(LiveView):
@@ -248,9 +230,10 @@ class GenerateView(LiveView):
             self.num_tokens,
             self.show,
         )
+        img = figure_img(fig, "next-token distribution after the example prompt", dpi=60)
         return (
             f"<p>Next token after “{html.escape(self.prompt)}” at temperature 1 "
-            f"(drawn when the book was built):</p>{_figure_html(fig)}"
+            f"(drawn when the book was built):</p>{img}"
         )
 
 

@@ -23,7 +23,7 @@ from ..data.tokenizer import Tokenizer
 from ..core.train import evaluating
 from .seq2seq import cut_at_eos, greedy
 
-__all__ = ["next_token_distribution", "generate", "greedy_decode", "sampling_figure"]
+__all__ = ["next_token_distribution", "banned_ids", "generate", "greedy_decode", "sampling_figure"]
 
 
 # --------------------------------------------------------------------------------------
@@ -71,10 +71,14 @@ def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0, top_
     return F.softmax(scaled, dim=-1)
 
 
+def banned_ids(tok: Tokenizer) -> list[int]:
+    """Ids generation never samples: the special tokens other than ``<eos>``."""
+    return sorted(i for i in tok.special_ids if i != tok.eos_id)
+
+
 def _ban_specials(logits: torch.Tensor, tok: Tokenizer) -> torch.Tensor:
-    banned = [i for i in tok.special_ids if i != tok.eos_id]
     out = logits.clone()
-    out[..., banned] = float("-inf")
+    out[..., banned_ids(tok)] = float("-inf")
     return out
 
 
