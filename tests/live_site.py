@@ -22,7 +22,7 @@ from typing import Self
 import pytest
 from test_site import CHROMIUM, CHROMIUM_ARGS, DESKTOP, HTML, browser, site  # noqa: F401 (fixtures)
 
-__all__ = ["HTML", "LivePage", "browser", "open_from_file", "site"]
+__all__ = ["HTML", "MODELS", "LivePage", "browser", "built_manifest", "open_from_file", "site"]
 
 JS_SET = """([root, selector, value]) => {
   const input = document.querySelector(root).querySelector(selector);
@@ -31,6 +31,21 @@ JS_SET = """([root, selector, value]) => {
   input.dispatchEvent(new Event("change", {bubbles: true}));
   return input.value;
 }"""
+
+
+MODELS = HTML / "_static" / "live" / "models"
+
+
+def built_manifest(docname: str, name: str) -> dict:
+    """The built site's manifest of one live view (``<name>.json``), for tests that rerun its
+    ONNX files in Python; skips the test when the site or onnxruntime is missing."""
+    import json
+
+    path = MODELS / f"{name}.json"
+    if not (HTML / f"{docname}.html").is_file() or not path.is_file():
+        pytest.skip(f"no {name} live view in {HTML}: build the site first with `make book`")
+    pytest.importorskip("onnxruntime")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 class LivePage:

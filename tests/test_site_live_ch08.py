@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from live_site import HTML, MODELS, LivePage, browser, built_manifest, open_from_file, site  # noqa: F401 (fixtures)
 
 from attention_book.book.live import run_onnx
 
@@ -23,7 +23,6 @@ pytestmark = pytest.mark.browser
 
 DOCNAME = "notebooks/ch08_vision_transformer"
 NAME = "ch08.draw"
-MODELS = HTML / "_static" / "live" / "models"
 # The test's own drawing, a "4" in two strokes, as fractions of the drawing box.
 STROKES = [
     [(0.35, 0.12), (0.22, 0.55), (0.78, 0.55)],
@@ -37,13 +36,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def manifest():
-    path = MODELS / "ch08.draw.json"
-    if not (HTML / f"{DOCNAME}.html").is_file() or not path.is_file():
-        pytest.skip(
-            f"no chapter 8 live view in {HTML}: build the site first with `make book`"
-        )
-    pytest.importorskip("onnxruntime")
-    return json.loads(path.read_text(encoding="utf-8"))
+    return built_manifest(DOCNAME, "ch08.draw")
 
 
 def python_answer(manifest, pixels) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from live_site import HTML, MODELS, LivePage, browser, built_manifest, open_from_file, site  # noqa: F401 (fixtures)
 from torch import nn
 
 import attention_book as ab
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.browser
 
 DOC = "notebooks/ch09_pretraining"
 NAME = "ch09.generate"
-MODELS = HTML / "_static" / "live" / "models"
 # The test's own prompt: a capital, a word outside the vocabulary, punctuation, extra spaces.
 PROMPT = "The   Time Traveller looked at zorblattic Weena ,  and"
 TEMPERATURE, TOP_K = 0.7, 7
@@ -59,13 +58,7 @@ class OnnxLM(nn.Module):
 
 @pytest.fixture(scope="module")
 def reference():
-    manifest_path = MODELS / "ch09.generate.json"
-    if not (HTML / f"{DOC}.html").is_file() or not manifest_path.is_file():
-        pytest.skip(
-            f"no chapter 9 live view in {HTML}: build the site first with `make book`"
-        )
-    pytest.importorskip("onnxruntime")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest = built_manifest(DOC, "ch09.generate")
     data = manifest["data"]
     # The notebook's tokenizer, built the way the notebook builds it.
     tok = ab.load_corpus(
