@@ -219,8 +219,8 @@ def fit(
     only rank 0 shows progress, and ``model`` itself (never a wrapper) ends up trained,
     with the same weights in every process.
 
-    ``ATTENTION_BOOK_MAX_STEPS`` (:func:`attention_book.max_steps`) stops the run after that
-    many optimisation steps; the history then ends with the epoch that was cut short.
+    ``ATTENTION_BOOK_MAX_STEPS`` (:func:`attention_book.core.config.max_steps`) stops the
+    run after that many optimisation steps; the history then ends with the epoch that was cut short.
     """
     epochs = check_positive_int("epochs", epochs)
     if epochs > 1 and isinstance(train_data, collections.abc.Iterator):

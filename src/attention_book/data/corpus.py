@@ -2,8 +2,8 @@
 
 :func:`load_corpus` reads the text through the data registry and falls back,
 visibly, to :func:`synthetic_corpus` when it cannot be had; the result is a
-:class:`Corpus` (text, :class:`~attention_book.Tokenizer`, training and
-validation token streams).
+:class:`Corpus` (text, :class:`~attention_book.data.tokenizer.Tokenizer`, training
+and validation token streams).
 """
 
 from __future__ import annotations
@@ -83,11 +83,12 @@ def load_corpus(level: str = "word", min_freq: int = 3, val_fraction: float = 0.
                 extra_tokens: Sequence[str] = (), text: str | None = None, verbose: bool = True) -> Corpus:
     """*The Time Machine*, tokenised, split into a training and a validation stream.
 
-    The text comes through the data registry (``ab.fetch('time-machine')``, a
-    SHA-1-verified copy in the data directory or a download). When it cannot be
-    had, a message says so and :func:`synthetic_corpus` is used (a file that is
-    there but not UTF-8 raises ``ValueError`` naming it; a byte-order mark is
-    dropped). ``text`` overrides both. The tokenizer's vocabulary is built from the training part only (the
+    The text comes through the data registry
+    (``attention_book.data.registry.fetch('time-machine')``, a SHA-1-verified copy in
+    the data directory or a download). When it cannot be had, a message says so and
+    :func:`synthetic_corpus` is used (a file that is there but not UTF-8 raises
+    ``ValueError`` naming it; a byte-order mark is dropped). ``text`` overrides both.
+    The tokenizer's vocabulary is built from the training part only (the
     first ``1 - val_fraction`` of the text); the validation part is the rest.
     """
     if not 0.0 < val_fraction < 0.5:

@@ -2,8 +2,8 @@
 
 A registered data set has one or more *files*, each with URL(s) and a hash.
 :func:`fetch` returns the local path of a file, downloading it (streamed, with a
-progress bar, retried) into :func:`attention_book.data_dir` when it is missing,
-and re-downloading it when the cached copy fails its hash check. Offline, it
+progress bar, retried) into :func:`attention_book.core.config.data_dir` when it is
+missing, and re-downloading it when the cached copy fails its hash check. Offline, it
 raises :class:`DataUnavailableError` that says what to download and where to
 put it.
 

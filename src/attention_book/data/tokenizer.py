@@ -1,7 +1,7 @@
 """Text to token ids and back, by words or by characters, with the special tokens of pretraining.
 
-:class:`Tokenizer` builds a :class:`attention_book.Vocab` with the reserved tokens
-``<pad> <bos> <eos> <mask> <cls>`` (``MASK``, ``CLS``), the span sentinels
+:class:`Tokenizer` builds a :class:`attention_book.data.text.Vocab` with the reserved
+tokens ``<pad> <bos> <eos> <mask> <cls>`` (``MASK``, ``CLS``), the span sentinels
 ``<s0> <s1> …`` (:func:`sentinel_token`) and any task prefixes. Chapter 9 uses it
 for all three pretraining objectives.
 """
@@ -112,8 +112,8 @@ class Tokenizer:
     what a text loses, so nothing goes missing unseen. On ASCII text this gives exactly
     the tokens of an ``[a-z]`` rule (*The Time Machine* is ASCII).
 
-    The vocabulary is :class:`attention_book.Vocab` (``<unk>`` has index 0) with the
-    reserved tokens ``<pad> <bos> <eos> <mask> <cls>``, the sentinels
+    The vocabulary is :class:`attention_book.data.text.Vocab` (``<unk>`` has index 0) with
+    the reserved tokens ``<pad> <bos> <eos> <mask> <cls>``, the sentinels
     ``<s0> … <s{num_sentinels-1}>``, any ``extra_tokens`` (task prefixes such as
     ``<reverse>``), then every token seen at least ``min_freq`` times in ``text``.
     """

@@ -549,7 +549,7 @@ def translate(model: nn.Module, data, sentences: Sequence[str], references: Sequ
               save_attention: bool = False) -> list[Translation]:
     """Translate raw English sentences with a trained model and the vocabularies of ``data``.
 
-    ``data`` is a :class:`attention_book.TranslationData`; sentences are
+    ``data`` is a :class:`attention_book.data.text.TranslationData`; sentences are
     preprocessed as in training (unknown words become ``<unk>``, sentences longer
     than ``num_steps`` are trimmed, an empty sentence is just ``<eos>``).
     ``beam_size=None`` decodes greedily, otherwise with :func:`beam_search`.
