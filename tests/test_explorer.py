@@ -144,14 +144,31 @@ def test_explorers_mode_must_be_known(monkeypatch):
         ab.explore(draw_plain, name="ch01.x", slope=ab.Steps([1, 2]))
 
 
-def test_fit_prints_its_final_bar_as_text_when_building_the_site(static, capsys):
+def test_fit_prints_nothing_when_building_the_site(static, capsys):
+    """A built page states results in prose: no bar, no "100%|" line (issue 36)."""
     import torch
 
     model = torch.nn.Linear(2, 1)
     data = [(torch.ones(4, 2), torch.zeros(4, 1))]
     ab.fit(model, data, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), epochs=2, device="cpu", desc="demo")
-    out = capsys.readouterr().out
-    assert out.count("demo: 100%") == 1 and "2/2" in out
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_fit_draws_tqdms_bar_in_a_notebook(monkeypatch, capsys):
+    import torch
+
+    from attention_book.book.explorer import page_progress_bar
+
+    monkeypatch.setenv(EXPLORERS_ENV, "live")
+    bar = page_progress_bar(2, "demo")
+    assert not bar.disable and type(bar).__module__.startswith("tqdm")
+    bar.close()
+    model = torch.nn.Linear(2, 1)
+    data = [(torch.ones(4, 2), torch.zeros(4, 1))]
+    ab.fit(model, data, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(), epochs=2, device="cpu", desc="demo")
+    err = capsys.readouterr().err  # outside Jupyter, tqdm.auto draws text on stderr
+    assert "demo: 100%" in err and "2/2" in err
 
 
 def test_live_explorer_works_with_ipywidgets_7(tmp_path):

@@ -57,3 +57,15 @@ def test_glue_counts_hands_the_seed_checks_counts_to_the_prose(monkeypatch):
     assert seen["new_held"] == 0 and seen["new_runs"] == 0
     with pytest.raises(ValueError, match="key"):
         ab.glue_counts("c", "no chapter")
+
+
+def test_a_claim_prints_nothing_on_a_website_build(monkeypatch, capsys):
+    """A built page states results in prose: no "Claim ✘ does not hold" line (issue 36)."""
+    from attention_book.core.config import EXPLORERS_ENV
+
+    monkeypatch.setenv(EXPLORERS_ENV, "static")
+    assert ab.claim("ch99.quiet_on_pages", False, "a statement that fails here") is False
+    assert capsys.readouterr().out == ""
+    monkeypatch.setenv(EXPLORERS_ENV, "live")
+    ab.claim("ch99.quiet_on_pages", False, "a statement that fails here")
+    assert "✘ does not hold" in capsys.readouterr().out

@@ -8,11 +8,13 @@ stands for::
              "four heads beat one head by more than 5 points of test accuracy")
 
 The call never raises because of the outcome (an unlucky run is not an error;
-it is what the seed check counts). It prints one line for the reader: whether
-the statement held in *this* run, and how often it held in the book's seed
-check (``make claims``: every notebook executed for seeds 0–4 at ``ci`` size,
+it is what the seed check counts). In Jupyter or Colab it prints one line for
+the reader: whether the statement held in *this* run, and how often it held in
+the book's seed check (``make claims``: every notebook executed for seeds 0–4 at ``ci`` size,
 alternating one and two CPU threads). The counts come from
 ``book/_claims_report.json`` (see REPORT_PATH), which ``scripts/claims.py`` writes.
+On a website build (``ATTENTION_BOOK_EXPLORERS=static``) it prints nothing: the
+page states the result in prose, with the count glued by :func:`glue_counts`.
 
 When ``ATTENTION_BOOK_CLAIMS`` names a file, every call appends one JSON line to
 it (key, statement, outcome, value, seed, size, threads); that is how the seed
@@ -39,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ..core.config import book_seed, claims_log, experiment_size, max_steps
+from ..core.config import book_seed, claims_log, experiment_size, max_steps, static_explorers
 
 __all__ = ["claim", "claim_report", "ClaimRecord", "assert_trained", "glue", "glue_counts"]
 
@@ -117,7 +119,8 @@ def claim(key: str, holds: Any, statement: str, value: Any = None, *, quiet: boo
     ``key``: ``"chNN.name"``, unique in the book. ``holds``: the outcome in this
     run (a Python or NumPy/PyTorch boolean). ``statement``: the sentence the
     prose relies on, in plain words. ``value``: the measured number(s) behind
-    it, recorded for the report. Returns ``holds`` as a ``bool``.
+    it, recorded for the report. Returns ``holds`` as a ``bool``. Prints nothing
+    when ``quiet`` or on a website build (the page's prose states the result).
     """
     if not isinstance(key, str) or not _KEY.match(key):
         raise ValueError(f"claim key must look like 'ch05.more_heads_help' (chapter, dot, lower-case name), got {key!r}")
@@ -142,7 +145,7 @@ def claim(key: str, holds: Any, statement: str, value: Any = None, *, quiet: boo
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as fh:  # one short line per write: appends do not interleave
             fh.write(json.dumps(line) + "\n")
-    if not quiet:
+    if not quiet and not static_explorers():
         record = _record(key)
         if record is None:
             counted = "not yet counted by the seed check"

@@ -455,22 +455,14 @@ def explore(fn: Callable[..., Any], *, name: str, dpi: int = 75, **controls: _Co
 
 
 def page_progress_bar(total: int, desc: str):
-    """``fit``'s bar, told of website builds: there it writes nothing while it runs and prints
-    its final state as one line of text when closed (a widget on a page without a kernel would
-    show an empty box); in a notebook it is tqdm's widget."""
+    """``fit``'s bar, told of website builds: there it draws and prints nothing (the page
+    states its results in prose, and a widget on a page without a kernel would show an empty
+    box); in Jupyter or Colab it is tqdm's bar."""
     if not static_explorers():
         return notebook_progress_bar(total, desc)
-    import io
-
     from tqdm.std import tqdm
 
-    class PrintedWhenClosed(tqdm):
-        def close(self):
-            if not self.disable:
-                super().close()
-                print(self)
-
-    return PrintedWhenClosed(total=total, desc=desc, unit="epoch", file=io.StringIO(), ascii=False)
+    return tqdm(total=total, desc=desc, unit="epoch", disable=True)
 
 
 use_progress_bar(page_progress_bar)  # the book's machinery tells the training loop how pages are built

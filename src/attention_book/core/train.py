@@ -142,8 +142,8 @@ def use_progress_bar(make_bar: Callable[[int, str], Any]) -> Callable[[int, str]
     """Set the bar ``fit(progress=True)`` draws: ``make_bar(total_epochs, desc)`` returns an
     object with tqdm's ``update``, ``set_postfix`` and ``close``. Returns the previous one.
 
-    The book's machinery uses it for website builds (a widget on a page without a kernel
-    would be an empty box), so the training loop never asks how it is being run.
+    The book's machinery uses it for website builds (there the bar stays silent: a page
+    states its results in prose), so the training loop never asks how it is being run.
     """
     global _progress_bar
     if not callable(make_bar):
@@ -220,7 +220,8 @@ def fit(
     with the same weights in every process.
 
     ``ATTENTION_BOOK_MAX_STEPS`` (:func:`attention_book.core.config.max_steps`) stops the
-    run after that many optimisation steps; the history then ends with the epoch that was cut short.
+    run after that many optimisation steps; the history then ends with the epoch that was
+    cut short.
     """
     epochs = check_positive_int("epochs", epochs)
     if epochs > 1 and isinstance(train_data, collections.abc.Iterator):
