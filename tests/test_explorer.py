@@ -66,11 +66,33 @@ def test_grids_hold_the_default_and_stay_in_range():
     ratios = [b / a for a, b in zip(log.points, log.points[1:])]
     assert max(ratios) / min(ratios) < 1.02, "log grid steps are even in the logarithm"
     lin = ab.Slider(0, 100, 10, value=30, grid=3)
-    assert lin.points == (0, 30, 50, 100)
+    assert lin.points == (0, 30, 100)
     assert all(isinstance(p, int) for p in lin.points)
     assert ab.Slider(0.0, 1.0, 0.25, value=0.5).points == (0.0, 0.25, 0.5, 0.75, 1.0)
     text = ab.Text("hello", choices=["bye", "hello"])
     assert [v for _, v in text.grid()] == ["hello", "bye"]
+
+
+@pytest.mark.parametrize("grid", range(2, 16))
+def test_controls_offer_exactly_the_values_the_code_names(grid):
+    """``grid=13`` offers 13 values, ``grid=8`` eight (issue 36: they offered 12 and 7)."""
+    for low, high, value in [(0.01, 3.16, 0.5), (0.01, 10, 0.3), (0.01, 10, 0.01), (0.1, 10, 10), (1, 2, 1.7)]:
+        points = ab.LogSlider(low, high, value=value, grid=grid).points
+        assert len(points) == grid and value in points, (low, high, value, points)
+        assert all(low <= p <= high for p in points)
+    for low, high, step, value in [(0, 500, 10, 120), (0, 100, 10, 30), (5, 200, 5, 40), (0.0, 2.0, 0.1, 1.3)]:
+        if grid <= round((high - low) / step) + 1:
+            points = ab.Slider(low, high, step, value=value, grid=grid).points
+            assert len(points) == grid and value in points and low <= points[0] <= points[-1] <= high
+    assert ab.Slider(5, 200, 5, value=40, grid=[10, 40, 200]).points == (10, 40, 200)
+    assert ab.Steps([1, 2, 4, 8], value=2).points == (1, 2, 4, 8)
+
+
+def test_a_grid_must_hold_the_default_and_fit_the_steps():
+    with pytest.raises(ValueError, match="must hold the default"):
+        ab.Slider(5, 200, 5, value=45, grid=[10, 40, 200])
+    with pytest.raises(ValueError, match="fewer than grid"):
+        ab.Slider(0, 3, 1, value=1, grid=5)
 
 
 def test_live_explorer_is_an_interactive_that_recomputes(monkeypatch):
@@ -121,6 +143,8 @@ def test_static_html_is_a_self_contained_accessible_player(static):
     first = re.search(r'<img src="data:image/png;base64,([^"]+)"', page).group(1)
     assert base64.b64decode(first) == player.images[player.frames[player.index[player.default_setting]][0][0]]
     assert "drawn when the book was built" in page and "slope: 3; label: 2" in page
+    assert "any value" not in page, "a fixed-step control does not take any value in the notebook"
+    assert 'min="0" max="2" step="1"' in page, "the slider offers the three values the code names"
 
 
 def test_static_explorer_refuses_a_grid_too_large(static):

@@ -29,6 +29,7 @@ JavaScript inlined with its frames.
 from __future__ import annotations
 
 import base64
+import builtins
 import contextlib
 import hashlib
 import html
@@ -135,9 +136,10 @@ def _with_default(values: list, default: Any) -> list:
 class Slider(_Control):
     """A linear slider from ``min`` to ``max`` in steps of ``step`` (int when all four are ints).
 
-    ``grid`` is what the static page offers: None for every step (at most 41),
-    an int for that many evenly spaced steps, or a list of values on the slider.
-    The default ``value`` is always on the grid.
+    ``grid`` is what the static page offers: None for every step (at most 41), an int
+    for exactly that many steps spread evenly over the range (the one nearest the
+    default ``value`` moved onto it), or the list of values itself, which must hold
+    the default. The page offers exactly these values.
     """
 
     def __init__(self, min: float, max: float, step: float, value: float, label: str = "",
@@ -156,12 +158,18 @@ class Slider(_Control):
         elif isinstance(grid, int):
             if grid < 2:
                 raise ValueError(f"grid must be at least 2, got {grid!r}")
-            points = [min + i * step for i in sorted({round(i * (count - 1) / (grid - 1)) for i in range(grid)})]
+            if grid > count:
+                raise ValueError(f"Slider {label!r} has {count} steps, fewer than grid={grid}")
+            steps = [round(i * (count - 1) / (grid - 1)) for i in range(grid)]  # distinct: grid <= count
+            nearest = builtins.min(range(grid), key=lambda i: abs(min + steps[i] * step - value))
+            points = [value if i == nearest else min + k * step for i, k in enumerate(steps)]
         else:
             points = list(grid)
             bad = [p for p in points if not (min <= p <= max)]
             if bad:
                 raise ValueError(f"Slider {label!r}: grid values {bad!r} are outside [{min!r}, {max!r}]")
+            if not any(math.isclose(p, value, rel_tol=1e-9, abs_tol=1e-12) for p in points):
+                raise ValueError(f"Slider {label!r}: grid {points!r} must hold the default value {value!r}")
         points = [int(round(p)) for p in points] if self.is_int else [round(float(p), 10) for p in points]
         self.min, self.max, self.step = min, max, step
         super().__init__(label, value, _points(_with_default(points, value)))
@@ -174,9 +182,10 @@ class Slider(_Control):
 
 
 class LogSlider(_Control):
-    """A slider on a log scale (base 10) from ``min`` to ``max``. The static page offers about
-    ``grid`` values in a geometric progression through the default ``value`` (3 significant
-    digits), so the default is on the grid and the steps are even in the logarithm."""
+    """A slider on a log scale (base 10) from ``min`` to ``max``. The static page offers
+    exactly ``grid`` values in a geometric progression through the default ``value`` (3
+    significant digits), so the default is on the grid and the steps are even in the
+    logarithm; the progression reaches ``min`` or ``max`` and stays inside the range."""
 
     def __init__(self, min: float, max: float, value: float, label: str = "", grid: int = 9):
         if not (0 < min < max):
@@ -185,10 +194,20 @@ class LogSlider(_Control):
             raise ValueError(f"LogSlider value {value!r} is outside [{min!r}, {max!r}]")
         if not isinstance(grid, int) or grid < 2:
             raise ValueError(f"grid must be an int of at least 2, got {grid!r}")
-        ratio = math.log(max / min) / (grid - 1)
-        below = math.floor(math.log(value / min) / ratio + 1e-9)
-        above = math.floor(math.log(max / value) / ratio + 1e-9)
+        # ``below`` steps under the default and ``grid - 1 - below`` above it, with the widest
+        # step that keeps every value in [min, max] (the side that needs the smaller step sets
+        # it); the split chosen is the one whose values cover most of the range
+        low, high = math.log(value / min), math.log(max / value)
+
+        def widest(below: int) -> float:
+            above = grid - 1 - below
+            return builtins.min(low / below if below else math.inf, high / above if above else math.inf)
+
+        below = builtins.max(range(grid), key=widest)
+        ratio = widest(below)
+        above = grid - 1 - below
         points = [float(f"{value * math.exp(k * ratio):.3g}") for k in range(-below, above + 1)]
+        points = [builtins.min(builtins.max(p, min), max) for p in points]
         self.min, self.max = min, max
         super().__init__(label, value, _points(_with_default(points, value)))
 
@@ -397,8 +416,7 @@ class StaticExplorer:
         counts = "; ".join(f"{html.escape(c.label or k)}: {len(g)}" for (k, c), g in zip(self.controls.items(),
                                                                                        self.grids))
         parts.append(f'<p class="ab-explorer-note">On this page the controls step through {len(self.index)} '
-                     f"settings drawn when the book was built (values per control: {counts}). In the notebook "
-                     "(Jupyter or Colab) they take any value.</p>")
+                     f"settings drawn when the book was built (values per control: {counts}).</p>")
         ids, text = self.frames[self.index[self.default_setting]]
         title = html.escape(self.name)
         imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(self.images[i]).decode()}" alt="{title}">'
