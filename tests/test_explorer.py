@@ -217,3 +217,52 @@ def test_live_explorer_works_with_ipywidgets_7(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "['IntSlider', 'FloatLogSlider', 'Dropdown', 'SelectionSlider', 'Text', 'Output'] (7, 1.0, 'x', 2, 'hi')" \
         in run.stdout
+
+
+def test_frames_record_their_smallest_text_and_are_legible_in_the_column(static):
+    """Each frame's PNG says how tall its smallest text is (tEXt ab-min-text-px, in the PNG's
+    pixels); fit_page enlarges text that the column would shrink below 9 px (issue 36)."""
+    import io
+
+    from PIL import Image
+
+    from attention_book.core.plot import MIN_TEXT_PX, PAGE_COLUMN_PX, TEXT_SIZE_KEY
+
+    def tiny(width):
+        fig, ax = plt.subplots(figsize=(width, 2))
+        ax.plot([0, 1], [0, 1])
+        ax.text(0.5, 0.5, "note", fontsize=5)
+        return fig
+
+    for width, dpi in [(4, 75), (12, 100)]:
+        player = ab.explore(tiny, name="ch01.tiny", dpi=dpi, width=ab.Steps([width]))
+        image = Image.open(io.BytesIO(player.images[0]))
+        px = float(image.text[TEXT_SIZE_KEY])
+        shown = min(1.0, PAGE_COLUMN_PX / image.width)
+        assert px * shown >= MIN_TEXT_PX, (width, dpi, px, image.width)
+        assert image.width <= 9.0 * dpi * 1.05, "a figure wider than the page's 9 inches is narrowed"
+
+
+def test_inline_figures_go_through_fit_page_in_ipython():
+    """In IPython, use_book_style wraps the inline PNG formatter: the PNG carries the text size."""
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.core.pylabtools import select_figure_formats
+    from PIL import Image
+
+    from attention_book.core.plot import TEXT_SIZE_KEY
+
+    shell = InteractiveShell.instance()
+    try:
+        select_figure_formats(shell, {"png"})
+        ab.use_book_style()
+        ab.use_book_style()  # idempotent: wrapped once
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.set_title("title", fontsize=4)
+        data, _ = shell.display_formatter.format(fig, include={"image/png"})
+        image = Image.open(io.BytesIO(base64.b64decode(data["image/png"])))
+        assert float(image.text[TEXT_SIZE_KEY]) >= 9.0
+        assert ax.title.get_fontsize() > 4
+    finally:
+        InteractiveShell.clear_instance()

@@ -42,6 +42,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
+from ..core.plot import fit_page, page_png_metadata
 from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
@@ -244,16 +245,22 @@ def frame_digest(images: Sequence[bytes], text: str) -> str:
 
 
 def _png(fig, dpi: int) -> bytes:
+    """A frame's PNG: legible in the page's column, its smallest text recorded (core/plot.py)."""
     from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
 
+    fit_page(fig, dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     buf.seek(0)
     # 64 colours by octree keep the book's greys and colour maps (median cut shifted greys to
     # red) at a third of the size of a full-colour PNG.
     image = Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+    info = PngInfo()
+    for key, value in page_png_metadata(fig, dpi).items():
+        info.add_text(key, value)
     out = io.BytesIO()
-    image.save(out, format="png", optimize=True)
+    image.save(out, format="png", optimize=True, pnginfo=info)
     return out.getvalue()
 
 

@@ -15,18 +15,114 @@ import numpy as np
 import torch
 
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
-           "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style"]
+           "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
+           "smallest_text_px", "fit_page", "page_png_metadata"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
 # website's column (about 684 px at 1280 px): drawn inline at 100 dpi, a 9-inch figure is
 # scaled to 0.76, its tick labels to 9.5 px. Wider figures shrink more (tests/test_site_layout.py).
 PAGE_FIGURE_WIDTH = 9.0
+# The website's text column at 1280 px (pixels): a wider image is scaled down to it.
+PAGE_COLUMN_PX = 684
+# The smallest text a reader should meet in a figure on the page, in CSS pixels at 1280 px.
+MIN_TEXT_PX = 9.0
+# The PNG tEXt key under which the book records a figure's smallest text, in the PNG's own
+# pixels (tests/test_site_layout.py reads it to measure the text as shown).
+TEXT_SIZE_KEY = "ab-min-text-px"
 _STYLED = False
 
 
+def _drawn_texts(artist):
+    """The visible, non-empty text artists under ``artist`` (hidden parents and axes turned off
+    excluded): the texts a saved figure shows."""
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.text import Text
+
+    if not artist.get_visible():
+        return
+    if isinstance(artist, Text):
+        if artist.get_text().strip():
+            yield artist
+        return
+    children = artist.get_children()
+    if isinstance(artist, Axes) and not artist.axison:  # ax.axis("off"): no ticks, labels or spines
+        children = [c for c in children if not isinstance(c, Axis)]
+    for child in children:
+        yield from _drawn_texts(child)
+
+
+def smallest_text_px(fig, dpi: float | None = None) -> float | None:
+    """The height of the figure's smallest text in the pixels of a PNG drawn at ``dpi``
+    (the figure's own dpi when None); None for a figure without text."""
+    sizes = [t.get_fontsize() for t in _drawn_texts(fig)]
+    if not sizes:
+        return None
+    return min(sizes) * (fig.dpi if dpi is None else dpi) / 72.0
+
+
+def fit_page(fig, dpi: float | None = None, column_px: float = PAGE_COLUMN_PX) -> None:
+    """Make ``fig`` legible in the website's column before it is saved at ``dpi``.
+
+    A figure wider than :data:`PAGE_FIGURE_WIDTH` inches is resized to that width (same
+    aspect); then any text that would show smaller than :data:`MIN_TEXT_PX` once the page
+    scales the image to ``column_px`` is enlarged to that size. Figures the book draws
+    already meet both; this catches a chapter's own wide figure or tiny annotation.
+    """
+    dpi = fig.dpi if dpi is None else dpi
+    width, height = fig.get_size_inches()
+    if width > PAGE_FIGURE_WIDTH:
+        fig.set_size_inches(PAGE_FIGURE_WIDTH, height * PAGE_FIGURE_WIDTH / width)
+        width = PAGE_FIGURE_WIDTH
+    shown = min(1.0, column_px / (width * dpi))  # how much the page shrinks the image
+    needed = MIN_TEXT_PX * 72.0 / (dpi * shown) * 1.03  # in points, with a margin for rounding
+    for text in _drawn_texts(fig):
+        if text.get_fontsize() < needed:
+            text.set_fontsize(needed)
+
+
+def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
+    """The PNG tEXt entries the book writes with a figure: its smallest text (see TEXT_SIZE_KEY)."""
+    px = smallest_text_px(fig, dpi)
+    return {} if px is None else {TEXT_SIZE_KEY: f"{px:.2f}"}
+
+
+def _page_figures_in_ipython() -> None:
+    """In IPython (Jupyter, Colab, a website build's kernel), show figures through
+    :func:`fit_page` and record :func:`page_png_metadata` in their PNG."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if not formatters or "image/png" not in formatters:
+        return
+    from matplotlib.figure import Figure
+
+    formatter = formatters["image/png"]
+    try:
+        inner = formatter.lookup_by_type(Figure)
+    except KeyError:  # the inline backend draws no PNG (an SVG setting, say)
+        return
+    if getattr(inner, "_ab_page_figure", False):
+        return
+
+    def png(fig):
+        fit_page(fig)  # IPython draws inline figures at the figure's dpi
+        return inner(fig, metadata=page_png_metadata(fig))
+
+    png._ab_page_figure = True
+    formatter.for_type(Figure, png)
+
+
 def use_book_style() -> None:
-    """Apply the book's plotting style (seaborn's clean grid, readable fonts)."""
+    """Apply the book's plotting style (seaborn's clean grid, readable fonts).
+
+    In IPython it also routes inline figures through :func:`fit_page` (legible in the
+    website's column) and records their smallest text in the PNG (:data:`TEXT_SIZE_KEY`).
+    """
     global _STYLED
     import seaborn as sns
 
@@ -45,6 +141,7 @@ def use_book_style() -> None:
             "image.cmap": BOOK_CMAP,
         }
     )
+    _page_figures_in_ipython()
     _STYLED = True
 
 
