@@ -191,3 +191,22 @@ def test_cache_formula_and_errors():
         ab.greedy_generate(ab.TransformerDecoder(5, 8, 8, 2, 1), torch.zeros(1, 2, dtype=torch.long), 1)
     with pytest.raises(ValueError, match="cache"):
         ab.cache_bytes({})
+
+
+def test_latest_marker_focus_counts_the_queries_whose_heaviest_key_is_their_latest_marker():
+    lc = ab.experiments.long_context
+    model = lc.LengthModel("alibi")
+    attention = model.blks[0].attention
+    with torch.no_grad():  # no content in the scores: only ALiBi's penalty, largest at distance 0
+        attention.W_q.weight.zero_()
+        attention.W_k.weight.zero_()
+    # every query's heaviest key is itself, which is its latest marker exactly when it is a marker
+    X, _ = lc.latest_marker_task(16, 40, seed=ab.resolve_seed(5, 2) + 40)
+    positions = torch.arange(40).expand_as(X)
+    seen = torch.cummax(torch.where(X < 8, positions, torch.full_like(positions, -1)), dim=1).values >= 0
+    asked = seen & (positions >= 10)
+    want = int(((X < 8) & asked).sum()) / int(asked.sum())
+    got = lc.latest_marker_focus(model, seq_len=40, train_len=10, num_examples=16, seed=5)
+    assert got == pytest.approx(want) and 0 < got < 0.5
+    with pytest.raises(ValueError, match="num_examples"):
+        lc.latest_marker_focus(model, num_examples=0)

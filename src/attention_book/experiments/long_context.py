@@ -54,6 +54,7 @@ __all__ = [
     "length_accuracy",
     "length_curves_figure",
     "length_attention_figure",
+    "latest_marker_focus",
     "sliding_window_attention",
     "elu_feature_map",
     "linear_attention",
@@ -430,6 +431,32 @@ def length_attention_figure(models: dict[str, LengthModel], seq_len: int = 96, t
     return fig
 
 
+@torch.no_grad()
+def latest_marker_focus(model: LengthModel, seq_len: int = 96, train_len: int = 32, num_examples: int = 64,
+                        seed: int | None = None, num_markers: int = 8) -> float:
+    """How often the strongest weight of a query beyond ``train_len`` lands on its latest marker.
+
+    Over ``num_examples`` test sequences of ``seq_len`` tokens (drawn as for
+    :func:`length_attention_figure`), take the first block's weights, the
+    largest over the heads for each (query, key) pair, and for each query at a
+    position ``>= train_len`` that has a marker at or before it, ask whether its
+    heaviest key is that latest marker. Returns the share of such queries, a
+    number between 0 and 1 (what the maps of :func:`length_attention_figure` show
+    for one sequence, counted over many).
+    """
+    seq_len, train_len = check_positive_int("seq_len", seq_len), check_int("train_len", train_len, minimum=0)
+    X, _ = latest_marker_task(check_positive_int("num_examples", num_examples), seq_len, num_markers=num_markers,
+                              seed=resolve_seed(seed, 2) + seq_len)
+    X = X.to(next(model.parameters()).device)
+    with evaluating(model), record_attention(model) as maps:
+        model(X)
+    heaviest = maps.tensors()[0].amax(dim=1).argmax(dim=-1)  # (examples, queries): the key with most weight
+    positions = torch.arange(seq_len, device=X.device).expand_as(X)
+    latest = torch.cummax(torch.where(X < num_markers, positions, torch.full_like(positions, -1)), dim=1).values
+    asked = (latest >= 0) & (positions >= train_len)
+    return int(((heaviest == latest) & asked).sum()) / max(int(asked.sum()), 1)
+
+
 # --- chapter 2's kernel, through features ---------------------------------------------------------
 
 def random_fourier_features(x: torch.Tensor, num_features: int, sigma: float = 1.0,
@@ -473,7 +500,7 @@ def kernel_features_figure(data, sigma: float = 0.5, feature_counts: Sequence[in
                            seed: int | None = None):
     """Chapter 2's Gaussian estimate (exact, O(mn)) against its random-feature version for several ``r``.
 
-    ``data`` is chapter 2's :class:`~attention_book.KernelData`. Prints the
+    ``data`` is chapter 2's :class:`~attention_book.models.kernels.KernelData`. Prints the
     largest gap between the two estimates for each number of features.
     """
     import matplotlib.pyplot as plt
