@@ -109,6 +109,9 @@ def test_the_page_data_describes_the_input(view, data, model):
     assert payload["native"] == [8, 8] and payload["block"] == 4
     assert payload["grid"] == list(model.grid_size) and payload["img_size"] == [24, 24]
     assert payload["classes"] == [str(k) for k in range(10)]
+    # the page tells the reader what the model learnt from
+    assert payload["dataset"] == "digits"
+    assert payload["train_size"] == len(data.train.labels) > 0
     for example in payload["examples"]:
         pixels = np.array(example["pixels"]).reshape(8, 8)
         # an example is a test image of its class, as the data set stores it

@@ -93,6 +93,12 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
             f"time to first result: {state['firstResultMs']} ms (scrolled into view -> first answer)"
         )
 
+        # The introduction says where the model's input image is in either layout, and what
+        # the model learnt from, so that a misread drawing does not come as a surprise.
+        intro = live.page.inner_text(f"{live.root} .ab-live-intro")
+        assert "next to the box (below it on a narrow screen)" in intro
+        assert f"learnt from {manifest['data']['train_size']} scanned digits" in intro
+
         # The view opens on the first of the page's examples: the notebook's numbers for it.
         first = shown(live)
         assert first["pixels"] == manifest["data"]["examples"][0]["pixels"]

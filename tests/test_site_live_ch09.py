@@ -106,7 +106,11 @@ def test_chapter9_live_view_matches_the_package(site, browser, reference):  # no
         root = live.root
 
         # The next-token distribution after the test's prompt, at its temperature and top-k.
+        # The first prompt's continuation is on the page; a new prompt clears it at once.
+        assert live.dataset().get("continuation")
         live.page.fill(f'{root} [name="prompt"]', PROMPT)
+        assert not live.dataset().get("continuation")
+        assert "press Generate" in live.page.inner_text(f"{root} .ab-text")
         live.set_value('[name="top_k"]', TOP_K)
         live.set_value('[name="temperature"]', TEMPERATURE)
         shown = _settle(

@@ -414,4 +414,5 @@ def test_checker_reports_not_implemented(capsys):
 
     report = ab.assignments.check_patchify(todo)
     assert report.not_implemented and report.score == 0
-    assert "not implemented" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "raise NotImplementedError" in out and "patchify" in out

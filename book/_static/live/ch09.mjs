@@ -302,6 +302,7 @@ export async function mount(root, ctx) {
       return;
     }
     prompt.value = `${prompt.value.trimEnd()} ${data.tokens[out.ids[0]]}`;
+    stale();
     await update();
   }
 
@@ -319,8 +320,14 @@ export async function mount(root, ctx) {
     return busy;
   }
 
-  prompt.addEventListener("input", () => queue(update));
-  examples.addEventListener("change", () => { prompt.value = examples.value; queue(update); });
+  // A continuation belongs to the prompt it continued: a new prompt clears it at once.
+  function stale() {
+    text.textContent = "The prompt changed: press Generate for a continuation of this one.";
+    root.dataset.continuation = "";
+  }
+
+  prompt.addEventListener("input", () => { stale(); queue(update); });
+  examples.addEventListener("change", () => { prompt.value = examples.value; stale(); queue(update); });
   temperature.addEventListener("input", () => queue(update));
   topK.addEventListener("input", () => queue(update));
   seed.addEventListener("input", () => { stream = null; });

@@ -160,6 +160,7 @@ class DigitView(LiveView):
         self.probe = ViTProbe(model, data.test)
         self.classes = tuple(str(c) for c in data.classes)
         self.dataset = data.name
+        self.train_size = len(data.train.labels)
         images, labels = data.test.images, data.test.labels
         if images.shape[1] != 1:
             raise ValueError(
@@ -191,6 +192,7 @@ class DigitView(LiveView):
         h, w = self.probe.native
         return {
             "dataset": self.dataset,
+            "train_size": self.train_size,
             "too_large": (
                 f"This model's weights take {self.weight_bytes() / 1e6:.1f} MB, more than a page "
                 f"may load ({MAX_MODEL_BYTES / 1e6:.0f} MB), so it does not run here; "

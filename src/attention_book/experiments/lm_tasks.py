@@ -121,21 +121,12 @@ def label_efficiency_figure(result: LabelEfficiency):
     import matplotlib.pyplot as plt
 
     from ..core.plot import ensure_style, chance_line
+    from .data_size import seed_spread
 
     ensure_style()
     fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
-    n_seeds = len(result.seeds)
-    for c, (name, marker) in enumerate((("pretrained", "o"), ("from scratch", "s"))):
-        for i, n in enumerate(result.counts):
-            accs = result.accuracy[name][i]
-            shift = [2 ** (0.05 * (k - (n_seeds - 1) / 2) + (0.04 if c else -0.04)) for k in range(len(accs))]
-            ax.scatter([n * f for f in shift], [100 * a for a in accs], color=f"C{c}", alpha=0.45, s=18, marker=marker)
-        ax.plot(result.counts, [100 * m for m in result.mean(name)], color=f"C{c}", marker=marker,
-                label=f"{name} (mean of {n_seeds} seeds)")
+    seed_spread(ax, result.counts, {name: result.accuracy[name] for name in ("pretrained", "from scratch")})
     chance_line(ax, 50)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(result.counts, [str(n) for n in result.counts])
-    ax.minorticks_off()
     ax.set_xlabel("labelled examples used for fine-tuning")
     ax.set_ylabel("held-out accuracy (%)")
     ax.set_title("What pretraining buys: the same encoder, with and without it")

@@ -12,10 +12,12 @@ Pieces, in the order the chapter builds them:
   (:func:`attention_book.record_attention`).
 * :func:`attention_rollout` (Abnar & Zuidema, 2020) follows attention through
   all layers back to the input patches.
-* Data: Fashion-MNIST through the data registry (four IDX files, read by our
-  own :func:`read_idx`) and scikit-learn's 8x8 digits for offline CPU runs,
-  both served by :class:`ImageBatches`, which resizes every batch on the fly, on the
-  training device.
+* The data the chapter trains on lives in :mod:`attention_book.data.images`:
+  Fashion-MNIST through the data registry (four IDX files, read by
+  ``attention_book.data.images.read_idx``) and scikit-learn's 8x8 digits for
+  offline CPU runs, both served by ``attention_book.data.images.ImageBatches``,
+  which resizes every batch on the fly, on the training device
+  (``ab.load_image_data`` builds both).
 * :class:`SmallCNN`, the convolutional baseline trained on the same data.
 * Figures: :func:`patch_grid_figure` (the patch-size slider) and
   :func:`cls_attention_figure` (where ``<cls>`` looks).
@@ -267,9 +269,6 @@ def cls_attention(maps: torch.Tensor, grid_size, layer: int = -1) -> torch.Tenso
             f"maps cover {maps.shape[-1]} tokens but a <cls> token plus a {rows}x{cols} grid needs {rows * cols + 1}"
         )
     return maps[layer].mean(dim=1)[:, 0, 1:].reshape(-1, rows, cols)
-
-
-# --- data -------------------------------------------------------------------------------
 
 
 # --- the convolutional baseline, training helpers ---------------------------------------
