@@ -7,15 +7,28 @@ Cell tags (see CONTRIBUTING.md):
 ``instructor``  markdown with a worked answer.
 ``solution``    code whose part between ``# BEGIN SOLUTION`` and ``# END SOLUTION``
                 is the worked solution (the whole cell when it has no markers).
+``graded``      (with ``solution``) the solution of a graded assignment: the committed
+                notebook holds only its scaffold (the student's stub); the solution
+                itself lives outside the notebooks, in ``solutions/<notebook>.json``
+                (:func:`split_solutions`, :func:`merge_solutions`).
 ``checker``     a cell that calls an autograder; always kept.
 
-Editions (one solutions policy: answers are public, students get none):
+Solutions policy: the answers to the *ungraded* exercises are public (folded on the
+website); the solutions of *graded* assignments are in no notebook of ``notebooks/``,
+on no page of the website and behind no Colab or download button. They are kept in
+``solutions/`` at the repository's root, which neither the site build nor the package
+ships; only the instructor edition merges them back.
 
-* ``instructor``: everything, as committed (the repository's notebooks, the Colab links).
-* ``public`` (the website): every ``instructor`` answer folded in a closed dropdown
-  labelled "Show answer" (:func:`fold_answer`); solution code folded behind a
-  "Show code" toggle (``hide-input``; the outputs stay, so the page shows what the
-  solution produces).
+Editions:
+
+* ``instructor``: everything: the committed notebook with every graded solution merged
+  back from ``solutions/`` (never deployed; ``EDITION=instructor make book``).
+* ``public`` (the website): graded assignments as the student sees them (the task, its
+  scaffold, its checker, which prints "Not done yet"); the code that needs an
+  unfinished scaffold guarded (:func:`guard_dependents`); every ``instructor`` answer
+  folded in a closed dropdown labelled "Show answer" (:func:`fold_answer`); ungraded
+  solution code folded behind a "Show code" toggle (``hide-input``, its
+  ``BEGIN/END SOLUTION`` marker lines dropped; the outputs stay).
 * ``student``: ``instructor`` answers removed; every solution replaced by a
   ``# YOUR CODE HERE`` stub (:func:`stub`); the code that needs an unfinished stub
   guarded (:func:`guard_dependents`), so "Run All" reaches the last cell; outputs cleared.
@@ -23,14 +36,19 @@ Editions (one solutions policy: answers are public, students get none):
 
 from __future__ import annotations
 
+import argparse
 import ast
 import builtins
 import copy
+import json
 import re
+from pathlib import Path
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN SOLUTION\s*$")
 END = re.compile(r"^[ \t]*#\s*END SOLUTION\s*$")
 EDITIONS = ("instructor", "public", "student")
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"  # the graded assignments' solutions: outside the site and the package
 NOT_DONE = "Not done yet: replace this line with your code."
 
 
@@ -246,18 +264,94 @@ def fold_answer(markdown: str) -> str:
     return f"{fence}{{dropdown}} {ANSWER_LABEL}\n{markdown.strip()}\n{fence}"
 
 
+def strip_markers(code: str) -> str:
+    """``code`` without its ``# BEGIN SOLUTION`` / ``# END SOLUTION`` lines."""
+    return "\n".join(line for line in code.split("\n") if not (BEGIN.match(line) or END.match(line)))
+
+
+def is_graded(cell: dict) -> bool:
+    return cell.get("cell_type") == "code" and "graded" in tags(cell)
+
+
+def split_solutions(nb: dict) -> tuple[dict, dict[str, str]]:
+    """``(committed, solutions)`` from a notebook whose graded cells hold their solutions:
+    each graded cell scaffolded (:func:`scaffold`), and ``{cell id: solution source}``."""
+    nb = copy.deepcopy(nb)
+    found = {}
+    for cell in nb.get("cells", []):
+        if is_graded(cell) and BEGIN_ANYWHERE.search(source(cell)):  # (else: already its scaffold)
+            if not cell.get("id"):
+                raise ValueError("a graded cell needs a cell id (nbformat 4.5)")
+            found[cell["id"]] = source(cell)
+            cell["source"] = scaffold(source(cell))
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb, found
+
+
+BEGIN_ANYWHERE = re.compile(r"(?m)^[ \t]*#\s*BEGIN SOLUTION\s*$")
+
+
+def merge_solutions(nb: dict, solutions: dict[str, str]) -> dict:
+    """A copy of committed notebook ``nb`` with each graded cell's solution put back. Refuses
+    a graded cell without a solution, a solution whose scaffold is not the committed cell
+    (the two drifted apart), and a solution for no cell."""
+    nb = copy.deepcopy(nb)
+    used = set()
+    for cell in nb.get("cells", []):
+        if not is_graded(cell):
+            continue
+        solution = solutions.get(cell.get("id", ""))
+        if solution is None:
+            raise ValueError(f"graded cell {cell.get('id')!r} has no solution in {SOLUTIONS.name}/")
+        if scaffold(solution) != source(cell):
+            raise ValueError(f"graded cell {cell['id']!r}: the committed scaffold is not the scaffold of its "
+                             "solution; run `python scripts/editions.py split` after editing")
+        cell["source"] = solution
+        used.add(cell["id"])
+    extra = set(solutions) - used
+    if extra:
+        raise ValueError(f"solutions for cells that are not graded cells of this notebook: {sorted(extra)}")
+    return nb
+
+
+def solutions_path(notebook_name: str, folder: Path = SOLUTIONS) -> Path:
+    return folder / (Path(notebook_name).stem + ".json")
+
+
+def load_solutions(notebook_name: str, folder: Path = SOLUTIONS) -> dict[str, str]:
+    """The graded solutions of ``notebook_name`` ({} when it has none)."""
+    path = solutions_path(notebook_name, folder)
+    if not path.is_file():
+        return {}
+    return {cid: "".join(lines) for cid, lines in json.loads(path.read_text(encoding="utf-8"))["cells"].items()}
+
+
+def save_solutions(notebook_name: str, solutions: dict[str, str], folder: Path = SOLUTIONS) -> Path:
+    path = solutions_path(notebook_name, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = {cid: code.splitlines(keepends=True) for cid, code in solutions.items()}
+    data = {"notebook": f"notebooks/{Path(notebook_name).name}",
+            "about": "Solutions of the graded assignments (instructors only): the committed notebook holds "
+                     "each cell's scaffold. See scripts/editions.py.",
+            "cells": cells}
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
 def _add_tag(cell: dict, tag: str) -> None:
     meta = cell.setdefault("metadata", {})
     meta["tags"] = sorted(set(meta.get("tags", [])) | {tag})
 
 
-def make_edition(nb: dict, edition: str) -> dict:
-    """A copy of notebook ``nb`` (nbformat JSON as a dict) for ``edition``."""
+def make_edition(nb: dict, edition: str, solutions: dict[str, str] | None = None) -> dict:
+    """A copy of committed notebook ``nb`` (nbformat JSON as a dict) for ``edition``;
+    ``solutions`` (the instructor edition only): its graded solutions, see
+    :func:`load_solutions`."""
     if edition not in EDITIONS:
         raise ValueError(f"edition must be one of {EDITIONS}, got {edition!r}")
-    nb = copy.deepcopy(nb)
     if edition == "instructor":
-        return nb
+        return merge_solutions(nb, solutions or {})
+    nb = copy.deepcopy(nb)
     cells = []
     for cell in nb.get("cells", []):
         cell_tags = tags(cell)
@@ -267,8 +361,14 @@ def make_edition(nb: dict, edition: str) -> dict:
             cell["source"] = fold_answer(source(cell))
         elif "instructor" in cell_tags:
             continue
-        if "solution" in cell_tags and cell.get("cell_type") == "code":
+        if is_graded(cell):
+            if "BEGIN SOLUTION" in source(cell) or "END SOLUTION" in source(cell):
+                raise ValueError(f"graded cell {cell.get('id')!r} holds a solution: the committed notebook "
+                                 "must hold only its scaffold (python scripts/editions.py split)")
+            cell["outputs"], cell["execution_count"] = [], None
+        elif "solution" in cell_tags and cell.get("cell_type") == "code":
             if edition == "public":
+                cell["source"] = strip_markers(source(cell))
                 _add_tag(cell, "hide-input")
                 show, hide = CODE_LABELS
                 cell["metadata"].setdefault("mystnb", {}).update(code_prompt_show=show, code_prompt_hide=hide)
@@ -278,7 +378,31 @@ def make_edition(nb: dict, edition: str) -> dict:
             cell["outputs"], cell["execution_count"] = [], None
         cells.append(cell)
     nb["cells"] = cells
+    guard_dependents(cells)
     if edition == "student":
-        guard_dependents(cells)
         nb.get("metadata", {}).pop("widgets", None)
     return nb
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``split``: move the graded solutions of notebooks out into ``solutions/`` (the notebook
+    keeps their scaffolds); ``merge``: put them back for editing (never commit that form)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("action", choices=("split", "merge"))
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        if args.action == "split":
+            nb, found = split_solutions(nb)
+            if found:
+                merged = {**load_solutions(path.name), **found}
+                save_solutions(path.name, merged)
+        else:
+            nb = merge_solutions(nb, load_solutions(path.name))
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"{args.action}: {path}")
+
+
+if __name__ == "__main__":
+    main()

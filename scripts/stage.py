@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from editions import make_edition  # noqa: E402
+from editions import load_solutions, make_edition  # noqa: E402
 import vendor_js  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +71,15 @@ def mark_executed(nb: dict) -> bool:
     return True
 
 
+def solutions_hash(src: Path) -> str:
+    """SHA-1 of the graded solutions of ``src`` (they change the instructor edition only)."""
+    return hashlib.sha1(json.dumps(load_solutions(src.name), sort_keys=True).encode()).hexdigest()
+
+
 def stage_notebook(src: Path, dest: Path, edition: str, package: str) -> str:
     digest = f"{source_hash(src)}-{package}-{edition}"
+    if edition == "instructor":
+        digest += f"-{solutions_hash(src)}"
     if dest.exists():
         try:
             staged = json.loads(dest.read_text(encoding="utf-8"))
@@ -83,7 +90,8 @@ def stage_notebook(src: Path, dest: Path, edition: str, package: str) -> str:
                 return "kept (already executed; the site build will not run it again)"
         except (json.JSONDecodeError, OSError):
             pass
-    nb = make_edition(json.loads(src.read_text(encoding="utf-8")), edition)
+    solutions = load_solutions(src.name) if edition == "instructor" else None
+    nb = make_edition(json.loads(src.read_text(encoding="utf-8")), edition, solutions)
     nb.setdefault("metadata", {}).setdefault("attention_book", {})["source_sha1"] = digest
     dest.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return "copied"

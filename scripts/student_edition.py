@@ -16,16 +16,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from editions import make_edition, solution_text, source, tags  # noqa: E402
+from editions import is_graded, load_solutions, make_edition, solution_text, source, tags  # noqa: E402
 
 
-def leaked_lines(original: dict, student: dict) -> list[str]:
-    """Solution lines of ``original`` that still appear in ``student`` code cells,
-    and instructor answers that still appear anywhere."""
+def leaked_lines(original: dict, student: dict, solutions: dict[str, str] | None = None) -> list[str]:
+    """Solution lines of ``original`` (and of its graded ``solutions``, by cell id) that still
+    appear in ``student`` code cells, and instructor answers that still appear anywhere."""
     student_code = "\n".join(source(c) for c in student["cells"])
     leaks = []
     for cell in original["cells"]:
-        if "solution" in tags(cell) and cell.get("cell_type") == "code":
+        if is_graded(cell):  # the committed cell is the scaffold; its solution is kept apart
+            own = [s for s in solution_text((solutions or {}).get(cell.get("id", ""), "")) if len(s.strip()) > 12]
+            outside = "\n".join(source(c) for c in original["cells"] if c is not cell)
+            leaks += [s for s in own if s.strip() in student_code and s.strip() not in outside]
+        elif "solution" in tags(cell) and cell.get("cell_type") == "code":
             own = [s for s in solution_text(source(cell)) if len(s.strip()) > 12]
             # A line that the scaffold keeps elsewhere in the notebook is not a leak of this solution.
             outside = "\n".join(source(c) for c in original["cells"] if c is not cell and "solution" not in tags(c))
@@ -46,7 +50,7 @@ def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None) -> list
             continue
         original = json.loads(path.read_text(encoding="utf-8"))
         student = make_edition(original, "student")
-        leaks = leaked_lines(original, student)
+        leaks = leaked_lines(original, student, load_solutions(path.name))
         if leaks:
             raise SystemExit(f"{path.name}: solution text would survive in the student edition: {leaks[:3]}")
         out = dest_dir / path.name

@@ -88,6 +88,7 @@ def test_editions_treat_tags_as_documented():
     assert editions.source(public["cells"][1]) == ":::{dropdown} Show answer\nThe answer is 42 because $x^2$ ...\n:::"
     code = public["cells"][2]
     assert "hide-input" in editions.tags(code) and "x * 2" in editions.source(code)
+    assert "SOLUTION" not in editions.source(code)  # the markers are dropped on the website
     assert code["metadata"]["mystnb"] == {"code_prompt_show": "Show code", "code_prompt_hide": "Hide code"}
     assert code["outputs"] == nb["cells"][2]["outputs"]
     assert editions.make_edition(nb, "instructor") == nb
@@ -110,7 +111,7 @@ def test_student_edition_guards_code_that_needs_an_unfinished_scaffold():
     student = editions.make_edition(nb, "student")
     sources = [editions.source(c) for c in student["cells"]]
     assert sources[0] == "import math\nbase = 2" and sources[5] == "print(math.sqrt(base))"
-    assert sources[6] == "check(f)"  # checker cells report "not implemented yet" themselves
+    assert sources[6] == "check(f)"  # checker cells report "Not done yet" themselves
     assert all(editions.GUARD in s for s in sources[1:5])
     namespace, printed = {"check": lambda fn: None}, []
     namespace["print"] = lambda *args: printed.append(" ".join(map(str, args)))
@@ -122,6 +123,59 @@ def test_student_edition_guards_code_that_needs_an_unfinished_scaffold():
     assert printed[-1] == str(math.sqrt(2))
     for edition in ("instructor", "public"):
         assert not any(editions.GUARD in editions.source(c) for c in editions.make_edition(nb, edition)["cells"])
+
+
+GRADED = '''def g(x):
+    """Triple x."""
+    # BEGIN SOLUTION
+    return x * 3  # the graded solution line
+    # END SOLUTION
+'''
+
+
+def _graded_notebook():
+    solved = _nb(_md("## Assignment"), _code(GRADED, "solution", "graded"), _code("report = check(g)", "checker"),
+                 _code("print(g(2))"))
+    return solved, *editions.split_solutions(solved)
+
+
+def test_graded_solutions_live_outside_the_notebook():
+    solved, committed, solutions = _graded_notebook()
+    graded_id = solved["cells"][1]["id"]
+    assert solutions == {graded_id: GRADED}
+    assert editions.source(committed["cells"][1]) == editions.scaffold(GRADED)
+    assert "x * 3" not in json.dumps(committed)
+    merged = editions.make_edition(committed, "instructor", solutions)
+    assert [editions.source(c) for c in merged["cells"]] == [editions.source(c) for c in solved["cells"]]
+    # the committed notebook is the public page's source: the task, its scaffold, its checker
+    public = editions.make_edition(committed, "public")
+    text = json.dumps(public)
+    assert "x * 3" not in text and "BEGIN SOLUTION" not in text
+    assert "hide-input" not in editions.tags(public["cells"][1])
+    assert editions.GUARD in editions.source(public["cells"][3])  # g(2) would raise NotImplementedError
+    student = editions.make_edition(committed, "student")
+    assert editions.source(student["cells"][1]) == editions.scaffold(GRADED)
+
+
+def test_a_graded_solution_must_match_its_scaffold_and_never_be_committed():
+    solved, committed, solutions = _graded_notebook()
+    with pytest.raises(ValueError, match="holds a solution"):
+        editions.make_edition(solved, "public")
+    with pytest.raises(ValueError, match="no solution"):
+        editions.make_edition(committed, "instructor", {})
+    drifted = json.loads(json.dumps(committed))
+    drifted["cells"][1]["source"] = "def g(x, y):\n    # YOUR CODE HERE\n    raise NotImplementedError"
+    with pytest.raises(ValueError, match="scaffold"):
+        editions.make_edition(drifted, "instructor", solutions)
+    with pytest.raises(ValueError, match="not graded cells"):
+        editions.make_edition(committed, "instructor", {**solutions, "other": "x = 1"})
+
+
+def test_split_and_merge_round_trip_through_the_solutions_folder(tmp_path):
+    _, _, solutions = _graded_notebook()
+    editions.save_solutions("chXX_exercises.ipynb", solutions, tmp_path)
+    assert editions.load_solutions("chXX_exercises.ipynb", tmp_path) == solutions
+    assert editions.load_solutions("chYY_exercises.ipynb", tmp_path) == {}
 
 
 def test_leak_detection_catches_surviving_solution():
@@ -150,11 +204,70 @@ def test_student_edition_of_the_book_has_no_solutions(tmp_path):
             assert "BEGIN SOLUTION" not in editions.source(cell), path.name
 
 
+def test_committed_notebooks_hold_no_graded_solution():
+    """The repository's notebooks (the Colab and download links) hold each graded assignment's scaffold;
+    its solution is in solutions/, and its scaffold is the committed cell."""
+    for path in EXERCISES:
+        nb = json.loads(path.read_text())
+        graded = [c for c in nb["cells"] if editions.is_graded(c)]
+        assert graded, f"{path.name} has no graded cell"
+        for cell in graded:
+            assert "SOLUTION" not in editions.source(cell) and not cell.get("outputs"), path.name
+        solutions = editions.load_solutions(path.name)
+        if solutions:  # absent in a copy of the repository without solutions/
+            assert set(solutions) == {c["id"] for c in graded}, path.name
+            editions.make_edition(nb, "instructor", solutions)  # raises if a scaffold drifted
+
+
+def _staged(path, edition, tmp_path):
+    stage = importlib.import_module("stage")
+    dest = tmp_path / f"{edition}-{path.name}"
+    stage.stage_notebook(path, dest, edition, "test")
+    return json.loads(dest.read_text())
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_the_public_edition_shows_no_solution_and_the_instructor_edition_all(path, tmp_path):
+    public = _staged(path, "public", tmp_path)
+    text = json.dumps(public)
+    assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text and "all cases passed" not in text
+    solutions = editions.load_solutions(path.name)
+    if not solutions:
+        pytest.skip("solutions/ is absent")
+    public_code = "\n".join(editions.source(c) for c in public["cells"])
+    for solution in solutions.values():
+        own = [line.strip() for line in editions.solution_text(solution) if len(line.strip()) > 12]
+        assert own and not [line for line in own if line in public_code], path.name
+    instructor = _staged(path, "instructor", tmp_path)
+    instructor_code = "\n".join(editions.source(c) for c in instructor["cells"])
+    assert all(solution in instructor_code for solution in solutions.values())
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_the_public_checker_prints_not_done_yet(path, tmp_path, capsys):
+    """What the website's checker cell prints: the student's view of the stub, never a pass."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    import attention_book as ab
+
+    public = _staged(path, "public", tmp_path)
+    namespace = {"torch": torch, "ab": ab, "math": math, "nn": nn, "F": F}
+    for cell in public["cells"]:
+        if editions.is_graded(cell) or "checker" in editions.tags(cell):
+            capsys.readouterr()
+            exec(editions.source(cell), namespace)
+            if "checker" in editions.tags(cell):
+                out = capsys.readouterr().out
+                assert out.startswith("Not done yet") and " 0 of " in out, out
+
+
 def test_every_exercises_page_has_a_checked_assignment():
     for path in EXERCISES:
         nb = json.loads(path.read_text())
         assert grade.expected_assignments(nb), f"{path.name} has no checker cell calling ab.assignments.check_*"
-        assert any("solution" in editions.tags(c) for c in nb["cells"]), f"{path.name} has no solution cell"
+        assert any(editions.is_graded(c) for c in nb["cells"]), f"{path.name} has no graded cell"
 
 
 # Tests that start Jupyter kernels run on one xdist worker, one after another: kernels started at the
@@ -164,7 +277,7 @@ def test_every_exercises_page_has_a_checked_assignment():
 @pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
 def test_student_notebook_runs_all_to_the_end(path, tmp_path):
     """"Run All" on a student notebook (3-25 s each at the ci size) executes every cell without
-    an error: unfinished scaffolds print "Not done yet" and every checker "not implemented yet"."""
+    an error: unfinished scaffolds print "Not done yet" and so does every checker."""
     from nbclient import NotebookClient
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
@@ -183,5 +296,6 @@ def test_student_notebook_runs_all_to_the_end(path, tmp_path):
     printed = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream") for c in code]
     for cell, out in zip(code, printed):
         if "checker" in editions.tags(cell):
-            assert "not implemented yet" in out, f"{path.name}: checker printed {out!r}"
+            assert out.startswith("Not done yet") and " 0 of " in out, f"{path.name}: checker printed {out!r}"
+            assert "all cases passed" not in out
     assert any("Not done yet" in out for out in printed), f"{path.name}: no scaffold said it is not done"

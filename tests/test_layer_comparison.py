@@ -67,30 +67,3 @@ def test_bad_inputs():
         ab.positional_encoding_figure(1, 10)
     with pytest.raises(ValueError, match="lengths"):
         ab.experiments.layer_comparison.time_sequence_layers([])
-
-
-def test_sinusoidal_encoding_checker():
-    assert ab.assignments.check_sinusoidal_encoding(ab.sinusoidal_table, verbose=False).score == 1.0
-
-    def uses_j_not_2j(max_len, d):
-        P = torch.zeros(max_len, d)
-        pos = torch.arange(max_len, dtype=torch.float32)[:, None]
-        freq = 10000 ** (-torch.arange((d + 1) // 2, dtype=torch.float32) / d)
-        P[:, 0::2] = torch.sin(pos * freq)
-        P[:, 1::2] = torch.cos(pos * freq[: d // 2])
-        return P
-
-    def swapped(max_len, d):
-        P = ab.sinusoidal_table(max_len, d)
-        if d % 2 == 0:
-            P[:, 0::2], P[:, 1::2] = P[:, 1::2].clone(), P[:, 0::2].clone()
-        return P
-
-    for wrong in (uses_j_not_2j, swapped):
-        report = ab.assignments.check_sinusoidal_encoding(wrong, verbose=False)
-        assert not report and report.score < 1.0, wrong.__name__
-
-    def todo(max_len, d):
-        raise NotImplementedError
-
-    assert ab.assignments.check_sinusoidal_encoding(todo, verbose=False).not_implemented

@@ -147,24 +147,6 @@ def test_bad_inputs():
         ab.experiments.offset_task.head_count_figure(4, {1: None, 2: None})
 
 
-def test_split_heads_checker():
-    report = ab.assignments.check_split_heads(ab.transpose_qkv, verbose=False)
-    assert report and report.score == 1.0
-
-    def wrong(X, num_heads):  # right shape, heads take interleaved rows instead of column blocks
-        b, n, d = X.shape
-        return X.reshape(b, num_heads, n, d // num_heads)
-
-    bad = ab.assignments.check_split_heads(wrong, verbose=False)
-    assert not bad and bad.score < 1.0
-
-    def todo(X, num_heads):
-        raise NotImplementedError
-
-    pending = ab.assignments.check_split_heads(todo, verbose=False)
-    assert pending.not_implemented and pending.score == 0.0
-
-
 def test_eight_head_maps_wrap_onto_rows_of_four():
     run = train_run(8, num_train=64, epochs=1)
     fig = ab.experiments.offset_task.head_maps_figure(run, importance=torch.arange(8) / 100)

@@ -6,9 +6,14 @@ so a notebook calls ``ab.assignments.check_masked_softmax(my_fn)``.
 A checker runs the learner's function on several :class:`Case` s and prints one
 line per case: a tick, or a cross with what was expected, what came back and a
 hint. It returns a :class:`Report` (truthy when every case passed) whose
-``score`` is the fraction of cases passed. A function that still raises
-``NotImplementedError`` is reported as "not implemented yet" (score 0) instead
-of a crash.
+``score`` is the fraction of *all* cases passed: a case whose call raises, whatever
+the exception, is a failed case, and every case runs. A function that still raises
+``NotImplementedError`` is reported as "Not done yet" (0 of n cases) instead of a
+crash.
+
+Every case's inputs are drawn from :func:`case_seed`, so the grader's hidden run
+(:func:`hidden_cases`) asks other questions than the ones a student sees; a case's
+``label`` describes it without its inputs (the grader's feedback shows only that).
 
 The grader (``scripts/grade.py``) does not trust what a student's kernel
 prints or reports: it asks each checker for its cases with inputs drawn from a
@@ -32,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["Case", "Report", "run_checks", "compare", "case_seed", "hidden_cases", "collect_cases"]
+__all__ = ["Case", "Report", "run_checks", "compare", "case_seed", "case_generator", "hidden_cases", "collect_cases"]
 
 # The name of the check_<name> function running now: the grader files reports under it.
 _CHECKER = contextvars.ContextVar("checker", default="")
@@ -46,6 +51,17 @@ def case_seed(base: int) -> int:
     """The seed of a checker's case inputs: ``base`` for the cases students see, moved by
     the grader's secret offset inside :func:`hidden_cases`."""
     return base + _HIDDEN.get()
+
+
+def case_generator(base: int) -> torch.Generator:
+    """A generator seeded with :func:`case_seed` ``(base)``: a checker draws every input of
+    every case from it (shapes, sizes and values), so no hidden case repeats a visible one."""
+    return torch.Generator().manual_seed(case_seed(base))
+
+
+def draw(gen: torch.Generator, low: int, high: int) -> int:
+    """An integer in [low, high] drawn from ``gen``."""
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
 
 
 @contextlib.contextmanager
@@ -88,7 +104,11 @@ class Case:
     when the answer is right, else a sentence saying what is wrong.
 
     Build ``check`` with :func:`compare` for the common "equal to a reference"
-    case. ``hint`` is shown when the case fails.
+    case. ``hint`` is shown when the case fails. ``label`` is a short description
+    of the case without its parameters (no sizes, lengths or values drawn from the
+    seed): the grader's feedback names a hidden case by it alone. ``name`` is shown
+    with the visible cases and must not reveal a hidden parameter either; it is the
+    label when left empty.
     """
 
     name: str
@@ -96,6 +116,11 @@ class Case:
     check: Callable[[Any], str | None] = lambda got: None
     kwargs: dict = field(default_factory=dict)
     hint: str = ""
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            self.label = self.name
 
 
 @dataclass
@@ -121,9 +146,8 @@ class Report:
 
     def __repr__(self) -> str:
         # One line: a checker cell ends with this value, under the lines it printed.
-        if self.not_implemented:
-            return f"{self.assignment}: not implemented yet"
-        return f"{self.assignment}: {self.passed} of {self.total} cases passed"
+        done = f"{self.passed} of {self.total} cases passed"
+        return f"{self.assignment}: not done yet ({done})" if self.not_implemented else f"{self.assignment}: {done}"
 
     def to_json(self) -> dict:
         return {
@@ -152,7 +176,8 @@ def _describe(x: Any) -> str:
 
 
 def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[Any], str | None]:
-    """A ``check`` that wants ``got`` equal to ``expected`` (tensors: same shape, close values, no NaN)."""
+    """A ``check`` that wants ``got`` equal to ``expected`` (tensors: same shape, same dtype, close
+    values, no NaN)."""
 
     def check(got: Any) -> str | None:
         if isinstance(expected, torch.Tensor):
@@ -160,6 +185,8 @@ def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[
                 return f"expected a tensor, got {type(got).__name__}: {_describe(got)}"
             if tuple(got.shape) != tuple(expected.shape):
                 return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
+            if got.dtype != expected.dtype:
+                return f"expected dtype {expected.dtype} (that of the inputs), got dtype {got.dtype}"
             if got.is_floating_point() and torch.isnan(got).any():
                 return f"the result contains NaN: {_describe(got)}"
             if not torch.allclose(got.detach().to(expected.dtype).cpu(), expected.cpu(), atol=atol, rtol=rtol):
@@ -195,8 +222,16 @@ def _as_checker(name: str, fn: Callable) -> Callable:
     return wrapper
 
 
+NOT_DONE = "not done yet"  # the reason recorded for a case whose call raised NotImplementedError
+
+
 def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bool = True) -> Report:
-    """Run ``fn`` on every case, print a line per case, return the :class:`Report`."""
+    """Run ``fn`` on every case, print a line per case, return the :class:`Report`.
+
+    Every case counts: a call that raises (``NotImplementedError`` included) is a
+    failed case, and the cases after it still run, so answering some cases and
+    raising on the others never scores more than answering them all honestly.
+    """
     box = _COLLECT.get()
     if box is not None:  # collect_cases: hand over the cases, run nothing
         box.append((fn, list(cases)))
@@ -211,22 +246,21 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
             why = case.check(got)
         except NotImplementedError:
             not_implemented = True
-            why = "not implemented yet"
+            why = NOT_DONE
         except Exception as err:  # the learner's code raised: say where
             frame = traceback.extract_tb(err.__traceback__)[-1]
             why = f"raised {type(err).__name__}: {err} (line {frame.lineno} in {frame.name})"
-        results.append((case.name, why is None, "" if why is None else why + (f" — hint: {case.hint}" if case.hint and why != "not implemented yet" else "")))
-        if not_implemented:
-            break
+        hint = f" — hint: {case.hint}" if case.hint and why not in (None, NOT_DONE) else ""
+        results.append((case.name, why is None, "" if why is None else why + hint))
     report = Report(assignment, results, not_implemented)
     if verbose:
-        if not_implemented:
-            print(f"{assignment}: not implemented yet — replace `raise NotImplementedError` with your code, then run this cell again.")
-        else:
-            for name, ok, why in results:
-                print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
-            verdict = "all cases passed" if report else f"{report.passed}/{report.total} cases passed"
-            print(f"{assignment}: {verdict}.")
+        if not_implemented and report.passed == 0:
+            print(f"Not done yet: {assignment} is not implemented yet (0 of {report.total} cases passed). "
+                  "Replace `raise NotImplementedError` with your code, then run this cell again.")
+            return report
+        for name, ok, why in results:
+            print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
+        print(f"{assignment}: {report.passed} of {report.total} cases passed.")
     return report
 
 

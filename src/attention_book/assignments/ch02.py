@@ -9,44 +9,60 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, case_seed, compare, run_checks
+from . import Case, case_generator, compare, draw, run_checks
 
 __all__ = ["check_nadaraya_watson"]
 
 
 def _reference(x_train, y_train, x_query, sigma):
-    from ..models.kernels import nadaraya_watson
-
-    return nadaraya_watson(x_train, y_train, x_query, "gaussian", sigma)[0]
+    """The estimate computed in float64 as a softmax of -(q - k)^2 / (2 sigma^2), returned in float32."""
+    scores = -((x_query.double()[:, None] - x_train.double()[None, :]) ** 2) / (2 * sigma**2)
+    return (torch.softmax(scores, dim=-1) @ y_train.double()).to(x_query.dtype)
 
 
 def check_nadaraya_watson(fn, verbose: bool = True):
-    """Check ``fn(x_train, y_train, x_query, sigma)`` against :func:`attention_book.nadaraya_watson`."""
+    """Check ``fn(x_train, y_train, x_query, sigma)`` against the Gaussian Nadaraya–Watson estimate;
+    every input (sizes and widths included) is drawn from the case seed."""
     from ..models.kernels import make_kernel_data
 
-    data = make_kernel_data(n_train=40, seed=case_seed(3))
-    few = make_kernel_data(n_train=7, seed=case_seed(5))
-    x_far = torch.tensor([0.0, 0.3, 0.9])
-    y_far = torch.tensor([1.0, -2.0, 4.0])
-    q_far = torch.tensor([-3.0, 0.31, 6.0])
+    g = case_generator(3)
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=g))
+    data = make_kernel_data(n_train=draw(g, 30, 50), seed=seed)
+    few = make_kernel_data(n_train=draw(g, 5, 9), seed=seed + 1)
+
+    def width(low, high):
+        return round(low + (high - low) * float(torch.rand(1, generator=g)), 3)
+
+    def picks(x, n):
+        return x[torch.randperm(len(x), generator=g)[:n]]
+
+    n_far = draw(g, 3, 5)
+    x_far = 0.5 * torch.arange(n_far) + 0.1 * torch.rand(n_far, generator=g)  # keys 0.4 or more apart
+    y_far = torch.randn(n_far, generator=g)
+    q_far = x_far + 0.01 * torch.randn(n_far, generator=g)  # each query next to its own key
+    q_far[0] -= 5.0  # and one far below every key
+    nearest = (q_far[:, None] - x_far[None, :]).abs().argmin(dim=1)
+    one_x, one_y = torch.rand(1, generator=g) * 5, torch.randn(1, generator=g)
+    level = float(torch.randn(1, generator=g))
 
     def case(name, x, y, q, sigma, expected=None, hint=""):
         expected = _reference(x, y, q, sigma) if expected is None else expected
         return Case(name, (x, y, q, sigma), compare(expected, atol=1e-4), hint=hint)
 
     cases = [
-        case("40 training points, validation grid, sigma=0.5", data.x_train, data.y_train, data.x_val, 0.5,
+        case("training points and a validation grid", data.x_train, data.y_train, data.x_val, width(0.3, 0.7),
              hint="weights ∝ exp(-(q - k)² / (2σ²)), normalised over the training points (keys) of each query"),
-        case("7 training points, 3 queries, sigma=0.2", few.x_train, few.y_train, few.x_val[::17], 0.2,
+        case("a few training points, a few queries", few.x_train, few.y_train,
+             picks(few.x_val, draw(g, 2, 4)), width(0.4, 0.9),
              hint="check the factor 2 in 2σ² and that you normalise over keys, not over queries"),
-        case("one training point: the estimate is its label everywhere", torch.tensor([1.5]), torch.tensor([2.0]),
-             data.x_val[:5], 0.3, expected=torch.full((5,), 2.0)),
-        case("constant labels are reproduced exactly", data.x_train, torch.full_like(data.y_train, -1.25),
-             data.x_val, 0.5, expected=torch.full_like(data.x_val, -1.25)),
-        case("a very wide kernel averages all labels", few.x_train, few.y_train, few.x_val[:4], 1e4,
+        case("one training point: the estimate is its label everywhere", one_x, one_y, picks(data.x_val, 5),
+             width(0.2, 0.5), expected=one_y.expand(5)),
+        case("constant labels are reproduced exactly", data.x_train, torch.full_like(data.y_train, level),
+             data.x_val, width(0.3, 0.7), expected=torch.full_like(data.x_val, level)),
+        case("a very wide kernel averages all labels", few.x_train, few.y_train, picks(few.x_val, 4), 1e4,
              expected=few.y_train.mean().expand(4)),
-        case("degenerate: a narrow kernel far from the data (no NaN)", x_far, y_far, q_far, 0.01,
-             expected=torch.tensor([1.0, -2.0, 4.0]),
+        case("a narrow kernel far from the data (no NaN)", x_far, y_far, q_far, 0.003,
+             expected=y_far[nearest],
              hint="exp(-(q-k)²/2σ²) underflows to 0 for every key and 0/0 is NaN; compute the weights as a "
                   "softmax of -(q-k)²/(2σ²), which subtracts the largest score first"),
     ]

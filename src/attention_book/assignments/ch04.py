@@ -8,7 +8,7 @@ import torch
 
 from ..models.seq2seq import masked_cross_entropy as reference_masked_cross_entropy
 from ..data.text import bleu as reference_bleu
-from . import Case, case_seed, compare, run_checks
+from . import Case, case_generator, compare, draw, run_checks
 
 __all__ = ["check_masked_cross_entropy", "reference_masked_cross_entropy", "check_bleu"]
 
@@ -23,6 +23,8 @@ def _expect(logits, labels, pad_id):
         if not isinstance(mean, torch.Tensor) or mean.dim() != 0:
             shape = tuple(mean.shape) if isinstance(mean, torch.Tensor) else type(mean).__name__
             return f"the mean must be a 0-dimensional tensor (so it can be back-propagated), got {shape}"
+        if mean.dtype != logits.dtype:
+            return f"the mean must have the logits' dtype {logits.dtype}, got {mean.dtype}"
         if not torch.isfinite(mean):
             return f"the mean is {mean.item()}; a batch with no real tokens should give 0, not NaN"
         if int(count) != int(want_count):
@@ -42,29 +44,85 @@ def check_masked_cross_entropy(fn, verbose: bool = True):
     """Check ``fn(logits, labels, pad_id) -> (mean, count)``.
 
     ``logits`` (batch, steps, vocab), ``labels`` (batch, steps); the mean is over
-    the label positions that are not ``pad_id``; ``count`` is their number.
+    the label positions that are not ``pad_id``; ``count`` is their number. Every
+    input (sizes and padding id included) is drawn from the case seed.
     """
-    g = torch.Generator().manual_seed(case_seed(4))
-    logits = torch.randn(3, 5, 7, generator=g)
-    no_pad = torch.randint(1, 7, (3, 5), generator=g)
-    ragged = torch.tensor([[3, 2, 0, 0, 0], [4, 4, 5, 6, 2], [2, 0, 0, 0, 0]])
-    pad_is_4 = torch.tensor([[3, 2, 4, 4, 4], [1, 1, 5, 6, 2], [2, 4, 4, 4, 4]])
-    all_pad = torch.zeros(3, 5, dtype=torch.long)
-    big = torch.randn(2, 4, 7, generator=g) * 50
-    big_labels = torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0]])
+    g = case_generator(4)
+    batch, steps, vocab = draw(g, 2, 4), draw(g, 4, 7), draw(g, 5, 9)
+    logits = torch.randn(batch, steps, vocab, generator=g)
+
+    def padded(pad_id, empty_rows=False):
+        """Labels with trailing padding of random lengths (a row may be all padding)."""
+        labels = torch.randint(0, vocab - 1, (batch, steps), generator=g)
+        labels[labels >= pad_id] += 1  # ordinary tokens never equal pad_id
+        lengths = torch.randint(0 if empty_rows else 1, steps, (batch,), generator=g)
+        labels[torch.arange(steps)[None, :] >= lengths[:, None]] = pad_id
+        return labels
+
+    no_pad = torch.randint(1, vocab, (batch, steps), generator=g)
+    other_pad = draw(g, 1, vocab - 1)
+    big = torch.randn(batch, steps, vocab, generator=g) * 50
     cases = [
         _case("no padding: plain cross-entropy", logits, no_pad, 0,
               "without padding the answer is F.cross_entropy over all positions"),
-        _case("sentences of different lengths", logits, ragged, 0,
-              "average over real tokens of the whole batch (7 here), not over all 15 positions "
+        _case("sentences of different lengths", logits, padded(0), 0,
+              "average over the real tokens of the whole batch, not over all positions "
               "and not sentence by sentence"),
-        _case("the padding index is not 0", logits, pad_is_4, 4, "use pad_id, not a hard-coded 0"),
-        _case("a batch of padding only", logits, all_pad, 0,
+        _case("the padding index is not 0", logits, padded(other_pad), other_pad, "use pad_id, not a hard-coded 0"),
+        _case("a batch of padding only", logits, torch.full((batch, steps), other_pad), other_pad,
               "with no real token, return a mean of 0 (divide by max(count, 1))"),
-        _case("large logits at padded positions", big, big_labels, 0,
+        _case("large logits at padded positions", big, padded(0, empty_rows=True), 0,
               "padded positions must not contribute, however large their logits"),
     ]
     return run_checks("masked_cross_entropy", fn, cases, verbose=verbose)
+
+
+WORDS = ["je", "tu", "il", "elle", "suis", "es", "est", "chez", "moi", "toi", "lui", "calme", "grand",
+         "petit", "ici", "là", ".", "!", "?"]
+
+
+def _bleu_rows(g: torch.Generator) -> list[tuple[str, tuple, str]]:
+    """The BLEU cases, every sentence drawn from ``g``: (name, (pred, label, k), hint)."""
+
+    def words(n, vocab=WORDS):
+        return [vocab[int(i)] for i in torch.randint(0, len(vocab), (n,), generator=g)]
+
+    def text(ws):
+        return " ".join(ws)
+
+    label = words(draw(g, 4, 7))
+    repeated = list(label)
+    at = draw(g, 0, len(label) - 1)
+    repeated.insert(at, label[at])  # one word said twice
+    short_label = words(draw(g, 5, 8))
+    cut = draw(g, 2, len(short_label) - 2)
+    long_label = words(draw(g, 3, 5))
+    half = len(WORDS) // 2
+    first, second = WORDS[:half], WORDS[half:]
+    four_label = words(draw(g, 5, 8))
+    four_pred = list(four_label)
+    four_pred[draw(g, 1, len(four_pred) - 2)] = "nous"  # one word changed in the middle
+    one_label = words(draw(g, 2, 4))
+    rows = [
+        ("a perfect translation scores 1", (text(label), text(label), draw(g, 2, 4)),
+         "every n-gram matches and the lengths agree"),
+        ("a repeated word counts once (clipping)", (text(repeated), text(label), 2),
+         "a reference n-gram can be matched only as often as it occurs there: count what is left"),
+        ("a short prediction pays the brevity penalty", (text(short_label[:cut]), text(short_label), 2),
+         "multiply by exp(min(0, 1 - len_label / len_pred))"),
+        ("a long prediction pays no penalty", (text(long_label + words(draw(g, 1, 3))), text(long_label), 2),
+         "the penalty only lowers scores of predictions shorter than the label"),
+        ("no common word scores 0", (text(words(draw(g, 2, 5), first)), text(words(draw(g, 2, 5), second)), 2),
+         "p_1 = 0 makes the product 0"),
+        ("k = 4 uses up to 4-grams, weighted 1/2^n", (text(four_pred), text(four_label), 4),
+         "the exponent of p_n is 1 / 2**n"),
+        ("a one-word prediction uses only unigrams", (one_label[0], text(one_label), 2),
+         "n runs up to min(k, len(pred)): there is no bigram in a one-word prediction"),
+    ]
+    for k in (2, 3, 4):
+        rows.append(("a random pair of sentences", (*_random_pair(g, WORDS), k),
+                     "compare your n-gram counts with a hand count for this pair"))
+    return rows
 
 
 def _random_pair(g: torch.Generator, words: list[str]) -> tuple[str, str]:
@@ -76,26 +134,9 @@ def _random_pair(g: torch.Generator, words: list[str]) -> tuple[str, str]:
 
 
 def check_bleu(fn, verbose: bool = True):
-    """Check ``fn(pred_seq, label_seq, k) -> float``, BLEU as chapter 4 defines it."""
-    g = torch.Generator().manual_seed(case_seed(8))
-    words = ["je", "suis", "chez", "moi", "il", "est", "calme", ".", "!"]
-    rows = [
-        ("a perfect translation scores 1", ("je suis chez moi .", "je suis chez moi .", 2),
-         "every n-gram matches and the lengths agree"),
-        ("a repeated word counts once (clipping)", ("je suis chez chez moi .", "je suis chez moi .", 2),
-         "a reference n-gram can be matched only as often as it occurs there: count what is left"),
-        ("a short prediction pays the brevity penalty", ("je suis .", "je suis chez moi .", 2),
-         "multiply by exp(min(0, 1 - len_label / len_pred))"),
-        ("a long prediction pays no penalty", ("je suis chez moi . !", "je suis .", 2),
-         "the penalty only lowers scores of predictions shorter than the label"),
-        ("no common word scores 0", ("il est calme", "je suis chez moi", 2), "p_1 = 0 makes the product 0"),
-        ("k = 4 uses up to 4-grams, weighted 1/2^n", ("je suis chez moi .", "je suis chez nous .", 4),
-         "the exponent of p_n is 1 / 2**n"),
-        ("a one-word prediction uses only unigrams", ("je", "je suis", 2),
-         "n runs up to min(k, len(pred)): there is no bigram in a one-word prediction"),
-    ]
-    rows += [(f"random pair {i + 1} (k = {k})", (*_random_pair(g, words), k),
-              "compare your n-gram counts with a hand count for this pair") for i, k in enumerate((2, 3, 4))]
+    """Check ``fn(pred_seq, label_seq, k) -> float``, BLEU as chapter 4 defines it; every sentence
+    is drawn from the case seed."""
+    rows = _bleu_rows(case_generator(8))
 
     def number(expected: float):
         inner = compare(expected, atol=1e-9, rtol=1e-6)

@@ -1,40 +1,52 @@
-"""Chapter 6 assignment: build the sinusoidal positional-encoding table."""
+"""Chapter 6 assignment: sinusoidal encodings of arbitrary positions.
+
+The chapter builds the table of positions 0, 1, …, n - 1. The assignment asks for
+the encoding of any positions, integer or not, in any order, with any base:
+``fn(positions, num_hiddens, base=10000.0)`` with positions (n,) a float tensor
+returns (n, num_hiddens) in the positions' dtype, with
+``P[i, 2j] = sin(p_i / base^(2j / d))`` and ``P[i, 2j + 1] = cos(p_i / base^(2j / d))``.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from . import Case, case_seed, compare, run_checks
+from . import Case, case_generator, compare, draw, run_checks
 
-__all__ = ["check_sinusoidal_encoding"]
+__all__ = ["check_encode_positions"]
 
 
-def check_sinusoidal_encoding(fn, verbose: bool = True):
-    """Check ``fn(max_len, num_hiddens)`` returns the (max_len, num_hiddens) float table
-    P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
-    from ..models.positional import sinusoidal_table
+def reference(positions: torch.Tensor, num_hiddens: int, base: float = 10000.0) -> torch.Tensor:
+    """The answer computed in float64, returned in the positions' dtype."""
+    p = positions.double()[:, None]
+    columns = torch.arange(num_hiddens, dtype=torch.float64)
+    angles = p / base ** ((columns - columns % 2) / num_hiddens)  # columns 2j and 2j + 1 share a frequency
+    table = torch.where(columns % 2 == 0, torch.sin(angles), torch.cos(angles))
+    return table.to(positions.dtype)
 
-    sizes = [
-        ("4 positions, 2 dimensions (one sine/cosine pair)", 4, 2),
-        ("10 positions, 8 dimensions", 10, 8),
-        ("a single position (all sines 0, all cosines 1)", 1, 6),
-        ("odd number of dimensions (last column is a sine)", 7, 5),
-        ("long table: 200 positions, 32 dimensions", 200, 32),
+
+def check_encode_positions(fn, verbose: bool = True):
+    """Check ``fn(positions, num_hiddens, base)`` on cases whose every input is drawn from the case seed."""
+    g = case_generator(6)
+
+    def even():
+        return 2 * draw(g, 1, 8)
+
+    n = draw(g, 3, 12)
+    cases_in = [
+        ("positions 0, 1, 2, ...: the chapter's table", torch.arange(n, dtype=torch.float32), even(), 10000.0),
+        ("positions in any order", torch.randperm(draw(g, 4, 10), generator=g).float() * draw(g, 1, 5), even(),
+         10000.0),
+        ("fractional positions", torch.rand(draw(g, 3, 8), generator=g) * 20, even(), 10000.0),
+        ("negative positions", -torch.rand(draw(g, 3, 8), generator=g) * 20, even(), 10000.0),
+        ("an odd number of dimensions (the last column is a sine)", torch.rand(draw(g, 3, 6), generator=g) * 9,
+         2 * draw(g, 1, 5) + 1, 10000.0),
+        ("another base", torch.rand(draw(g, 3, 8), generator=g) * 50, even(), float(draw(g, 50, 5000))),
+        ("far positions in float64", torch.rand(draw(g, 3, 8), generator=g, dtype=torch.float64) * 1e5, even(),
+         10000.0),
     ]
-    n, d = 20 + case_seed(0) % 97, 2 + 2 * (case_seed(0) % 13)  # other sizes in the grader's hidden run
-    sizes.append((f"{n} positions, {d} dimensions", n, d))
-    hint = ("row i, columns 2j and 2j+1 share the frequency 1 / 10000^(2j / d): the exponent uses the even column "
-            "index 2j (not j), sines go to even columns and cosines to odd ones")
-
-    def check_for(expected):
-        inner = compare(expected, atol=1e-5, rtol=1e-4)
-
-        def check(got):
-            if isinstance(got, torch.Tensor) and got.is_floating_point():
-                got = got.to(torch.float32)
-            return inner(got)
-
-        return check
-
-    cases = [Case(name, (n, d), check_for(sinusoidal_table(n, d)), hint=hint) for name, n, d in sizes]
-    return run_checks("sinusoidal_encoding", fn, cases, verbose=verbose)
+    hint = ("columns 2j and 2j + 1 share the frequency 1 / base^(2j / d): the exponent uses the even column "
+            "index 2j (not j), sines go to even columns and cosines to odd ones; use the base argument")
+    cases = [Case(name, (p, d), compare(reference(p, d, b), atol=1e-5, rtol=1e-4), {"base": b}, hint=hint)
+             for name, p, d, b in cases_in]
+    return run_checks("encode_positions", fn, cases, verbose=verbose)

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, case_seed, run_checks
+from . import Case, case_generator, draw, run_checks
 
 __all__ = ["check_patchify"]
 
 
-def _case(name: str, shape: tuple[int, int, int, int], patch_size, seed: int, hint: str = "") -> Case:
-    from ..core.checks import check_size_pair
+def _case(name: str, gen: torch.Generator, channels: int, patch_size, grid: tuple[int, int], hint: str = "") -> Case:
     from ..models.vit import PatchEmbedding
 
-    b, c, h, w = shape
-    ph, pw = check_size_pair("patch_size", patch_size)
-    gen = torch.Generator().manual_seed(case_seed(seed))
-    X = torch.randn(shape, generator=gen, dtype=torch.float64)
+    ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
+    b, c, h, w = draw(gen, 1, 3), channels, ph * grid[0], pw * grid[1]
+    X = torch.randn((b, c, h, w), generator=gen, dtype=torch.float64)
     emb = PatchEmbedding((h, w), patch_size, num_hiddens=5, in_channels=c).double()
     with torch.no_grad():
         emb.conv.weight.copy_(torch.randn(emb.conv.weight.shape, generator=gen, dtype=torch.float64))
@@ -37,9 +35,11 @@ def _case(name: str, shape: tuple[int, int, int, int], patch_size, seed: int, hi
             return f"expected a tensor of shape {needed}, got {type(got).__name__}"
         if tuple(got.shape) != needed:
             return (f"expected shape (batch, num_patches, channels*ph*pw) = {needed}, got {tuple(got.shape)}")
-        if not torch.equal(torch.sort(got.detach().reshape(-1)).values.to(X.dtype), torch.sort(X.reshape(-1)).values):
+        if got.dtype != X.dtype:
+            return f"expected the images' dtype {X.dtype}, got {got.dtype}"
+        if not torch.equal(torch.sort(got.detach().reshape(-1)).values, torch.sort(X.reshape(-1)).values):
             return "the output does not contain exactly the input's values (each pixel once): something is dropped or repeated"
-        projected = got.detach().to(X.dtype) @ W.T + emb.conv.bias
+        projected = got.detach() @ W.T + emb.conv.bias
         if not torch.allclose(projected, expected, atol=1e-9, rtol=1e-9):
             wrong = (projected - expected).abs().amax(dim=-1) > 1e-9  # (b, num_patches)
             first = wrong.nonzero()[0].tolist()
@@ -54,14 +54,22 @@ def _case(name: str, shape: tuple[int, int, int, int], patch_size, seed: int, hi
 
 
 def check_patchify(fn, verbose: bool = True):
-    """Check ``fn(X, patch_size)`` against the convolutional patch embedding on several shapes."""
+    """Check ``fn(X, patch_size)`` against the convolutional patch embedding; every shape and value is
+    drawn from the case seed."""
+    g = case_generator(8)
+
+    def grid():
+        return draw(g, 1, 3), draw(g, 1, 3)
+
+    square = draw(g, 2, 4)
     cases = [
-        _case("one channel, 8x8 image, 4x4 patches", (2, 1, 8, 8), 4, seed=0),
-        _case("three channels, 6x6 image, 2x2 patches", (2, 3, 6, 6), 2, seed=1,
+        _case("one channel, square patches", g, 1, square, (draw(g, 2, 3), draw(g, 2, 3))),
+        _case("several channels, square patches", g, draw(g, 2, 3), draw(g, 2, 3), grid(),
               hint="with several channels each patch vector holds all of channel 0, then all of channel 1, ..."),
-        _case("non-square image 8x12, non-square patches (4, 3)", (1, 2, 8, 12), (4, 3), seed=2,
+        _case("non-square image and non-square patches", g, draw(g, 1, 2), (draw(g, 3, 4), draw(g, 1, 2)),
+              (draw(g, 2, 3), draw(g, 3, 4)),
               hint="use the patch height for the image rows and the patch width for the columns"),
-        _case("1x1 patches (every pixel is a token)", (2, 2, 3, 5), 1, seed=3),
-        _case("one patch covering the whole 6x10 image", (3, 1, 6, 10), (6, 10), seed=4),
+        _case("1x1 patches (every pixel is a token)", g, draw(g, 1, 3), 1, (draw(g, 2, 4), draw(g, 2, 5))),
+        _case("one patch covering the whole image", g, draw(g, 1, 2), (draw(g, 2, 6), draw(g, 2, 6)), (1, 1)),
     ]
     return run_checks("patchify", fn, cases, verbose=verbose)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from . import Case, case_seed, run_checks
+from . import Case, case_generator, draw, run_checks
 
 __all__ = ["check_mlm_masking"]
 
@@ -25,9 +25,8 @@ PAD, CLS, MASK = 1, 5, 4
 SPECIALS = (0, 1, 2, 3, 5)  # <unk> <pad> <bos> <eos> <cls>; the mask id is passed separately
 
 
-def _batch(rows: int = 256, cols: int = 96, seed: int = 1) -> torch.Tensor:
+def _batch(g: torch.Generator, rows: int, cols: int) -> torch.Tensor:
     """Token ids with a <cls> column, ordinary words and trailing <pad> runs of random lengths."""
-    g = torch.Generator().manual_seed(case_seed(seed))
     tokens = torch.randint(14, VOCAB, (rows, cols), generator=g)
     tokens[:, 0] = CLS
     lengths = torch.randint(cols // 3, cols + 1, (rows,), generator=g)
@@ -51,8 +50,8 @@ def call_masking(fn, tokens, select_prob=0.15, probe=None):
         return _call(fn, tokens, select_prob, seed=7), _call(fn, tokens, select_prob, seed=7)
     if probe == "in place":
         before = tokens.clone()
-        fn(tokens, MASK, VOCAB, SPECIALS, select_prob=0.5, generator=torch.Generator().manual_seed(0))
-        return before, tokens
+        out = fn(tokens, MASK, VOCAB, SPECIALS, select_prob=0.5, generator=torch.Generator().manual_seed(0))
+        return before, tokens, out
     return _call(fn, tokens, select_prob)
 
 
@@ -161,16 +160,34 @@ def _check_extreme(tokens, p):
     return check
 
 
-def _same_twice(out):
-    (a_in, a_lab), (b_in, b_lab) = out
-    if torch.equal(a_in, b_in) and torch.equal(a_lab, b_lab):
-        return None
-    return "two calls with generators seeded alike gave different results"
+def _same_twice(tokens):
+    contract = _check_contract(tokens)
+
+    def check(out):
+        first, second = out
+        problem = contract(first) or contract(second)
+        if problem:
+            return problem
+        if torch.equal(first[0], second[0]) and torch.equal(first[1], second[1]):
+            return None
+        return "two calls with generators seeded alike gave different results"
+
+    return check
 
 
-def _unchanged(out):
-    before, after = out
-    return None if torch.equal(before, after) else "the tokens tensor passed in was modified in place"
+def _unchanged(tokens):
+    contract = _check_contract(tokens)
+
+    def check(out):
+        before, after, pair = out
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            return f"expected a pair (inputs, labels), got {type(pair).__name__}"
+        problem = contract(pair)
+        if problem:
+            return problem
+        return None if torch.equal(before, after) else "the tokens tensor passed in was modified in place"
+
+    return check
 
 
 def check_mlm_masking(fn, verbose: bool = True):
@@ -182,20 +199,23 @@ def check_mlm_masking(fn, verbose: bool = True):
     cases ``select_prob`` = 0 and 1 and an all-padding batch; the same generator
     seed gives the same answer; the input tensor is not modified.
     """
-    big = _batch()
-    small = _batch(8, 12, seed=2)
-    all_pad = torch.full((3, 10), PAD)
+    g = case_generator(9)
+    big = _batch(g, draw(g, 200, 300), draw(g, 80, 110))
+    small = _batch(g, draw(g, 6, 10), draw(g, 10, 14))
+    all_pad = torch.full((draw(g, 2, 5), draw(g, 6, 12)), PAD)
+    other_p = round(0.2 + 0.3 * float(torch.rand(1, generator=g)), 3)
     cases = [
         Case("returns (inputs, labels) with labels = original token where selected, -100 elsewhere",
-             (small,), _check_contract(small),
+             (small,), _check_contract(small), label="the (inputs, labels) contract",
              hint="labels = torch.where(selected, tokens, -100); change inputs only where selected"),
         Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big),
              hint="eligible = ~torch.isin(tokens, special ids); selected = eligible & (random < select_prob)"),
         Case("about 15% of ordinary tokens are selected", (big,), _check_selection_rate(big, 0.15),
              hint="select each eligible token independently with probability select_prob"),
         Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
+             label="the 80/10/10 split of the selected tokens",
              hint="draw a second uniform number per token: < 0.8 → <mask>, 0.8–0.9 → random ordinary id, else keep"),
-        Case("select_prob=0.3 selects about 30%", (big,), _check_selection_rate(big, 0.3), {"select_prob": 0.3},
+        Case("another select_prob", (big,), _check_selection_rate(big, other_p), {"select_prob": other_p},
              hint="use the select_prob argument instead of a hard-coded 0.15"),
         Case("select_prob=0 changes nothing", (small,), _check_extreme(small, 0), {"select_prob": 0.0}),
         Case("select_prob=1 selects every ordinary token", (small,), _check_extreme(small, 1), {"select_prob": 1.0}),
@@ -203,9 +223,9 @@ def check_mlm_masking(fn, verbose: bool = True):
     ]
 
     cases += [
-        Case("the same generator seed gives the same masking", (small,), _same_twice, {"probe": "twice"},
+        Case("the same generator seed gives the same masking", (small,), _same_twice(small), {"probe": "twice"},
              hint="draw every random number with generator=generator"),
-        Case("the tokens passed in are not modified", (small.clone(),), _unchanged, {"probe": "in place"},
+        Case("the tokens passed in are not modified", (small.clone(),), _unchanged(small), {"probe": "in place"},
              hint="build new tensors (torch.where, clone) instead of writing into tokens"),
     ]
     # A module-level adapter (not a closure): the grader's sandbox calls the student's function

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..models.tiled import softmax_block
-from . import Case, case_seed, run_checks
+from . import Case, case_generator, draw, run_checks
 
 __all__ = ["check_merge_softmax"]
 
@@ -31,7 +31,9 @@ def _expect(a, b, scores, values):
         problem = _describe_state(got)
         if problem:
             return problem
-        m, l, acc = (t.detach().to(torch.float64).cpu() for t in got)
+        if any(t.dtype != torch.float64 for t in got):
+            return "expected m, l and acc in the inputs' dtype torch.float64, got " + ", ".join(str(t.dtype) for t in got)
+        m, l, acc = (t.detach().cpu() for t in got)
         if (tuple(m.shape), tuple(l.shape), tuple(acc.shape)) != shapes:
             return (f"expected shapes m {shapes[0]}, l {shapes[1]}, acc {shapes[2]} (those of the inputs), got "
                     f"m {tuple(m.shape)}, l {tuple(l.shape)}, acc {tuple(acc.shape)}")
@@ -71,9 +73,10 @@ def check_merge_softmax(fn, verbose: bool = True):
     ``exp(score - m) * value``; a row that saw no key has ``m = -inf``, ``l = 0``,
     ``acc = 0``. The merged state must give the attention output over both blocks
     (``acc / l``) and their log-sum-exp (``m + log l``), with no NaN or infinity.
+    Every input (sizes included) is drawn from the case seed.
     """
-    g = torch.Generator().manual_seed(case_seed(10))
-    rows, d_v = 3 + case_seed(10) % 3, 2 + case_seed(11) % 3
+    g = case_generator(10)
+    rows, d_v = draw(g, 2, 6), draw(g, 1, 5)
 
     def block(n, shift=0.0, scale=1.0):
         return torch.randn(rows, n, generator=g, dtype=torch.float64) * scale + shift, \
@@ -88,7 +91,7 @@ def check_merge_softmax(fn, verbose: bool = True):
 
     lens = [2 + int(x) for x in torch.randint(0, 5, (2,), generator=g)]
     masked = block(4)
-    masked[0][0] = float("-inf")  # row 0 sees none of this block's keys
+    masked[0][draw(g, 0, rows - 1)] = float("-inf")  # one row sees none of this block's keys
     all_masked = (torch.full((rows, 3), float("-inf"), dtype=torch.float64), block(3)[1])
     cases = [
         case("two blocks of random scores", block(lens[0]), block(lens[1]),

@@ -1,0 +1,360 @@
+"""The graded assignments' checkers (attention_book.assignments), against their reference solutions.
+
+The reference solutions are the graded cells of the instructor edition: ``solutions/<notebook>.json``
+merged into ``notebooks/<notebook>.ipynb`` (scripts/editions.py). The grading engine itself is
+tested in tests/test_grade.py.
+
+What is checked here:
+
+- every reference solution passes every case, visible and hidden;
+- every hidden case draws its inputs from the hidden seed: a lookup table of the visible answers
+  (the answer of the visible case with the same inputs) passes no hidden case;
+- every case checks the whole shape and the dtype of a tensor answer;
+- case names and labels carry no parameter of the seed (they are the same for every seed);
+- every case counts: a case that raises is a failed case, and the report says "k of n cases passed";
+- the three assignments that vary what their chapter writes (ch03 masked softmax with a mask and a
+  temperature, ch05 per-head attention, ch06 encodings of any positions) reject plausible wrong answers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import attention_book as ab
+from attention_book.assignments import Case, collect_cases, hidden_cases, run_checks
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import editions  # noqa: E402
+
+EXERCISES = sorted((ROOT / "notebooks").glob("ch*_exercises.ipynb"))
+HIDDEN = (1, 97, 4242, 123457)  # grading offsets (the grader draws a secret one)
+# Assignments whose answer is a tensor (the others answer numbers or pairs).
+TENSORS = {"softmax_pool", "nadaraya_watson", "masked_softmax", "per_head_attention", "encode_positions",
+           "patchify"}
+
+
+def _references() -> dict[str, tuple[str, object]]:
+    """``{assignment: (checker name, reference function)}`` from the instructor edition's graded cells."""
+    found = {}
+    for path in EXERCISES:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        solutions = editions.load_solutions(path.name)
+        if not solutions:
+            continue
+        instructor = editions.make_edition(nb, "instructor", solutions)
+        namespace = {"torch": torch, "ab": ab, "math": math, "nn": nn, "F": F}
+        for cell in instructor["cells"]:
+            if editions.is_graded(cell):
+                exec(editions.source(cell), namespace)
+        for cell in instructor["cells"]:
+            if "checker" in editions.tags(cell):
+                call = editions.source(cell).split("ab.assignments.")[1]
+                checker, argument = call.split("(")[0], call.split("(")[1].split(")")[0]
+                found[checker[len("check_"):]] = (checker, namespace[argument])
+    return found
+
+
+REFERENCES = _references()
+NAMES = sorted(REFERENCES)
+needs_solutions = pytest.mark.skipif(not REFERENCES, reason="solutions/ is absent (a public copy without them)")
+
+
+def run(name: str, fn, offset: int = 0):
+    checker = getattr(ab.assignments, REFERENCES[name][0])
+    if offset == 0:
+        return checker(fn, verbose=False)
+    with hidden_cases(offset):
+        return checker(fn, verbose=False)
+
+
+@needs_solutions
+def test_every_exercises_page_has_its_reference_solutions():
+    assert len(REFERENCES) == 11, sorted(REFERENCES)
+    assert set(NAMES) == set(ab.assignments.assignment_names())
+
+
+@needs_solutions
+@pytest.mark.parametrize("name", NAMES)
+def test_the_reference_solution_passes_every_case(name):
+    fn = REFERENCES[name][1]
+    for offset in (0, *HIDDEN):
+        report = run(name, fn, offset)
+        assert report and report.passed == report.total >= 5, (offset, report.results)
+
+
+def _snapshot(x):
+    """``x`` with tensors copied and generators replaced by their state (compared by value)."""
+    if isinstance(x, torch.Generator):
+        return ("generator", x.get_state())
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (tuple, list)):
+        return tuple(_snapshot(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _snapshot(v) for k, v in x.items()}
+    return x
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def lookup_table(name: str):
+    """A submission that answers from a table of the visible cases: the reference's answer when its
+    inputs equal those of a visible case, and no answer otherwise."""
+    table = []
+    reference = REFERENCES[name][1]
+
+    def recording(*args, **kwargs):
+        inputs = _snapshot((args, kwargs))
+        got = reference(*args, **kwargs)
+        table.append((inputs, got))
+        return got
+
+    run(name, recording)
+
+    def lookup(*args, **kwargs):
+        for known, answer in table:
+            if _equal(known, _snapshot((args, kwargs))):
+                return answer
+        raise KeyError("not in the table of visible answers")
+
+    assert run(name, lookup).passed == run(name, lookup).total  # the table answers the visible cases
+    return lookup
+
+
+@needs_solutions
+@pytest.mark.parametrize("name", NAMES)
+def test_a_lookup_table_of_the_visible_answers_fails_every_hidden_case(name):
+    lookup = lookup_table(name)
+    for offset in HIDDEN:
+        report = run(name, lookup, offset)
+        assert report.passed == 0, (offset, [n for n, ok, _ in report.results if ok])
+
+
+@needs_solutions
+@pytest.mark.parametrize("name", NAMES)
+def test_no_hidden_case_repeats_a_visible_input(name):
+    _, visible = collect_cases(name, None)
+    for offset in HIDDEN:
+        with hidden_cases(offset):
+            _, hidden = collect_cases(name, None)
+        assert len(hidden) == len(visible)
+        for shown, secret in zip(visible, hidden):
+            assert not _equal((shown.args, shown.kwargs), (secret.args, secret.kwargs)), (offset, secret.name)
+
+
+@pytest.mark.parametrize("name", sorted(ab.assignments.assignment_names()))
+def test_names_and_labels_carry_no_parameter_of_the_seed(name):
+    """A hidden case is named in feedback by its label alone; the names and labels are the same for every
+    seed, so they cannot reveal what a hidden case's inputs are."""
+    _, visible = collect_cases(name, None)
+    assert all(isinstance(c, Case) and c.label and len(c.label) <= 80 for c in visible)
+    for offset in HIDDEN:
+        with hidden_cases(offset):
+            _, hidden = collect_cases(name, None)
+        assert [(c.name, c.label) for c in hidden] == [(c.name, c.label) for c in visible]
+
+
+def _reshaped(fn, how):
+    def wrong(*args, **kwargs):
+        got = fn(*args, **kwargs)
+        return how(got)
+    return wrong
+
+
+@needs_solutions
+@pytest.mark.parametrize("name", sorted(TENSORS))
+def test_every_case_checks_the_whole_shape_and_the_dtype(name):
+    fn = REFERENCES[name][1]
+    def other_dtype(t):
+        return t.to(torch.float32 if t.dtype == torch.float64 else torch.float64)
+
+    def flat(t):
+        return t.reshape(-1) if t.dim() > 1 else t[:, None]
+
+    for how in (lambda t: t[None], flat, other_dtype, lambda t: t[..., :0]):
+        for offset in (0, HIDDEN[0]):
+            report = run(name, _reshaped(fn, how), offset)
+            assert report.passed == 0, [n for n, ok, _ in report.results if ok]
+
+
+@needs_solutions
+def test_the_pairs_and_numbers_are_checked_whole():
+    ce = REFERENCES["masked_cross_entropy"][1]
+    assert run("masked_cross_entropy", lambda *a: (ce(*a)[0][None], ce(*a)[1])).passed == 0
+    assert run("masked_cross_entropy", lambda *a: (ce(*a)[0].double(), ce(*a)[1])).passed == 0
+    masking = REFERENCES["mlm_masking"][1]
+
+    def flat(*args, **kwargs):
+        inputs, labels = masking(*args, **kwargs)
+        return inputs.reshape(-1), labels.reshape(-1)
+
+    assert run("mlm_masking", flat).passed == 0
+    merge = REFERENCES["merge_softmax"][1]
+    assert run("merge_softmax", lambda a, b: tuple(t.float() for t in merge(a, b))).passed == 0
+
+
+# --- every case counts ------------------------------------------------------------------------
+
+
+def test_a_case_that_raises_is_a_failed_case_and_every_case_runs(capsys):
+    calls = []
+
+    def half(x):
+        calls.append(x)
+        if x % 2:
+            raise NotImplementedError
+        return x
+
+    cases = [Case(f"case {i}", (i,), lambda got: None) for i in range(6)]
+    report = run_checks("demo", half, cases)
+    assert calls == list(range(6)) and report.total == 6 and report.passed == 3 and report.score == 0.5
+    assert report.not_implemented and not report
+    out = capsys.readouterr().out
+    assert "demo: 3 of 6 cases passed." in out and "all cases passed" not in out
+    assert repr(report) == "demo: not done yet (3 of 6 cases passed)"
+
+
+@needs_solutions
+@pytest.mark.parametrize("name", NAMES)
+def test_answering_some_cases_and_raising_on_the_rest_never_beats_answering_all(name):
+    """A function that answers the cases it can and raises on the rest scores what it answered, out of
+    every case; a stub scores 0 of n and says "Not done yet"."""
+    fn, seen = REFERENCES[name][1], []
+
+    def partial(*args, **kwargs):
+        seen.append(1)
+        if len(seen) % 2 == 0:
+            raise NotImplementedError
+        return fn(*args, **kwargs)
+
+    report = run(name, partial)
+    total = run(name, fn).total
+    assert report.total == total and report.passed < total
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError
+
+    checker = getattr(ab.assignments, REFERENCES[name][0])
+    pending = checker(stub)
+    assert pending.passed == 0 and pending.total == total and pending.not_implemented
+
+
+def test_the_checker_prints_not_done_yet_for_a_stub(capsys):
+    def stub(*args):
+        raise NotImplementedError
+
+    report = ab.assignments.check_softmax_pool(stub)
+    out = capsys.readouterr().out
+    assert out.startswith("Not done yet") and f"0 of {report.total} cases passed" in out
+
+
+# --- the variations of what the chapters write --------------------------------------------------
+
+
+def _masked(scores, mask, temperature=1.0):
+    return REFERENCES["masked_softmax"][1](scores, mask, temperature)
+
+
+def ignores_temperature(scores, mask, temperature=1.0):
+    return _masked(scores, mask)
+
+
+def fills_minus_1e6(scores, mask, temperature=1.0):
+    return torch.softmax((scores / temperature).masked_fill(~mask, -1e6), dim=-1)
+
+
+def minus_inf(scores, mask, temperature=1.0):
+    return torch.softmax((scores / temperature).masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def in_place(scores, mask, temperature=1.0):
+    scores /= temperature
+    return _masked(scores, mask)
+
+
+@needs_solutions
+@pytest.mark.parametrize("wrong, failing", [
+    (ignores_temperature, {"temperature"}),
+    (fills_minus_1e6, {"no allowed key", "below -1e6", "float16"}),
+    (minus_inf, {"no allowed key", "float16"}),
+    (in_place, {"in place"}),
+])
+def test_the_masked_softmax_checker_rejects_plausible_wrong_answers(wrong, failing):
+    for offset in (0, HIDDEN[1]):
+        report = run("masked_softmax", wrong, offset)
+        failed = [name for name, ok, _ in report.results if not ok]
+        for part in failing:
+            assert any(part in name for name in failed), (part, failed)
+
+
+@needs_solutions
+def test_the_masked_softmax_checker_explains_uniform_and_nan_rows():
+    why = " ".join(w for _, ok, w in run("masked_softmax", fills_minus_1e6).results)
+    assert "uniform" in why
+    why = " ".join(w for _, ok, w in run("masked_softmax", minus_inf).results)
+    assert "NaN" in why
+
+
+def interleaved_heads(queries, keys, values, num_heads):
+    """Right shape, but head h takes every num_heads-th column instead of a block."""
+    def split(X):
+        b, n, d = X.shape
+        return X.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)
+    Q, K, V = split(queries), split(keys), split(values)
+    return torch.softmax(Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5, dim=-1) @ V
+
+
+def scaled_by_full_size(queries, keys, values, num_heads):
+    def split(X):
+        b, n, d = X.shape
+        return X.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
+    Q, K, V = split(queries), split(keys), split(values)
+    return torch.softmax(Q @ K.transpose(-1, -2) / queries.shape[-1] ** 0.5, dim=-1) @ V
+
+
+@pytest.mark.parametrize("wrong", [interleaved_heads, scaled_by_full_size])
+def test_the_per_head_attention_checker_rejects_plausible_wrong_answers(wrong):
+    report = ab.assignments.check_per_head_attention(wrong, verbose=False)
+    assert not report and report.passed <= report.total - 3
+
+
+def integer_table(positions, num_hiddens, base=10000.0):
+    """Ignores the positions it is given: the chapter's table of 0, 1, ..., n - 1."""
+    return ab.sinusoidal_table(len(positions), num_hiddens).to(positions.dtype)
+
+
+def ignores_base(positions, num_hiddens, base=10000.0):
+    return REFERENCES["encode_positions"][1](positions, num_hiddens)
+
+
+def uses_j_not_2j(positions, num_hiddens, base=10000.0):
+    j = torch.arange((num_hiddens + 1) // 2, dtype=torch.float64)
+    angles = positions.double()[:, None] / base ** (j / num_hiddens)
+    P = torch.zeros(len(positions), num_hiddens, dtype=torch.float64)
+    P[:, 0::2], P[:, 1::2] = torch.sin(angles), torch.cos(angles[:, : num_hiddens // 2])
+    return P.to(positions.dtype)
+
+
+@needs_solutions
+@pytest.mark.parametrize("wrong, passes", [(integer_table, 1), (ignores_base, 6), (uses_j_not_2j, 0)])
+def test_the_encode_positions_checker_rejects_plausible_wrong_answers(wrong, passes):
+    report = ab.assignments.check_encode_positions(wrong, verbose=False)
+    assert not report and report.passed <= passes, report.results
