@@ -261,6 +261,8 @@ def test_page_tokenizer_matches_package(trained, tmp_path):
         ref = reference_translation(model, data, case)
         assert page["source"]["labels"] == ref["source"], case
         assert page["source"]["reads"] == ref["reads"], case
+        assert page["source"]["cut"] == ref["cut"] == (len(tokens) > data.num_steps), case
+    assert any(page["source"]["cut"] for page in got), "no golden case is longer than num_steps"
 
 
 TRANSLATE_JS = """

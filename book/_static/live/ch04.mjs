@@ -22,15 +22,18 @@ export function tokenize(sentence) {
 }
 
 // What the model reads for a typed sentence: tokens trimmed to num_steps, their ids (<unk> is 0),
-// padded with <pad>, and the valid length (the ids that are not <pad>), as TranslationData.build.
+// padded with <pad>, and the valid length (the ids that are not <pad>), as TranslationData.build;
+// `cut` says whether tokens were dropped (the page says so under the sentence).
 export function encodeSource(text, data) {
   const index = new Map(data.src_vocab.map((t, i) => [t, i]));
-  const tokens = tokenize(preprocess(text)).slice(0, data.num_steps);
+  const all = tokenize(preprocess(text));
+  const tokens = all.slice(0, data.num_steps);
   const known = tokens.map((t) => index.has(t));
   const ids = tokens.map((t) => (index.has(t) ? index.get(t) : 0));
   while (ids.length < data.num_steps) ids.push(data.pad);
   return {
     tokens,
+    cut: all.length > data.num_steps,
     ids,
     validLen: ids.filter((i) => i !== data.pad).length,
     reads: tokens.map((t, i) => (known[i] ? t : "<unk>")),
@@ -75,7 +78,8 @@ export async function translate(ort, encoder, step, data, text) {
     previous = next;
   }
   const names = rows.length > tokens.length ? tokens.concat(["<eos>"]) : tokens;
-  return { source: src.labels, reads: src.reads, tokens, rows: names, attention: rows, steps: rows.length };
+  return { source: src.labels, reads: src.reads, cut: src.cut, tokens, rows: names, attention: rows,
+    steps: rows.length };
 }
 
 // --- drawing -------------------------------------------------------------------------------
@@ -186,7 +190,8 @@ export function mount(root, ctx) {
     const start = performance.now();
     const result = await translate(ort, engines[0], engines[1], data, text);
     const ms = performance.now() - start;
-    reads.textContent = `The model reads: ${result.reads.join(" ")}`;
+    reads.textContent = `The model reads: ${result.reads.join(" ")}` + (result.cut ?
+      ` (cut to the first ${data.num_steps} tokens: the model reads no more, as in training)` : "");
     french.textContent = result.tokens.length ? `French: ${result.tokens.join(" ")}` :
       "French: (the model wrote <eos> at once: an empty translation)";
     figure.replaceChildren(heatmap(result));

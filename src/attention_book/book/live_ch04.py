@@ -84,15 +84,17 @@ def reference_translation(model: nn.Module, data, sentence: str) -> dict:
     """What the page must show for ``sentence``, computed by the package (``ab.translate``, greedy).
 
     ``{"source": column labels, "reads": the source tokens the model gets
-    (unknown words as <unk>), "tokens": the French tokens without <eos>, "rows":
+    (unknown words as <unk>, at most ``data.num_steps`` of them), "cut": whether the
+    sentence had more tokens than that (the view says so), "tokens": the French tokens without <eos>, "rows":
     the heatmap's row labels (those tokens, then <eos> if the model wrote it),
     "attention": one list of weights over the source labels per row}``.
     """
     (result,) = ab.translate(model, data, [sentence], save_attention=True)
     source = _source_labels(data, sentence)
+    tokens = tokenize_nmt(preprocess_nmt(sentence))
     reads = [
         t if t in data.src_vocab.token_to_idx else "<unk>"
-        for t in tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
+        for t in tokens[: data.num_steps]
     ]
     rows = result.tokens + (
         [EOS] if result.attention.shape[0] > len(result.tokens) else []
@@ -101,6 +103,7 @@ def reference_translation(model: nn.Module, data, sentence: str) -> dict:
     return {
         "source": source,
         "reads": reads,
+        "cut": len(tokens) > data.num_steps,
         "tokens": result.tokens,
         "rows": rows,
         "attention": weights.tolist(),
@@ -239,10 +242,10 @@ class TranslatorView(LiveView):
                 if not box.value.strip():
                     print("Type an English sentence (for example: i'm home .)")
                     return
-                reads = reference_translation(self.model, self.corpus, box.value)[
-                    "reads"
-                ]
-                print("the model reads:", " ".join(reads))
+                ref = reference_translation(self.model, self.corpus, box.value)
+                cut = self.corpus.num_steps
+                note = f" (cut to the first {cut} tokens: it reads no more)"
+                print("the model reads:", " ".join(ref["reads"]) + (note if ref["cut"] else ""))
                 fig = ab.experiments.translation.alignment_figure(
                     self.model, self.corpus, box.value
                 )

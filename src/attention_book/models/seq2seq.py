@@ -67,7 +67,7 @@ class Encoder(nn.Module):
     """Base encoder: ``forward(X, valid_len) -> enc_all_outputs``."""
 
     # source tokens X (batch, num_steps) -> whatever the decoder will need from them
-    def forward(self, X, valid_len=None):  # pragma: no cover - interface
+    def forward(self, X, valid_len=None):
         raise NotImplementedError
 
 
@@ -75,14 +75,12 @@ class Decoder(nn.Module):
     """Base decoder: ``init_state(enc_all_outputs, valid_len)`` then ``forward(X, state) -> (logits, state)``."""
 
     # once per source: the encoder's outputs -> the decoder's first state
-    def init_state(
-        self, enc_all_outputs, valid_len=None
-    ):  # pragma: no cover - interface
+    def init_state(self, enc_all_outputs, valid_len=None):
         raise NotImplementedError
 
     # target tokens X (batch, steps) and the state before them
     # -> (logits, the state after them)
-    def forward(self, X, state):  # pragma: no cover - interface
+    def forward(self, X, state):
         raise NotImplementedError
 
 
@@ -90,7 +88,7 @@ class AttentionDecoder(Decoder):
     """A decoder that exposes the attention weights of its last forward pass."""
 
     @property
-    def attention_weights(self):  # pragma: no cover - interface
+    def attention_weights(self):
         raise NotImplementedError
 
 
@@ -102,15 +100,13 @@ class EncoderDecoder(nn.Module):
         self.encoder, self.decoder = encoder, decoder
 
     def forward(self, src, tgt_input, src_valid_len=None):
-        enc_all_outputs = self.encoder(
-            src, src_valid_len
-        )  # everything the encoder read from the source
-        state = self.decoder.init_state(
-            enc_all_outputs, src_valid_len
-        )  # what the decoder starts from
-        return self.decoder(tgt_input, state)[
-            0
-        ]  # teacher forcing: every target step in one call
+        # everything the encoder read from the source
+        enc_all_outputs = self.encoder(src, src_valid_len)
+        # what the decoder starts from
+        state = self.decoder.init_state(enc_all_outputs, src_valid_len)
+        # teacher forcing: every target step in one call
+        logits, _ = self.decoder(tgt_input, state)
+        return logits
 
 
 def init_seq2seq(module: nn.Module) -> None:
