@@ -37,7 +37,10 @@ import argparse
 import ast
 import contextlib
 import csv
+import errno
+import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -56,15 +59,15 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import RESULTS_LIMIT, JudgeServer, hidden_arguments, package_without
+from attention_book.assignments.grading import (RESULTS_LIMIT, JudgeServer, dump_data, hidden_arguments,
+                                                package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lms_export  # noqa: E402  (scripts/lms_export.py)
+from course import CourseError, derive_seed, grading_secret, load_course, load_times, secret_id  # noqa: E402
 CHECK_CALL = re.compile(r"check_(\w+)\s*\(")
-POINTS = 10  # per assignment
-FIELDS = ["student", "notebook", "assignment", "passed", "total", "score", "points", "status", "reason"]
 OUTPUT_LIMIT = 64 * 2**20  # bytes a sandboxed process may write to one file
 NOTEBOOK_LIMIT = 50 * 2**20  # bytes of a submitted notebook
 PROCESSES = 256  # processes and threads of one sandbox
@@ -95,11 +98,12 @@ try:
     for cell in nb.cells[:-1]:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
-                report["errors"].append(f"{out.get('ename')}: {str(out.get('evalue'))[:150]}")
+                report["errors"].append(f"{out.get('ename')}: {str(out.get('evalue'))[:300]}")
     report["harness"] = [f"{o.get('ename')}: {str(o.get('evalue'))[:200]}"
                          for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "error"]
 except BaseException as err:
     report["worker"] = f"{type(err).__name__}: {str(err)[:300]}"
+    report["dead"] = type(err).__name__ == "DeadKernelError"
 report["errors"] = report["errors"][:3]
 def send(name, data):
     key = name.encode()
@@ -154,20 +158,6 @@ def safe(value):
         if value[:1] in ("=", "+", "-", "@"):
             return "'" + value
     return value
-
-
-def file_names(students: list[str]) -> dict[str, str]:
-    """``{student: file name stem}``: letters, digits, ``_.-`` only, never hidden, unique."""
-    taken: set[str] = set()
-    names = {}
-    for who in students:
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", who)[:80].lstrip(".") or "student"
-        name, n = stem, 2
-        while name.lower() in taken:
-            name, n = f"{stem}-{n}", n + 1
-        taken.add(name.lower())
-        names[who] = name
-    return names
 
 
 # --------------------------------------------------------------------------- what to grade
@@ -270,37 +260,23 @@ def read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
-def find_submissions(submissions: Path, references: dict[str, list[str]]) -> tuple[list, list]:
-    """``([(student, path)], [(path, why ignored)])``: only ``SUBMISSIONS/<student>/<reference name>``,
-    regular files, one per student per reference."""
-    graded, ignored = [], []
-    for path in sorted(submissions.rglob("*")):
-        rel = path.relative_to(submissions)
-        if any(part == ".ipynb_checkpoints" or part.startswith(".") for part in rel.parts):
-            continue
-        if path.is_symlink():
-            ignored.append((rel, "a symbolic link"))
-            continue
-        if path.is_dir():
-            continue
-        if len(rel.parts) != 2:
-            ignored.append((rel, "not in a student's folder directly (SUBMISSIONS/<student>/<notebook>)"))
-        elif not path.is_file():
-            ignored.append((rel, "not a regular file"))
-        elif rel.parts[1] not in references:
-            ignored.append((rel, "no reference notebook of this name has an assignment"))
-        elif submissions.joinpath(rel.parts[0]).is_symlink():
-            ignored.append((rel, "the student's folder is a symbolic link"))
-        else:
-            graded.append((rel.parts[0], path))
-    return graded, ignored
-
-
 # --------------------------------------------------------------------------- the sandbox
 
 
+def cgroup_v1_paths(text: str) -> dict[str, str]:
+    """``{controller: path}`` of this process's cgroups v1 from /proc/self/cgroup's text."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and parts[1]:
+            for controller in parts[1].split(","):
+                out[controller] = parts[2].strip() or "/"
+    return out
+
+
 class Cgroup:
-    """A memory and process limit for a whole sandbox: cgroup v2, or the v1 memory and pids controllers."""
+    """A memory and process limit for a whole sandbox: cgroup v2, or the v1 memory and pids controllers,
+    made inside the grader's own cgroup (so a limit set on the grader holds for every sandbox too)."""
 
     def __init__(self, dirs: list[Path]):
         self.dirs = dirs
@@ -324,10 +300,11 @@ class Cgroup:
                 with contextlib.suppress(OSError):
                     (made[-1] / "memory.swap.max").write_text("0")
                 (made[-1] / "pids.max").write_text(str(processes))
-            else:  # v1
+            else:  # v1: under the grader's own memory and pids cgroups, so their limits hold too
+                own = cgroup_v1_paths(Path("/proc/self/cgroup").read_text())
                 for controller, files in (("memory", {"memory.limit_in_bytes": memory}),
                                           ("pids", {"pids.max": processes})):
-                    made.append(root / controller / name)
+                    made.append(root / controller / own.get(controller, "/").lstrip("/") / name)
                     made[-1].mkdir()
                     for file, value in files.items():
                         (made[-1] / file).write_text(str(value))
@@ -438,7 +415,7 @@ class Sandbox:
                 "--ro-bind", str(stage), "/in", "--ro-bind", str(pkg), "/pkg",
                 "--dev", "/dev", "--size", str(64 * 2**20), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
                 "--proc", "/proc", "--size", str(disk), "--tmpfs", "/sandbox", "--dir", "/sandbox/home",
-                "--chdir", "/sandbox"]
+                "--remount-ro", "/", "--chdir", "/sandbox"]  # the root tmpfs (/etc, ...) read-only from here
         return cmd + argv
 
     def _start(self, cgroup: Cgroup | None, memory: int, cpu_seconds: int = 3600):
@@ -546,8 +523,8 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the whole tree (bubblewrap: its namespace dies too)
         if cgroup is not None:
-            if ended != "finished" and ended != "timeout" and cgroup.out_of_memory():
-                ended = f"the sandbox used more than its {memory_gb:g} GB of memory"
+            if ended != "timeout" and cgroup.out_of_memory():  # the kernel may die of it while the worker lives
+                ended = "memory"
             cgroup.remove()
         if proc is not None:
             proc.wait()
@@ -569,34 +546,54 @@ def harness_code(targets: dict[str, str], cases: str, out: str) -> str:
     lines = ["import attention_book.assignments.grading as _grade"]
     for name, expr in targets.items():
         lines.append(f"try:\n    _grade.run_hidden({name!r}, _grade.resolve({expr!r}, globals()), "
-                     f"{cases + '/cases-' + name + '.pt'!r}, {out + '/' + name!r})\n"
+                     f"{cases + '/cases-' + name + '.bin'!r}, {out + '/' + name!r})\n"
                      "except Exception as _err:\n    print(_err)")
     return "\n".join(lines)
+
+
+STATUS_WORDS = {
+    "graded": "graded",
+    "not implemented": "every case still raises NotImplementedError: write the function, then hand the "
+                       "notebook in again",
+    "timeout": "your notebook did not finish within the time limit, so the hidden tests did not run: every case "
+               "counts as failed. Look for a loop that never ends, or a cell that trains for much longer than "
+               "the chapter's",
+    "memory": "your notebook used more memory than the grader allows, and was stopped: every case that had not "
+              "run counts as failed. Look for a tensor far larger than the assignment needs",
+    "kernel died": "the Python kernel running your notebook died (a crash in native code, such as a "
+                   "segmentation fault, or the kernel was killed) before the hidden tests could run: every "
+                   "case counts as failed",
+    "no results": "your notebook ran, but the hidden tests produced no results: every case counts as failed",
+    "unreadable": "the file is not a notebook the grader can run",
+    "flagged": "the results your notebook sent back are not what the grader writes; an instructor will look at it",
+    "grader error": "the grader itself failed on this notebook (not your fault); an instructor will look at it",
+    "not submitted": "no notebook was found for this assignment",
+    "refused": "the grader refused this submission because its folder name collides with another student's",
+}
+# Statuses whose points an LMS should receive; the others stay blank there.
+SCORED = ("graded", "not implemented", "timeout", "no results", "unreadable", "memory", "kernel died")
 
 
 class Grader:
     """Grades notebooks one at a time; holds what every notebook shares (the sandbox, the judge, the
     package copies)."""
 
-    def __init__(self, reference: Path, timeout: int, memory_gb: float, disk_mb: int, seed: int | None):
+    def __init__(self, reference: Path, timeout: int, memory_gb: float, disk_mb: int,
+                 extras: dict[str, str] | None = None):
         self.timeout, self.memory_gb, self.disk = timeout, memory_gb, disk_mb * 2**20
-        self.offset = seed if seed is not None else secrets.randbelow(2**31)
-        self.run_dir = Path(tempfile.mkdtemp(prefix="grade-run-"))
-        os.chmod(self.run_dir, 0o755)
+        self.extras = extras or {}
+        self.run_dir = Path(tempfile.mkdtemp(prefix="grade-run-"))  # 0700: no other local user reads it
         self.sandbox = Sandbox.detect(int(memory_gb * 2**30))
+        if self.sandbox.unprivileged:  # the sandbox's own user must reach its folders, nobody else
+            os.chown(self.run_dir, NOBODY, NOBODY)
+        os.chmod(self.run_dir, 0o700)
         self.missing: set[str] = set(self.sandbox.missing)
         self.judge = JudgeServer()
-        self.references: dict[str, list[str]] = {}
-        known = set(assignment_names())
-        for path in sorted(reference.glob("*.ipynb")):
-            with contextlib.suppress(OSError, ValueError):
-                names = [n for n in expected_assignments(json.loads(path.read_text(encoding="utf-8")))
-                         if n in known]
-                if names:
-                    self.references[path.name] = names
+        self.references = reference_assignments(reference)
         self.reference_names = {name: graded_names(json.loads((reference / name).read_text(encoding="utf-8")))
                                 for name in self.references}
         self.packages: dict[tuple, Path] = {}
+        self.case_counts: dict[tuple[str, int], int] = {}
 
     def close(self) -> None:
         self.judge.close()
@@ -612,22 +609,28 @@ class Grader:
             self.packages[key] = dest
         return self.packages[key]
 
-    def grade_notebook(self, who: str, path: Path) -> list[dict]:
-        expected = self.references[path.name]
-        base = dict(student=who, notebook=path.name)
+    def grade_notebook(self, who: str, path: Path, reference: str, seeds: dict[str, int]) -> list[dict]:
+        """One row per assignment of ``reference`` for the notebook at ``path``; ``seeds`` gives each
+        assignment's hidden seed. A row's ``total`` is always the number of cases."""
+        expected = self.references[reference]
+        base = dict(student=who, notebook=reference)
+        specs = {n: hidden_arguments(n, seeds[n], "", self.extras.get(n)) for n in expected}
+        counts = {n: len(specs[n]["cases"]) for n in expected}
 
         def rows(status, reason, **extra):
-            return [dict(base, assignment=n, passed=0, total=0, score=0.0, points=0.0, status=status,
-                         reason=reason, **extra) for n in expected]
+            return [dict(base, assignment=n, passed=0, total=counts[n], status=status, reason=reason, cases=[],
+                         seed=seeds[n], **extra) for n in expected]
 
         try:
-            nb = json.loads(read_regular(path, NOTEBOOK_LIMIT).decode("utf-8"))
+            data = read_regular(path, NOTEBOOK_LIMIT)
+            digest = hashlib.sha256(data).hexdigest()
+            nb = json.loads(data.decode("utf-8"))
             problem = notebook_problem(nb)
         except (ValueError, OSError, RecursionError, MemoryError) as err:
-            nb, problem = None, f"{type(err).__name__}: {err}"
+            nb, problem, digest = None, f"{type(err).__name__}: {err}", ""
         if problem:
-            return rows("unreadable", f"not a valid notebook: {clean(problem, 150)}")
-        names = dict(self.reference_names[path.name])
+            return rows("unreadable", f"not a valid notebook: {clean(problem, 300)}", sha256=digest)
+        names = dict(self.reference_names[reference])
         names.update({k: v for k, v in graded_names(nb).items() if k in expected})
         targets = {n: names.get(n, "") for n in expected}
         nonce = secrets.token_hex(16)
@@ -636,13 +639,13 @@ class Grader:
             os.chmod(stage_root, 0o755)
             stage = stage_root / "in"
             stage.mkdir(mode=0o755)
-            shutil.copyfile(path, stage / "submission.ipynb")
+            (stage / "submission.ipynb").write_bytes(data)
             shutil.copyfile(ROOT / "book" / "_ext" / "kernel_poll.py", stage / "kernel_poll.py")
             (stage / "worker.py").write_text(_WORKER)
             (stage / "passwd").write_text(f"student:x:{NOBODY}:{NOBODY}:student:/sandbox/home:/bin/false\n")
             (stage / "group").write_text(f"student:x:{NOBODY}:\n")
             for name in expected:
-                torch.save(hidden_arguments(name, self.offset, nonce), stage / f"cases-{name}.pt")
+                (stage / f"cases-{name}.bin").write_bytes(dump_data(dict(specs[name], nonce=nonce)))
             boxed = self.sandbox.kind != "none"
             inside, work = ("/in", "/sandbox") if boxed else (str(stage), str(stage_root / "work"))
             harness = harness_code(targets, inside, work + "/out")
@@ -659,73 +662,514 @@ class Grader:
             shutil.rmtree(stage_root, ignore_errors=True)
         try:
             worker = json.loads(messages.get("worker", b"{}").decode("utf-8"))
-            errors = "; ".join(str(e) for e in worker.get("errors", []))[:300]
+            errors = [clean(e, 400) for e in worker.get("errors", [])][:3]
+            dead = bool(worker.get("dead"))
+            crash = clean(worker.get("worker", ""), 300)
         except (ValueError, AttributeError, TypeError, RecursionError):
-            errors = ""
+            errors, dead, crash = [], False, ""
+        raised = ("; cells that raised: " + " | ".join(errors)) if errors else ""
         out = []
         for name in expected:
-            row = dict(base, assignment=name, passed=0, total=0, score=0.0, points=0.0, seconds=round(seconds, 1))
+            row = dict(base, assignment=name, passed=0, total=counts[name], seconds=round(seconds, 1), cases=[],
+                       seed=seeds[name], sha256=digest)
             payload = messages.get(f"results:{name}")
             if ended == "timeout":
                 row.update(status="timeout", reason=f"did not finish within {self.timeout} s")
+            elif ended == "memory":
+                row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory" + raised)
+            elif payload is None and dead:
+                row.update(status="kernel died", reason=f"the kernel died: {crash}" + raised)
             elif payload is None:
-                row.update(status="no results", reason=(f"the hidden tests did not run ({ended})"
-                                                        + (f"; cells raised: {errors}" if errors else "")))
+                row.update(status="no results", reason=(f"the hidden tests did not run ({ended}"
+                                                        + (f"; {crash}" if crash else "") + ")" + raised))
             else:
-                verdict = self.judge.judge(name, self.offset, nonce, payload, JUDGE_SECONDS, JUDGE_MEMORY)
+                verdict = self.judge.judge(name, seeds[name], nonce, payload, JUDGE_SECONDS, JUDGE_MEMORY,
+                                           self.extras.get(name))
                 if verdict["status"] == "flagged":
                     row.update(status="flagged", reason=verdict["reason"])
                 else:
-                    score = verdict["passed"] / verdict["total"] if verdict["total"] else 0.0
-                    row.update(passed=verdict["passed"], total=verdict["total"], score=round(score, 4),
-                               points=round(POINTS * score, 2), status=verdict["status"],
-                               reason="; ".join(f"{case}: {why}" for case, why in verdict["failures"])[:400])
+                    row.update(passed=verdict["passed"], total=verdict["total"], status=verdict["status"],
+                               cases=verdict["cases"], reason=case_summary(verdict["cases"]))
             out.append(row)
         return out
+
+
+def case_summary(cases: list[dict]) -> str:
+    """One line naming every failed case (visible ones by name, hidden ones by number and label)."""
+    failed = [case_title(c) + ": " + clean(c["why"], 100_000) for c in cases if not c["passed"]]
+    return " | ".join(failed)
+
+
+def case_title(c: dict) -> str:
+    if c.get("visible"):
+        return f"case {c['index']} ({c['name']})"
+    return f"hidden case {c['index']}" + (f" ({c['label']})" if c.get("label") else "")
+
+
+def reference_assignments(reference: Path) -> dict[str, list[str]]:
+    """``{reference notebook name: [assignment, ...]}`` for the notebooks of ``reference`` with checkers."""
+    known = set(assignment_names())
+    found = {}
+    for path in sorted(reference.glob("*.ipynb")):
+        with contextlib.suppress(OSError, ValueError):
+            names = [n for n in expected_assignments(json.loads(path.read_text(encoding="utf-8"))) if n in known]
+            if names:
+                found[path.name] = names
+    return found
+
+
+# --------------------------------------------------------------------------- who handed in what
+
+LMS_PREFIX = re.compile(r"^(?P<login>[^_/]+)_(?:LATE_|late_)?(?P<uid>\d+)_(?P<sub>\d+)_(?P<rest>.+)$")
+RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>\d+)\)|-(?P<again>\d+))?$")
+
+
+def match_reference(filename: str, references) -> tuple[str, int, str] | None:
+    """``(reference name, resubmission number, LMS login or '')`` for a submitted file's name, allowing
+    the renamings LMSs and browsers make: ``ch03_exercises (1).ipynb`` (a second download),
+    ``ch03_exercises-1.ipynb`` (Canvas's resubmission), ``login_12345_67890_ch03_exercises.ipynb``
+    (Canvas's bulk download, ``_LATE_`` included); None when it is none of the references."""
+    if not filename.endswith(".ipynb"):
+        return None
+    login, rest = "", filename[: -len(".ipynb")]
+    lms = LMS_PREFIX.match(rest)
+    if lms and lms.group("rest") + ".ipynb" not in references and not _stem_match(lms.group("rest"), references):
+        lms = None
+    if rest + ".ipynb" in references:
+        return rest + ".ipynb", 0, ""
+    if lms:
+        login, rest = lms.group("login"), lms.group("rest")
+    found = _stem_match(rest, references)
+    return (found[0], found[1], login) if found else None
+
+
+def _stem_match(rest: str, references) -> tuple[str, int] | None:
+    if rest + ".ipynb" in references:
+        return rest + ".ipynb", 0
+    m = RESUBMISSION.match(rest)
+    if m and m.group("stem") + ".ipynb" in references and (m.group("copy") or m.group("again")):
+        return m.group("stem") + ".ipynb", int(m.group("copy") or m.group("again"))
+    return None
+
+
+@dataclass
+class Submission:
+    key: str  # the student: folder name, or the LMS login of a file at the top level
+    path: Path
+    reference: str
+    rel: str
+
+
+def find_submissions(submissions: Path, references) -> tuple[list[Submission], list]:
+    """``([Submission], [(path, why ignored)])``: ``SUBMISSIONS/<student>/<notebook>`` or, at the top
+    level, files named by an LMS's bulk download (``login_123_456_<notebook>``); a notebook's common
+    renamings are matched (:func:`match_reference`). When one student handed in several versions of
+    one notebook, the latest resubmission is graded and the others listed as ignored."""
+    found: dict[tuple[str, str], list[tuple[int, Submission]]] = {}
+    ignored = []
+    for path in sorted(submissions.rglob("*")):
+        rel = path.relative_to(submissions)
+        hidden = next((p for p in rel.parts if p.startswith(".")), None)
+        if hidden is not None:
+            if path.is_dir() and path.name == hidden or not path.is_dir() and rel.parts.count(hidden) and \
+                    all(not q.startswith(".") for q in rel.parts[:rel.parts.index(hidden)]) and \
+                    rel.parts.index(hidden) == len(rel.parts) - 1:
+                ignored.append((rel, "a hidden file or folder (its name starts with '.'), not graded"))
+            continue
+        if path.is_symlink():
+            ignored.append((rel, "a symbolic link"))
+            continue
+        if path.is_dir():
+            continue
+        if not path.is_file():
+            ignored.append((rel, "not a regular file"))
+            continue
+        match = match_reference(rel.parts[-1], references)
+        if len(rel.parts) == 1:
+            if match is None or not match[2]:
+                ignored.append((rel, "at the top level without an LMS name (login_123_456_<notebook>); put it in "
+                                     "SUBMISSIONS/<student>/"))
+                continue
+            key = match[2]
+        elif len(rel.parts) == 2:
+            if submissions.joinpath(rel.parts[0]).is_symlink():
+                ignored.append((rel, "the student's folder is a symbolic link"))
+                continue
+            if match is None:
+                ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
+                                     "assignment"))
+                continue
+            key = rel.parts[0]
+        else:
+            ignored.append((rel, "not in a student's folder directly (SUBMISSIONS/<student>/<notebook>)"))
+            continue
+        found.setdefault((key, match[0]), []).append((match[1], Submission(key, path, match[0], str(rel))))
+    graded = []
+    for (key, ref), versions in sorted(found.items()):
+        versions.sort(key=lambda v: (v[0], v[1].rel))
+        graded.append(versions[-1][1])
+        for _, older in versions[:-1]:
+            ignored.append((Path(older.rel), f"an earlier version: {versions[-1][1].rel} is graded instead"))
+    return graded, sorted(ignored, key=lambda x: str(x[0]))
+
+
+def identity_problems(keys: list[str]) -> dict[str, str]:
+    """``{key: why refused}`` for student keys that another key equals after Unicode normalisation
+    (NFC), ignoring case, or after cleaning (control characters and surrounding white space)."""
+    problems: dict[str, str] = {}
+    for how, fold in (("after Unicode normalisation (NFC)", lambda k: unicodedata.normalize("NFC", k)),
+                      ("ignoring upper and lower case", lambda k: unicodedata.normalize("NFC", k).casefold()),
+                      ("after removing control characters and surrounding spaces",
+                       lambda k: " ".join(clean(unicodedata.normalize("NFC", k), 10**6).split()).casefold())):
+        groups: dict[str, list[str]] = {}
+        for k in keys:
+            groups.setdefault(fold(k), []).append(k)
+        for group in groups.values():
+            if len(set(group)) > 1:
+                names = ", ".join(repr(display_name(g)) for g in sorted(set(group)))
+                for k in group:
+                    problems.setdefault(k, f"the names {names} are the same {how}: rename the folders so each "
+                                           "student has exactly one")
+    return problems
+
+
+def slug(key: str) -> str:
+    """A stable file name for a student: letters, digits and ``_.-`` of the name (at most 60), then a
+    dash and 8 hex digits of the name's SHA-256, so two students never share a file and a student keeps
+    theirs from run to run."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", unicodedata.normalize("NFC", key))[:60].lstrip(".-") or "student"
+    return f"{stem}-{hashlib.sha256(key.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
+
+
+def file_names(students: list[str]) -> dict[str, str]:
+    """``{student: file name stem}`` (see :func:`slug`)."""
+    return {who: slug(who) for who in students}
 
 
 # --------------------------------------------------------------------------- files
 
 
-def write_gradebook(rows: list[dict], out_dir: Path) -> tuple[Path, Path]:
-    """gradebook.csv (Canvas/Moodle import) and feedback/<student>.md; rows' students are display names."""
-    assignments = sorted({(r["notebook"].split("_")[0], r["assignment"]) for r in rows if r["assignment"]})
-    students = sorted({r["student"] for r in rows})
-    book = out_dir / "gradebook.csv"
-    with book.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["Student", "SIS Login ID"] + [f"{ch} {a} ({POINTS} pts)" for ch, a in assignments]
-                        + ["Total"])
-        for who in students:
-            points = {(r["notebook"].split("_")[0], r["assignment"]): r["points"] for r in rows
-                      if r["student"] == who and r["assignment"]}
-            cells = [points.get(key, 0.0) for key in assignments]
-            writer.writerow([safe(who), safe(who)] + cells + [round(sum(cells), 2)])
-    feedback = out_dir / "feedback"
-    feedback.mkdir(parents=True, exist_ok=True)
-    for who, stem in file_names(students).items():
-        lines = [f"# Feedback for {clean(who)}", ""]
-        for r in rows:
-            if r["student"] != who:
-                continue
-            lines.append(f"## {clean(r['notebook'])}: {r['assignment'] or '(no assignment)'}: "
-                         f"{r['points']}/{POINTS} points ({r['status']})")
-            lines += [f"- {clean(part)}" for part in str(r["reason"]).split("; ") if part.strip()]
-            lines.append("")
-        (feedback / f"{stem}.md").write_text("\n".join(lines), encoding="utf-8")
-    return book, feedback
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a reader (or a
+    full disk) never sees a half-written file, and the old file stays whole if writing fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it 0600)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def csv_text(header: list[str], rows: list[list]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def fenced(text: str) -> str:
+    """``text`` in a fenced code block whose fence is longer than any run of backticks in it: Markdown
+    and HTML inside stay literal text."""
+    text = clean_block(text)
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def clean_block(text: str) -> str:
+    """Printable text of any length, line breaks kept (control and format characters removed)."""
+    text = _ANSI.sub("", str(text))
+    return "\n".join(" ".join(clean(line, 10**7).split(" ")) for line in text.replace("\r\n", "\n").split("\n"))
+
+
+def feedback_markdown(student: dict, rows: list[dict]) -> str:
+    """A student's feedback: per assignment the points, the status in words, and each failed case (a
+    visible case whole: input, expected, got; a hidden case by number and description only). Every
+    text the student's code or name could influence is in a fenced code block."""
+    lines = ["# Feedback", "", "Student:", "", fenced(student["student"]), ""]
+    for r in rows:
+        title = f"{r['notebook']}: {r['assignment']}"
+        points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
+        lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
+                  + (f"; {r['passed']} of {r['total']} cases passed" if r["status"] in ("graded", "not implemented")
+                     else ""), ""]
+        if r["status"] not in ("graded",):
+            lines += [STATUS_WORDS.get(r["status"], r["status"]).capitalize() + ".", ""]
+        if r.get("late_days"):
+            lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
+        if r["status"] not in ("graded", "not implemented") and r.get("reason"):
+            lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
+        failed = [c for c in r.get("cases", []) if not c["passed"]]
+        for c in failed:
+            if c.get("visible"):
+                lines += [f"### Case {c['index']}: a case your checker cell shows", "",
+                          fenced("\n".join([f"case: {c['name']}"] + [f"{k}: {c[k]}" for k in
+                                                                     ("input", "expected", "got") if c.get(k)]
+                                           + [f"why: {c['why']}"])), ""]
+            else:
+                lines += [f"### Hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else ""), "",
+                          fenced(c["why"]), ""]
+    return "\n".join(lines)
+
+
+FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
+          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason"]
+
+
+def score_row(row: dict, course, submitted) -> dict:
+    """Points from the passed cases' weights, the assignment's points and the late policy."""
+    spec = course.assignment(row["assignment"])
+    row["max_points"] = spec.points
+    for c in row.get("cases", []):
+        c["weight"] = spec.weight(c)
+    if row["status"] in ("not submitted", "refused", "grader error", "flagged"):
+        row.update(score=0.0, points=None, late_days=0, penalty=0.0)
+        return row
+    weights = sum(c["weight"] for c in row.get("cases", []))
+    score = sum(c["weight"] for c in row.get("cases", []) if c["passed"]) / weights if weights else 0.0
+    days = course.late_days(row["assignment"], submitted)
+    penalty = course.penalty(days)
+    row.update(score=round(score, 4), late_days=days, penalty=penalty,
+               points=round(spec.points * score * (1 - penalty), 2))
+    return row
 
 
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
-          seed: int | None = None, disk_mb: int = 512) -> list[dict]:
-    grader = Grader(reference, timeout, memory_gb, disk_mb, seed)
+          seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
+          jobs: int = 1, resume: bool = False, regrade: str | None = None) -> list[dict]:
+    """Grade the class; see :func:`main`. Returns the rows of grades.csv."""
+    course = load_course(course_file)
+    out_dir = out_csv.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".grade.lock", "a+")
     try:
-        return _grade_all(grader, submissions, out_csv)
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise GradeError(f"another grade.py run is writing into {out_dir}: wait for it to finish") from None
+    try:
+        return _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret,
+                             jobs, resume, regrade)
     finally:
-        grader.close()
+        lock.close()
 
 
-def _grade_all(grader: Grader, submissions: Path, out_csv: Path) -> list[dict]:
+class GradeError(Exception):
+    """A problem the instructor must fix before grading: printed as one line."""
+
+
+_POOL_GRADER: "Grader | None" = None
+
+
+def _pool_init(args) -> None:
+    global _POOL_GRADER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it ends the pool
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    _POOL_GRADER = Grader(*args)
+    import atexit
+
+    atexit.register(_POOL_GRADER.close)
+
+
+def _pool_grade(task):
+    return _grade_one(_POOL_GRADER, *task)
+
+
+def _grade_one(grader: Grader, who: str, key: str, path: Path, reference: str, seeds: dict) -> list[dict]:
+    try:
+        return grader.grade_notebook(who, path, reference, seeds)
+    except Exception as err:  # noqa: BLE001  a failure of the grader costs this notebook only
+        return [dict(student=who, notebook=reference, assignment=n, passed=0, total=0, cases=[], seed=seeds[n],
+                     status="grader error", reason=f"{type(err).__name__}: {err}", sha256="")
+                for n in grader.references[reference]]
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret, jobs, resume,
+                  regrade) -> list[dict]:
+    out_dir = out_csv.parent
+    key, key_from = grading_secret(secret, course, out_dir)
+    key_id = secret_id(key)
+    references = reference_assignments(reference)
+    found, ignored = find_submissions(submissions, references)
+    roster = course.roster
+    keys = sorted({s.key for s in found} | set(roster or {}))
+    refused = identity_problems(keys)
+    students = {}
+    for k in keys:
+        info = (roster or {}).get(unicodedata.normalize("NFC", k))
+        students[k] = {"key": k, "student": display_name(k), "name": (info.name if info and info.name else
+                                                                    display_name(k)),
+                       "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
+                       "login": info.login if info and info.login else display_name(k),
+                       "section": info.section if info else "", "email": info.email if info else ""}
+    unmatched = sorted(k for k in {s.key for s in found} if roster is not None
+                       and unicodedata.normalize("NFC", k) not in roster)
+    extras = {n: a.extra_cases for n, a in course.assignments.items() if a.extra_cases}
+    journal = out_dir / "grades.jsonl"
+    previous: dict[tuple[str, str], list[dict]] = {}
+    if (resume or regrade is not None) and journal.exists():
+        for line in journal.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                r = json.loads(line)
+                previous.setdefault((r["key"], r["notebook"]), []).append(r)
+    elif regrade is not None:
+        raise GradeError(f"--regrade needs the grades of an earlier run in {out_dir} (grades.jsonl)")
+    if regrade is not None and regrade not in keys and regrade not in {students[k]["student"] for k in keys}:
+        raise GradeError(f"--regrade {regrade!r}: no such student in {submissions}")
+    times = load_times(Path(course.times_file), course.timezone) if course.late_source == "csv" and \
+        course.times_file else {}
+    todo, rows = [], []
+    for sub in found:
+        who = students[sub.key]["student"]
+        if sub.key in refused:
+            rows += [dict(student=who, key=sub.key, notebook=sub.reference, assignment=n, passed=0, total=0,
+                          cases=[], status="refused", reason=refused[sub.key], sha256="", seed="")
+                     for n in references[sub.reference]]
+            continue
+        old = previous.get((sub.key, sub.reference), [])
+        digest = hashlib.sha256(sub.path.read_bytes()).hexdigest() if old else ""
+        again = regrade is not None and regrade in (sub.key, who)
+        if old and not again and (regrade is not None or (all(r.get("sha256") == digest for r in old)
+                                                          and all(r["status"] != "grader error" for r in old))):
+            rows += old
+            continue
+        seeds = {n: seed if seed is not None else derive_seed(key, n, sub.key) for n in references[sub.reference]}
+        todo.append((who, sub.key, sub.path, sub.reference, seeds))
+    if regrade is not None:
+        before = {(r["key"], r["assignment"]): r for rs in previous.values() for r in rs}
+    sandbox_note = _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times,
+                        key_id, resume or regrade is not None)
+    partial = sandbox_note.pop("interrupted", False)
+    rows = [r for r in rows if "key" in r]
+    # every student × assignment without a row: not submitted
+    columns = sorted({(ref.split("_")[0], n) for ref, names in references.items() for n in names
+                      if any(r["assignment"] == n for r in rows) or n in course.assignments})
+    have = {(r["key"], r["assignment"]) for r in rows}
+    for k in keys:
+        for ch, n in columns:
+            if (k, n) not in have and not partial:
+                rows.append(dict(student=students[k]["student"], key=k, notebook="", assignment=n, passed=0,
+                                 total=0, cases=[], status="not submitted", reason="", sha256="", seed=""))
+    for r in rows:
+        r.setdefault("seconds", 0.0)
+        r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
+        r["secret_id"] = key_id if r.get("seed", "") != "" else ""
+        submitted = times.get((unicodedata.normalize("NFC", r["key"]), r["notebook"])) or times.get(
+            (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
+        if submitted is None and course.late_source == "mtime" and r.get("path"):
+            submitted = _mtime(r["path"])
+        score_row(r, course, submitted)
+    rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
+    write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
+                  submissions)
+    for rel, why in ignored:
+        print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
+    for k, why in sorted(refused.items()):
+        print(f"REFUSED: {clean(display_name(k), 160)}: {why}")
+    for k in unmatched:
+        print(f"not in the roster: {clean(display_name(k), 160)} (graded; left out of canvas.csv and moodle.csv)")
+    if regrade is not None:
+        for r in rows:
+            if regrade in (r["key"], r["student"]) and r["status"] != "not submitted":
+                old = before.get((r["key"], r["assignment"]))
+                was = "no earlier grade" if old is None else f"was {old.get('points')} ({old.get('status')})"
+                same = old is not None and old.get("points") == r["points"] and old.get("seed") == r["seed"]
+                print(f"regrade {clean(r['student'], 120)} {r['assignment']}: {r['points']}/{r['max_points']:g} "
+                      f"({r['status']}, seed {r['seed']}); {was}" + (": the same" if same else ""))
+    for what in sorted(sandbox_note.get("missing", [])):
+        print(f"not limited: {what}")
+    print(("PARTIAL (interrupted): " if partial else "") +
+          f"Wrote {len(rows)} rows to {out_csv}, gradebook.csv, canvas.csv, moodle.csv, feedback/ and gradescope/ "
+          f"in {out_dir}, {len(ignored)} ignored files to ignored.csv (sandbox: {sandbox_note.get('kind')}; "
+          f"seeds from the secret {key_id}, {key_from})")
+    if partial:
+        raise KeyboardInterrupt
+    return rows
+
+
+def _mtime(path):
+    import datetime as dt
+
+    with contextlib.suppress(OSError):
+        return dt.datetime.fromtimestamp(Path(path).stat().st_mtime, dt.timezone.utc)
+    return None
+
+
+def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times, key_id,
+         append) -> dict:
+    """Grade ``todo`` (one process, or a pool of ``jobs``), appending each notebook's rows to ``rows`` and to
+    the journal as it finishes. Ctrl-C or SIGTERM stops it: what was graded stays."""
+    note: dict = {}
+    mode = "a" if append else "w"
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    if not append:
+        write_atomic(journal, "".join(json.dumps(r) + "\n" for r in rows))
+        mode = "a"
+    try:
+        with open(journal, mode, encoding="utf-8") as log:
+            def done(task, found):
+                who, k, path = task[0], task[1], task[2]
+                for r in found:
+                    r.update(key=k, path=str(path))
+                    r.setdefault("seconds", 0.0)
+                    log.write(json.dumps(r) + "\n")
+                    status = r["status"]
+                    print(f"{clean(who, 120)}/{r['notebook']} {r['assignment']}: {r['passed']}/{r['total']} cases "
+                          f"({status})")
+                log.flush()
+                rows.extend(found)
+
+            if jobs <= 1 or len(todo) <= 1:
+                grader = Grader(reference, timeout, memory_gb, disk_mb, extras)
+                note.update(kind=grader.sandbox.kind, missing=grader.missing)
+                _announce(grader)
+                try:
+                    for task in todo:
+                        done(task, _grade_one(grader, *task))
+                except KeyboardInterrupt:
+                    note["interrupted"] = True
+                finally:
+                    grader.close()
+            else:
+                import concurrent.futures as cf
+                import multiprocessing
+
+                probe = Sandbox.detect(int(memory_gb * 2**30))
+                note.update(kind=probe.kind, missing=set(probe.missing))
+                pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                              initializer=_pool_init,
+                                              initargs=((reference, timeout, memory_gb, disk_mb, extras),))
+                try:
+                    futures = {pool.submit(_pool_grade, task): task for task in todo}
+                    for future in cf.as_completed(futures):
+                        done(futures[future], future.result())
+                except KeyboardInterrupt:
+                    note["interrupted"] = True
+                finally:
+                    for proc in list(getattr(pool, "_processes", {}).values()):
+                        with contextlib.suppress(Exception):
+                            proc.terminate()  # SIGTERM: each worker ends its sandbox and removes its folder
+                    pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    return note
+
+
+def _announce(grader: Grader) -> None:
     if grader.sandbox.kind == "none":
         bar = "!" * 78
         print(f"{bar}\nWARNING: submissions run WITHOUT a sandbox. Not isolated: " + "; ".join(grader.missing)
@@ -734,43 +1178,51 @@ def _grade_all(grader: Grader, submissions: Path, out_csv: Path) -> list[dict]:
         user = "uid 65534" if grader.sandbox.unprivileged else "your user" if os.geteuid() else "root"
         print(f"sandbox: bubblewrap as {user} (no network, own process tree, only the system, Python and a "
               f"package copy without the answers, read-only; {grader.disk // 2**20} MB tmpfs)")
-    notebooks, ignored = find_submissions(submissions, grader.references)
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    with out_csv.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS + ["seconds"], extrasaction="ignore")
-        writer.writeheader()
-        f.flush()
-        for raw, path in notebooks:
-            who = display_name(raw)
-            try:
-                found = grader.grade_notebook(who, path)
-            except Exception as err:  # noqa: BLE001  a failure of the grader costs this notebook only
-                found = [dict(student=who, notebook=path.name, assignment=n, passed=0, total=0, score=0.0,
-                              points=0.0, status="grader error", reason=f"{type(err).__name__}: {err}")
-                         for n in grader.references[path.name]]
-            for row in found:
-                row["reason"] = clean(row["reason"], 500)
-                row.setdefault("seconds", 0.0)
-                writer.writerow({k: safe(v) for k, v in row.items()})
-                rows.append(row)
-                print(f"{clean(row['student'], 120)}/{clean(row['notebook'], 80)} {row['assignment']}: "
-                      f"{row['points']}/{POINTS} ({row['status']})"
-                      + (f" — {clean(row['reason'], 120)}" if row["reason"] else ""))
-            f.flush()
-    book, feedback = write_gradebook(rows, out_csv.parent)
-    with (out_csv.parent / "ignored.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "why"])
-        for rel, why in ignored:
-            writer.writerow([safe(display_name(str(rel))), why])
-    for rel, why in ignored:
-        print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
-    for what in sorted(grader.missing):
-        print(f"not limited: {what}")
-    print(f"Wrote {len(rows)} rows to {out_csv}, totals to {book}, feedback to {feedback}/, {len(ignored)} ignored "
-          f"files to {out_csv.parent / 'ignored.csv'} (sandbox: {grader.sandbox.kind})")
-    return rows
+
+
+def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
+    """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, each written
+    atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
+    out_dir = out_csv.parent
+    write_atomic(out_csv, csv_text(FIELDS, [[safe(r.get(k, "")) if k != "points" or r.get(k) is not None else ""
+                                             for k in FIELDS] for r in rows]))
+    by = {(r["key"], r["assignment"]): r for r in rows}
+    header = ["Student", "SIS Login ID", "Section"]
+    for ch, a in columns:
+        header += [f"{ch} {a} ({course.assignment(a).points:g} pts)", f"{ch} {a} status"]
+    book_rows = []
+    for s in students:
+        cells = [safe(s["student"]), safe(s["login"]), safe(s["section"])]
+        for _, a in columns:
+            r = by.get((s["key"], a))
+            cells += ["" if r is None or r["points"] is None else r["points"],
+                      "not graded yet" if r is None else r["status"]]
+        book_rows.append(cells)
+    stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
+    for name in stale:
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / name).unlink()
+    write_atomic(out_dir / ("gradebook.partial.csv" if partial else "gradebook.csv"), csv_text(header, book_rows))
+    if partial:
+        write_atomic(out_dir / "PARTIAL.txt", "Grading was interrupted: gradebook.partial.csv holds the notebooks "
+                     f"graded so far ({len({r['key'] for r in rows})} students). Run the same command with --resume "
+                     "to grade the rest; canvas.csv and moodle.csv are written only when every notebook is graded.\n")
+    else:
+        lms = [s for s in students if course.roster is None or s["key"] not in unmatched]
+        export_rows = [dict(r, points=r["points"]) for r in rows]
+        write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
+        write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
+    feedback, scope = out_dir / "feedback", out_dir / "gradescope"
+    for s in students:
+        mine = [r for r in rows if r["key"] == s["key"] and r["status"] != "not submitted"]
+        if not mine:
+            continue
+        text = feedback_markdown(s, mine)
+        write_atomic(feedback / f"{slug(s['key'])}.md", text)
+        write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
+            lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine], text)))
+    write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), why]
+                                                                     for rel, why in ignored]))
 
 
 def main(argv=None) -> None:
@@ -782,7 +1234,17 @@ def main(argv=None) -> None:
                         help="memory of the whole sandbox (cgroup) and address space of each process")
     parser.add_argument("--disk-mb", type=int, default=512, help="size of each of the sandbox's two tmpfs")
     parser.add_argument("--reference", type=Path, default=ROOT / "notebooks")
-    parser.add_argument("--seed", type=int, default=None, help="hidden-test seed (default: a fresh random one)")
+    parser.add_argument("--course", type=Path, default=None, help="the course file (TOML; see course.example.toml)")
+    parser.add_argument("--secret", default=None, help="the grading secret (default: $GRADE_SECRET, the course "
+                        "file's secret_file, or OUT's .grade-secret, made on the first run)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="one hidden seed for every student (tests and demonstrations; default: a seed per "
+                             "student and assignment derived from the secret)")
+    parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once, each in its own sandbox")
+    parser.add_argument("--resume", action="store_true", help="keep what an earlier (interrupted) run into the "
+                        "same OUT graded, and grade the rest")
+    parser.add_argument("--regrade", default=None, metavar="STUDENT",
+                        help="grade this student's notebooks again (with the same seeds) and keep everyone else's")
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a directory of notebooks")
@@ -794,7 +1256,25 @@ def main(argv=None) -> None:
         parser.error("--memory-gb must be positive and --disk-mb at least 16")
     if args.seed is not None and args.seed < 0:
         parser.error("--seed must be non-negative")
-    grade(args.submissions, args.out, args.timeout, args.reference, args.memory_gb, args.seed, args.disk_mb)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    try:
+        grade(args.submissions, args.out, args.timeout, args.reference, args.memory_gb, args.seed, args.disk_mb,
+              args.course, args.secret, args.jobs, args.resume, args.regrade)
+    except KeyboardInterrupt:
+        print(f"grade.py: interrupted; what was graded is kept (gradebook.partial.csv in {args.out.parent}); "
+              "run again with --resume to finish", file=sys.stderr)
+        sys.exit(130)
+    except (GradeError, CourseError) as err:
+        print(f"grade.py: {err}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            print(f"grade.py: cannot write {err.filename or args.out.parent}: {err.strerror} "
+                  f"({'disk full' if err.errno in (errno.ENOSPC, errno.EDQUOT) else 'not writable'}); the files "
+                  "already there are unchanged", file=sys.stderr)
+            sys.exit(1)
+        raise
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Hidden tests: what runs beside a student's code, and what judges it elsewhere.
 
 The grader (``scripts/grade.py``) builds each assignment's hidden cases in its own
-process, from a seed chosen at grading time, and writes only their *arguments*
-(:func:`hidden_arguments`) into the sandbox. There, after the student's cells,
-:func:`run_hidden` calls the student's function on those arguments and saves the
-outputs (plain tensors, numbers, strings and containers of those). Outside again,
-:func:`judge_isolated` loads them (:func:`load_results`: plain types and dense
-tensors of bounded size only) and applies the instructor's checks
-(:func:`judge`) in a child process with time and memory limits. The checks and
+process, from a seed it derives for each student and assignment, and writes only their
+*arguments* (:func:`hidden_arguments`, in the format of :func:`dump_data`) into the
+sandbox. There, after the student's cells, :func:`run_hidden` calls the student's
+function on every case and saves one record per case (plain tensors, numbers, strings
+and containers of those). Outside again, :func:`judge_isolated` loads them
+(:func:`load_results`: a JSON header and raw tensor bytes, never pickle) and applies
+the instructor's checks (:func:`judge`) in a child process with time and memory
+limits. A case that did not run (it raised, or is missing) is a failed case: the
+score is always over every case. The checks and
 the expected values never enter the student's kernel, so a forged log line, a
 self-made ``run_checks`` call, a patched checker or a walk up the call stack finds
 nothing to copy.
@@ -24,9 +26,9 @@ import ast
 import contextlib
 import functools
 import importlib
-import io
+import json
+import math
 import os
-import pickle
 import reprlib
 import resource
 import select
@@ -36,7 +38,6 @@ import struct
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,23 +46,36 @@ import torch
 from . import Case, Report, collect_cases, hidden_cases
 
 __all__ = ["BLOCKED", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
-           "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT"]
+           "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
+           "dump_data", "load_data", "grading_cases", "case_results", "describe_value"]
 
-# What each assignment asks students to write, where the package already has it.
+# What each assignment asks students to write, where the package already has it: the function
+# itself and the package's other functions that compute the same thing by another route (a
+# masked softmax is the weights of attention with the identity as keys and values, so the
+# fused and tiled attention paths are blocked with it).
+_SOFTMAX_PATHS = ["attention_book.models.attention:_softmax_where", "attention_book.models.tiled:online_softmax",
+                  "attention_book.models.tiled:softmax_block", "attention_book.models.tiled:tiled_forward"]
 BLOCKED: dict[str, list[str]] = {
-    "softmax_pool": ["attention_book.experiments.lookup:attention_pool"],
-    "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson"],
-    "masked_softmax": ["attention_book.models.attention:masked_softmax"],
+    "softmax_pool": ["attention_book.experiments.lookup:attention_pool", *_SOFTMAX_PATHS],
+    "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson", *_SOFTMAX_PATHS],
+    "masked_softmax": ["attention_book.models.attention:masked_softmax", *_SOFTMAX_PATHS],
     "masked_cross_entropy": ["attention_book.models.seq2seq:masked_cross_entropy"],
     "bleu": ["attention_book.data.text:bleu", "attention_book.data.text:bleu_parts"],
     "split_heads": ["attention_book.models.attention:transpose_qkv"],
+    "per_head_attention": ["attention_book.models.attention:transpose_qkv", *_SOFTMAX_PATHS],
     "sinusoidal_encoding": ["attention_book.models.positional:sinusoidal_table"],
+    "encode_positions": ["attention_book.models.positional:sinusoidal_table",
+                         "attention_book.models.positional:_frequencies"],
     "warmup_cosine": ["attention_book.core.train:warmup_cosine_factor"],
     "patchify": ["attention_book.models.vit:patchify"],
     "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
-    "merge_softmax": ["attention_book.models.tiled:merge_softmax"],
+    "merge_softmax": ["attention_book.models.tiled:merge_softmax", "attention_book.models.tiled:tiled_forward"],
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing")
+DATA_MAGIC = b"ABGRADE1"  # the first bytes of every file dump_data writes
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.uint8,
+    torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)}
 MAX_ITEMS = 100_000  # containers, numbers and strings in one results file (shared ones counted each time)
 MAX_DEPTH = 24  # nesting of containers in one results file
 RESULTS_LIMIT = 64 * 2**20  # bytes of one results file, and of all its tensors together
@@ -90,10 +104,45 @@ def package_without(names, dest: Path) -> Path:
         for spec in BLOCKED.get(name, []):
             module, attr = spec.split(":")
             by_file.setdefault(module, []).append(attr)
+        module, keep = _checker_module(name)
+        path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        by_file.setdefault(module, []).extend(_answer_helpers(path.read_text(encoding="utf-8"), keep))
     for module, attrs in by_file.items():
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
-        path.write_text(_without_definitions(path.read_text(encoding="utf-8"), attrs, module), encoding="utf-8")
+        path.write_text(_without_definitions(path.read_text(encoding="utf-8"), sorted(set(attrs)), module),
+                        encoding="utf-8")
     return Path(dest)
+
+
+def _checker_module(name: str) -> tuple[str, set[str]]:
+    """The module that defines ``check_<name>``, and the top-level functions the sandbox needs from it:
+    the checker itself and the adapter through which it calls the student's function."""
+    from . import __dict__ as registry
+
+    checker = registry.get(f"check_{name}")
+    if checker is None:
+        raise ValueError(f"no assignment named {name!r}")
+    original = getattr(checker, "__wrapped__", checker)
+    keep = {original.__name__}
+    call, _ = collect_cases(name, _Placeholder())
+    if isinstance(call, functools.partial):
+        keep.add(call.func.__name__)
+    return original.__module__, keep
+
+
+def _answer_helpers(code: str, keep: set[str]) -> list[str]:
+    """The top-level functions of a checker module that the sandbox must not have: every one except those
+    in ``keep`` and the functions they name (the checker's reference answer, its case builders...)."""
+    bodies = {node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+              for node in ast.parse(code).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    needed, todo = set(), [k for k in keep if k in bodies and not k.startswith("check_")]
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += [n for n in bodies[name] if n in bodies and not n.startswith("check_")]
+    # the checker itself becomes a stand-in too: in the sandbox it has no cases to show
+    return sorted(n for n in bodies if n not in needed)
 
 
 def _without_definitions(code: str, attrs: list[str], module: str) -> str:
@@ -142,12 +191,37 @@ class _Placeholder:
     """Stands for the student's function while the grader collects a checker's cases."""
 
 
-def hidden_arguments(name: str, offset: int, nonce: str) -> dict:
-    """What enters the sandbox for assignment ``name``: the hidden cases' arguments only, and how
-    the checker calls the student's function (directly, or through a module-level adapter)."""
+def grading_cases(name: str, offset: int, extra: str | None = None) -> tuple[Any, list[Case]]:
+    """``(how the checker calls the function, cases)`` of assignment ``name`` at the hidden seed
+    ``offset``: the checker's cases, then the instructor's extra cases for ``name`` from the Python
+    file ``extra`` (it defines ``cases(name, seed) -> list[Case]``; see book/instructors.md)."""
     placeholder = _Placeholder()
     with hidden_cases(offset):
         call, cases = collect_cases(name, placeholder)
+    if extra:
+        module = _extra_module(str(extra))
+        more = module.cases(name, offset) if hasattr(module, "cases") else []
+        if not isinstance(more, (list, tuple)) or not all(isinstance(c, Case) for c in more):
+            raise RuntimeError(f"{extra}: cases({name!r}, seed) must return a list of Case")
+        cases = list(cases) + list(more)
+    return (call, placeholder), cases
+
+
+@functools.lru_cache(maxsize=8)
+def _extra_module(path: str):
+    """The instructor's extra-cases file, loaded once (it is the instructor's code, never a student's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_extra_cases_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hidden_arguments(name: str, offset: int, nonce: str, extra: str | None = None) -> dict:
+    """What enters the sandbox for assignment ``name``: the hidden cases' arguments only, and how
+    the checker calls the student's function (directly, or through a module-level adapter)."""
+    (call, placeholder), cases = grading_cases(name, offset, extra)
     if call is placeholder:
         adapter = None
     elif (isinstance(call, functools.partial) and call.args == (placeholder,) and not call.keywords
@@ -158,6 +232,117 @@ def hidden_arguments(name: str, offset: int, nonce: str) -> dict:
                            "module-level function passed with functools.partial(adapter, fn)")
     return {"assignment": name, "nonce": nonce, "adapter": adapter,
             "cases": [{"args": tuple(c.args), "kwargs": dict(c.kwargs)} for c in cases]}
+
+
+# --------------------------------------------------------------------------- the results format (no pickle)
+
+
+def dump_data(obj: Any) -> bytes:
+    """``obj`` (None, bool, int, float, str, tuples, lists, dicts with string keys, dense tensors) as
+    bytes: ``DATA_MAGIC``, the length of a JSON header, the header, then each tensor's raw bytes one
+    after the other. Nothing in it is code: :func:`load_data` reads it back without pickle."""
+    blobs: list[bytes] = []
+    at = [0]
+
+    def enc(x):
+        if isinstance(x, torch.Tensor):
+            t = x.detach().to("cpu").contiguous()
+            if t.dtype == torch.bfloat16:
+                raw = t.view(torch.int16).numpy().tobytes()
+            else:
+                raw = t.numpy().tobytes() if t.numel() else b""
+            blobs.append(raw)
+            at[0] += len(raw)
+            return {"$tensor": [str(t.dtype).removeprefix("torch."), list(t.shape), len(raw)]}
+        if x is None or type(x) in (bool, int, str):
+            return x
+        if type(x) is float:
+            return x if math.isfinite(x) else {"$float": repr(x)}
+        if type(x) is tuple:
+            return {"$tuple": [enc(v) for v in x]}
+        if type(x) is list:
+            return [enc(v) for v in x]
+        if type(x) is dict:
+            return {"$dict": [[str(k), enc(v)] for k, v in x.items()]}
+        raise TypeError(f"dump_data cannot write a {type(x).__name__}")
+
+    header = json.dumps(enc(obj), separators=(",", ":")).encode("utf-8")
+    return DATA_MAGIC + struct.pack(">Q", len(header)) + header + b"".join(blobs)
+
+
+def load_data(payload: bytes, limit: int = RESULTS_LIMIT) -> Any:
+    """Read :func:`dump_data`'s bytes: bounded in size, depth and items; tensors only of the listed
+    dtypes, each exactly its bytes, laid end to end. Anything else raises :class:`GradingError`."""
+    if not isinstance(payload, (bytes, bytearray)) or len(payload) > limit:
+        raise GradingError(f"the results file is larger than {limit // 2**20} MB")
+    payload = bytes(payload)
+    if not payload.startswith(DATA_MAGIC) or len(payload) < len(DATA_MAGIC) + 8:
+        raise GradingError("the results file is not what the grader writes (wrong format)")
+    (size,) = struct.unpack(">Q", payload[len(DATA_MAGIC):len(DATA_MAGIC) + 8])
+    start = len(DATA_MAGIC) + 8
+    if size > len(payload) - start:
+        raise GradingError("the results file's header is cut short")
+    try:
+        tree = json.loads(payload[start:start + size].decode("utf-8"))
+    except RecursionError:
+        raise GradingError(f"the results are nested more than {MAX_DEPTH} levels deep") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise GradingError(f"the results file's header is not JSON ({type(err).__name__})") from None
+    blob = memoryview(payload)[start + size:]
+    state = {"items": MAX_ITEMS, "at": 0}
+
+    def dec(x, depth):
+        state["items"] -= 1
+        if state["items"] < 0:
+            raise GradingError(f"the results hold more than {MAX_ITEMS} items")
+        if depth > MAX_DEPTH:
+            raise GradingError(f"the results are nested more than {MAX_DEPTH} levels deep")
+        if x is None or type(x) in (bool, int, float):
+            return x
+        if type(x) is str:
+            if len(x) > 10_000:
+                raise GradingError("the results hold a string of more than 10,000 characters")
+            return x
+        if type(x) is list:
+            return [dec(v, depth + 1) for v in x]
+        if type(x) is dict and len(x) == 1:
+            (key, value), = x.items()
+            if key == "$tuple" and type(value) is list:
+                return tuple(dec(v, depth + 1) for v in value)
+            if key == "$dict" and type(value) is list and all(type(p) is list and len(p) == 2
+                                                             and type(p[0]) is str for p in value):
+                return {k: dec(v, depth + 1) for k, v in value}
+            if key == "$float" and value in ("nan", "inf", "-inf"):
+                return float(value)
+            if key == "$tensor":
+                return tensor(value)
+        raise GradingError("the results hold a value of a form the grader does not write")
+
+    def tensor(value):
+        if not (type(value) is list and len(value) == 3 and value[0] in _DTYPES and type(value[1]) is list
+                and all(type(n) is int and 0 <= n < 2**40 for n in value[1]) and type(value[2]) is int):
+            raise GradingError("the results hold a tensor entry of an unknown form")
+        dtype, shape, nbytes = _DTYPES[value[0]], value[1], value[2]
+        if len(shape) > 16:
+            raise GradingError("the results hold a tensor of more than 16 dimensions")
+        count = math.prod(shape)
+        if count * torch.empty((), dtype=dtype).element_size() != nbytes:
+            raise GradingError("the results hold a tensor whose size does not match its bytes (the grader "
+                               "writes each tensor's elements exactly once, with no overlap)")
+        if state["at"] + nbytes > len(blob):
+            raise GradingError("the results hold a tensor whose bytes are missing")
+        raw = bytearray(blob[state["at"]:state["at"] + nbytes])
+        state["at"] += nbytes
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        if dtype == torch.bfloat16:
+            return torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).reshape(shape).clone()
+        return torch.frombuffer(raw, dtype=dtype).reshape(shape).clone()
+
+    out = dec(tree, 0)
+    if state["at"] != len(blob):
+        raise GradingError("the results file has bytes that belong to no tensor")
+    return out
 
 
 # --------------------------------------------------------------------------- inside the sandbox
@@ -200,7 +385,8 @@ def _plain(obj: Any, budget: list[int]) -> Any:
 
 def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
     """Beside the student's code: call ``fn`` on the hidden cases' arguments and save the outputs."""
-    spec = torch.load(cases_path, weights_only=True)
+    with open(cases_path, "rb") as f:
+        spec = load_data(f.read())
     records: list[dict] = []
     if is_package_version(name, fn):
         records.append({"status": "package"})
@@ -215,81 +401,29 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
             args, kwargs = case["args"], case["kwargs"]
             try:
                 got = call(*args, **kwargs)
-            except NotImplementedError:
+            except NotImplementedError:  # a failed case; the other cases still run
                 records.append({"status": "not_implemented"})
-                break
+                continue
             except Exception as err:  # the student's code raised: a failed case, with its message
                 records.append({"status": "raised", "error": f"{type(err).__name__}: {err}"[:300]})
                 continue
             budget = [MAX_ITEMS]
             records.append({"status": "ok", "got": _plain(got, budget), "args": _plain(tuple(args), budget)})
-    torch.save({"assignment": name, "nonce": spec["nonce"], "records": records}, out_path)
+    data = dump_data({"assignment": name, "nonce": spec["nonce"], "records": records})
+    with open(out_path, "wb") as f:
+        f.write(data)
 
 
 # --------------------------------------------------------------------------- outside again: loading and judging
 
 
 def load_results(payload: bytes) -> dict:
-    """Read a results file's bytes: a ``torch.save`` zip whose entries are stored, not compressed,
-    loaded with ``weights_only`` (no code runs), holding only plain types and dense, compact CPU
-    tensors, all of bounded size. Anything else raises :class:`GradingError`."""
-    if not isinstance(payload, (bytes, bytearray)) or len(payload) > RESULTS_LIMIT:
-        raise GradingError(f"the results file is larger than {RESULTS_LIMIT // 2**20} MB")
-    try:
-        entries = zipfile.ZipFile(io.BytesIO(payload)).infolist()
-    except Exception as err:
-        raise GradingError(f"the results file is not what the grader writes ({type(err).__name__})") from None
-    if len(entries) > 10_000:
-        raise GradingError("the results file has too many entries")
-    if any(e.compress_type != zipfile.ZIP_STORED for e in entries):
-        raise GradingError("the results file has a compressed entry (the grader writes none)")
-    if sum(e.file_size for e in entries) > RESULTS_LIMIT:
-        raise GradingError(f"the results file unpacks to more than {RESULTS_LIMIT // 2**20} MB")
-    try:
-        data = torch.load(io.BytesIO(bytes(payload)), weights_only=True)
-    except Exception as err:
-        raise GradingError(f"the results file cannot be read safely ({type(err).__name__})") from None
-    data = _checked(data, [MAX_ITEMS, RESULTS_LIMIT], 0)
+    """Read a results file's bytes (:func:`load_data`: no pickle, no code, bounded sizes) and check it
+    holds a dict with a list of records. Anything else raises :class:`GradingError`."""
+    data = load_data(payload)
     if not isinstance(data, dict) or not isinstance(data.get("records"), list):
         raise GradingError("the results file does not hold a list of records")
     return data
-
-
-def _checked(obj: Any, budget: list[int], depth: int) -> Any:
-    """A fresh copy of ``obj`` if it holds only what run_hidden writes, else GradingError."""
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise GradingError(f"the results hold more than {MAX_ITEMS} items (counting shared ones each time)")
-    if depth > MAX_DEPTH:
-        raise GradingError(f"the results are nested more than {MAX_DEPTH} levels deep")
-    kind = type(obj)
-    if obj is None or kind in (bool, int, float):
-        return obj
-    if kind is str:
-        if len(obj) > 10_000:
-            raise GradingError("the results hold a string of more than 10,000 characters")
-        return obj
-    if kind in (list, tuple):
-        items = [_checked(x, budget, depth + 1) for x in obj]
-        return items if kind is list else tuple(items)
-    if kind is dict:
-        if any(type(k) is not str for k in obj):
-            raise GradingError("the results hold a dict key that is not a string")
-        return {k: _checked(v, budget, depth + 1) for k, v in obj.items()}
-    if kind is torch.Tensor:
-        if obj.layout != torch.strided or obj.device.type != "cpu" or obj.is_quantized:
-            raise GradingError(f"the results hold a tensor that is not a dense CPU tensor ({obj.layout}, "
-                               f"{obj.device.type})")
-        nbytes = obj.numel() * obj.element_size()
-        if (not obj.is_contiguous() or obj.storage_offset() != 0
-                or obj.untyped_storage().nbytes() != nbytes):
-            raise GradingError("the results hold a tensor whose elements overlap or do not fill its storage "
-                               "(the grader writes compact tensors)")
-        budget[1] -= nbytes
-        if budget[1] < 0:
-            raise GradingError(f"the results' tensors hold more than {RESULTS_LIMIT // 2**20} MB")
-        return obj.detach()
-    raise GradingError(f"the results hold a {kind.__name__}, which the grader does not write")
 
 
 def _restore_args(args: tuple, after: Any) -> None:
@@ -303,49 +437,212 @@ def _restore_args(args: tuple, after: Any) -> None:
             mine.copy_(theirs)
 
 
-def judge(name: str, offset: int, nonce: str, data: dict) -> Report:
-    """The instructor's checks applied to loaded outputs (call :func:`load_results` first)."""
+def judge(name: str, offset: int, nonce: str, data: dict, extra: str | None = None) -> Report:
+    """The instructor's checks applied to loaded outputs (call :func:`load_results` first): a
+    :class:`Report` over every case (a case that did not run is a failed case)."""
+    results = case_results(name, offset, nonce, data, extra)
+    return Report(name, [(r["name"] or f"hidden case {r['index']}", r["passed"], r.get("detail") or r["why"])
+                         for r in results],
+                  not_implemented=all(r["status"] == "not_implemented" for r in results))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Are two case arguments the same value (tensors: same dtype, shape and elements)?"""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and a.shape == b.shape and bool(torch.equal(a, b)))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _visible_index(case: Case, visible: list[Case]) -> int | None:
+    """The position of the case the student's checker shows with these very arguments, or None."""
+    for i, seen in enumerate(visible):
+        if _same(tuple(case.args), tuple(seen.args)) and _same(dict(case.kwargs), dict(seen.kwargs)):
+            return i
+    return None
+
+
+def _expected_of(check: Callable, depth: int = 0) -> tuple[bool, Any]:
+    """``(True, expected)`` when ``check`` is, or wraps, a :func:`compare` check; else ``(False, None)``."""
+    closure = getattr(check, "__closure__", None) or ()
+    names = getattr(getattr(check, "__code__", None), "co_freevars", ())
+    cells = dict(zip(names, closure))
+    if getattr(check, "__qualname__", "").startswith("compare.") and "expected" in cells:
+        with contextlib.suppress(ValueError):
+            return True, cells["expected"].cell_contents
+    if depth < 3:
+        for cell in closure:
+            with contextlib.suppress(ValueError):
+                inner = cell.cell_contents
+                if callable(inner) and not isinstance(inner, type):
+                    found = _expected_of(inner, depth + 1)
+                    if found[0]:
+                        return found
+    return False, None
+
+
+def _kind(dtype: torch.dtype) -> str:
+    return ("bool" if dtype == torch.bool else "complex" if dtype.is_complex else
+            "floating point" if dtype.is_floating_point else "integer")
+
+
+def _structure_problem(expected: Any, got: Any, args: tuple, path: str = "the result") -> str | None:
+    """What is wrong with the form of ``got`` against the expected answer (type, length, shape, dtype),
+    or None. A floating-point result must have the expected dtype or the dtype of a tensor input."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{path} should be a tensor, got {type(got).__name__}"
+        if tuple(got.shape) != tuple(expected.shape):
+            return f"{path} should have shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
+        if _kind(got.dtype) != _kind(expected.dtype):
+            return (f"{path} should be a {_kind(expected.dtype)} tensor ({expected.dtype}), got dtype {got.dtype}")
+        if got.dtype.is_floating_point and got.dtype != expected.dtype:
+            inputs = {a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()}
+            if got.dtype not in inputs:
+                return f"{path} should have dtype {expected.dtype}, got dtype {got.dtype}"
+        return None
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(got, (tuple, list)):
+            return f"{path} should be a {type(expected).__name__} of {len(expected)}, got {type(got).__name__}"
+        if len(got) != len(expected):
+            return f"{path} should have {len(expected)} items, got {len(got)}"
+        for i, (e, g) in enumerate(zip(expected, got)):
+            why = _structure_problem(e, g, args, f"item {i} of {path}")
+            if why:
+                return why
+        return None
+    if isinstance(expected, bool):
+        return None if isinstance(got, bool) else f"{path} should be True or False, got {type(got).__name__}"
+    if isinstance(expected, (int, float)):
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return f"{path} should be a number, got {type(got).__name__}"
+    return None
+
+
+def describe_value(x: Any, limit: int = 4000) -> str:
+    """``x`` written out whole for feedback (tensors with every value up to 512 of them); longer text is
+    cut only between values, saying how many were left out."""
+    if isinstance(x, torch.Tensor):
+        head = f"tensor of shape {tuple(x.shape)}, dtype {str(x.dtype).removeprefix('torch.')}"
+        if x.numel() == 0:
+            return head + ", no values"
+        if x.numel() > 512:
+            flat = x.detach().flatten()
+            finite = flat[torch.isfinite(flat)].double() if flat.is_floating_point() else flat.double()
+            stats = (f", min {finite.min().item():.6g}, max {finite.max().item():.6g}" if finite.numel() else "")
+            return head + f" ({x.numel()} values, too many to list{stats})"
+        return head + ", values " + _nested(x.detach().cpu().tolist())
+    if isinstance(x, (tuple, list)):
+        parts, used = [], 0
+        for i, item in enumerate(x):
+            text = describe_value(item, limit)
+            if used + len(text) > limit:
+                parts.append(f"... ({len(x) - i} more items)")
+                break
+            parts.append(text)
+            used += len(text)
+        open_, close = ("(", ")") if isinstance(x, tuple) else ("[", "]")
+        return open_ + ", ".join(parts) + (",)" if isinstance(x, tuple) and len(x) == 1 else close)
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
+
+
+def _nested(values: Any) -> str:
+    if isinstance(values, list):
+        return "[" + ", ".join(_nested(v) for v in values) + "]"
+    if isinstance(values, float):
+        return f"{values:.6g}"
+    return str(values)
+
+
+def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | None = None) -> list[dict]:
+    """One dict per case of assignment ``name`` at seed ``offset``: ``index``, ``name``, ``label`` (a
+    description without the case's parameters), ``visible`` (the student's checker shows this very
+    input), ``passed``, ``status`` (ok, raised, not_implemented, package, missing), ``why``, and for
+    a failed visible case its ``input``, ``expected`` and ``got`` written out whole."""
     if data.get("assignment") != name or type(data.get("nonce")) is not str or data["nonce"] != nonce:
         raise GradingError(f"the results are for {reprlib.repr(data.get('assignment'))} of another run, "
                            f"not for {name!r}")
     records = data["records"]
-    with hidden_cases(offset):
-        _, cases = collect_cases(name, None)
+    _, cases = grading_cases(name, offset, extra)
+    _, visible = collect_cases(name, None)
     if any(not isinstance(r, dict) or r.get("status") not in STATUSES for r in records):
         raise GradingError("a record has an unknown form")
+    whole = None
     if len(records) == 1 and records[0]["status"] == "package":
-        return Report(name, [(c.name, False, "you handed in the package's own function") for c in cases])
-    if len(records) == 1 and records[0]["status"] == "missing":
-        why = f"the function named in your checker cell is not there ({str(records[0].get('error', ''))[:100]})"
-        return Report(name, [(c.name, False, why) for c in cases])
-    stopped = bool(records) and records[-1]["status"] == "not_implemented"
-    if len(records) > len(cases) or (len(records) != len(cases) and not stopped):
+        whole = ("package", "you handed in the package's own function, not yours")
+    elif len(records) == 1 and records[0]["status"] == "missing":
+        whole = ("missing", "the function named in your checker cell is not there "
+                            f"({str(records[0].get('error', ''))[:200]})")
+    elif len(records) != len(cases):
         raise GradingError(f"{len(records)} results for {len(cases)} cases")
-    results: list[tuple[str, bool, str]] = []
-    for case, record in zip(cases, records):
-        results.append((case.name, *_verdict(case, record)))
-    return Report(name, results, not_implemented=stopped)
+    out = []
+    for i, case in enumerate(cases):
+        seen = _visible_index(case, visible)
+        label = getattr(case, "label", "") or ""
+        item = {"index": i + 1, "name": case.name if seen is not None else "", "visible": seen is not None,
+                "label": (label if label != case.name else "") if seen is None else case.name}
+        if whole is not None:
+            item.update(passed=False, status=whole[0], why=whole[1])
+        else:
+            item.update(_verdict(case, records[i], item["visible"]))
+        out.append(item)
+    return out
 
 
-def _verdict(case: Case, record: dict) -> tuple[bool, str]:
+def _verdict(case: Case, record: dict, visible: bool) -> dict:
+    """A case's outcome. For a hidden case the reason names only the kind of failure (never an input,
+    an expected value, or the text of an exception, which could carry the inputs out)."""
     status = record["status"]
+    hint = f" (hint: {case.hint})" if case.hint else ""
     if status == "not_implemented":
-        return False, "not implemented yet"
+        return {"passed": False, "status": status, "why": "not implemented yet (raised NotImplementedError)"}
     if status in ("package", "missing"):
-        return False, "a record of the wrong kind"
+        raise GradingError("a record of the wrong kind among the cases")
     if status == "raised":
-        return False, f"raised {str(record.get('error', ''))[:300]}"
-    try:
-        _restore_args(tuple(case.args), record.get("args"))
-        why = case.check(record.get("got"))
-    except Exception as err:  # an output of a shape the check did not foresee
-        why = f"the result could not be checked ({type(err).__name__}: {str(err)[:120]})"
+        error = str(record.get("error", ""))
+        if visible:
+            return {"passed": False, "status": status, "why": f"raised {error[:2000]}"}
+        kind = error.split(":", 1)[0] if error.split(":", 1)[0].isidentifier() else "an exception"
+        return {"passed": False, "status": status, "why": f"your function raised {kind}{hint}",
+                "detail": f"raised {error[:2000]}"}
+    got = record.get("got")
+    has_expected, expected = _expected_of(case.check)
+    why = _structure_problem(expected, got, tuple(case.args)) if has_expected else None
+    form = why is not None
     if why is None:
-        return True, ""
-    return False, str(why)[:600] + (f" — hint: {case.hint}" if case.hint else "")
+        try:
+            _restore_args(tuple(case.args), record.get("args"))
+            why = case.check(got)
+        except Exception as err:  # an output of a shape the check did not foresee
+            why = f"the result could not be checked ({type(err).__name__}: {str(err)[:200]})"
+            form = True
+    if why is None:
+        return {"passed": True, "status": "ok", "why": ""}
+    if not visible:
+        kind = ("the result has the wrong form (type, length, shape or dtype)" if form
+                else "the result is wrong")
+        return {"passed": False, "status": "ok", "why": kind + hint, "detail": str(why)[:4000]}
+    item = {"passed": False, "status": "ok", "why": str(why) + hint}
+    item["input"] = describe_value(tuple(case.args)) + (
+        f", keyword arguments {describe_value(dict(case.kwargs))}" if case.kwargs else "")
+    if has_expected:
+        item["expected"] = describe_value(expected)
+    item["got"] = describe_value(got)
+    return item
 
 
-def _judge_limited(name: str, offset: int, nonce: str, payload: bytes, seconds: int, memory: int) -> dict:
+def _judge_limited(name: str, offset: int, nonce: str, payload: bytes, seconds: int, memory: int,
+                   extra: str | None = None) -> dict:
     """In a forked child: set the limits, then load and judge; a plain dict, whatever the payload."""
     try:
         with open("/proc/self/status") as f:
@@ -356,9 +653,11 @@ def _judge_limited(name: str, offset: int, nonce: str, payload: bytes, seconds: 
     except (OSError, ValueError, StopIteration):
         pass  # limits this system refuses: the server's wall-clock timeout still holds
     try:
-        report = judge(name, offset, nonce, load_results(payload))
-        return {"status": "not implemented" if report.not_implemented else "graded", "passed": report.passed,
-                "total": report.total, "failures": [(n, why) for n, ok, why in report.results if not ok]}
+        cases = case_results(name, offset, nonce, load_results(payload), extra)
+        passed = sum(c["passed"] for c in cases)
+        status = "not implemented" if all(c["status"] == "not_implemented" for c in cases) else "graded"
+        return {"status": status, "passed": passed, "total": len(cases), "cases": cases,
+                "failures": [(c["name"] or f"hidden case {c['index']}", c["why"]) for c in cases if not c["passed"]]}
     except GradingError as err:
         return {"status": "flagged", "reason": f"malformed results: {err}"}
     except MemoryError:
@@ -379,14 +678,17 @@ def _read_exactly(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def _frame(obj) -> bytes:
-    data = pickle.dumps(obj)
-    return struct.pack(">Q", len(data)) + data
+def _frame(obj, payload: bytes = b"") -> bytes:
+    """A message: 8-byte length of a JSON header, the header, 8-byte length of raw bytes, the bytes."""
+    data = json.dumps(obj).encode("utf-8")
+    return struct.pack(">Q", len(data)) + data + struct.pack(">Q", len(payload)) + payload
 
 
-def _unframe(fd: int):
+def _unframe(fd: int) -> tuple[Any, bytes]:
     (size,) = struct.unpack(">Q", _read_exactly(fd, 8))
-    return pickle.loads(_read_exactly(fd, size))
+    obj = json.loads(_read_exactly(fd, size).decode("utf-8"))
+    (size,) = struct.unpack(">Q", _read_exactly(fd, 8))
+    return obj, _read_exactly(fd, size)
 
 
 def serve_judge() -> None:
@@ -398,7 +700,7 @@ def serve_judge() -> None:
     torch.set_num_threads(1)
     while True:
         try:
-            name, offset, nonce, payload, seconds, memory = _unframe(0)
+            (name, offset, nonce, seconds, memory, extra), payload = _unframe(0)
         except EOFError:
             return
         read, write = os.pipe()
@@ -406,7 +708,7 @@ def serve_judge() -> None:
         if pid == 0:
             os.close(read)
             try:
-                out = _frame(_judge_limited(name, offset, nonce, payload, seconds, memory))
+                out = _frame(_judge_limited(name, offset, nonce, payload, seconds, memory, extra))
                 view = memoryview(out)
                 while view:
                     view = view[os.write(write, view):]
@@ -432,7 +734,7 @@ def serve_judge() -> None:
         if buffer is not None:
             try:
                 (size,) = struct.unpack(">Q", buffer[:8])
-                out = pickle.loads(buffer[8:8 + size])
+                out = json.loads(buffer[8:8 + size].decode("utf-8"))
             except Exception:
                 out = {"status": "flagged", "reason": "judging these results ran out of memory or crashed "
                                                       f"(wait status {code})"}
@@ -446,7 +748,7 @@ class JudgeServer:
         self.proc: subprocess.Popen | None = None
 
     def judge(self, name: str, offset: int, nonce: str, payload: bytes, seconds: int = 60,
-              memory: int = 4 * 2**30) -> dict:
+              memory: int = 4 * 2**30, extra: str | None = None) -> dict:
         """:func:`load_results` and :func:`judge` in a child limited to ``seconds`` (wall and CPU) and
         ``memory`` bytes. Returns ``{"status", "passed", "total", "failures"}`` or ``{"status":
         "flagged", "reason"}``; never raises for anything in ``payload``."""
@@ -457,12 +759,12 @@ class JudgeServer:
                                            "serve_judge()"],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
             try:
-                self.proc.stdin.write(_frame((name, offset, nonce, bytes(payload), seconds, memory)))
+                self.proc.stdin.write(_frame([name, offset, nonce, seconds, memory, extra], bytes(payload)))
                 self.proc.stdin.flush()
                 ready, _, _ = select.select([self.proc.stdout], [], [], seconds + 120)
                 if ready:
-                    return _unframe(self.proc.stdout.fileno())
-            except (OSError, EOFError, pickle.UnpicklingError, struct.error):
+                    return _unframe(self.proc.stdout.fileno())[0]
+            except (OSError, EOFError, ValueError, struct.error):
                 pass
             self.close()
         return {"status": "flagged", "reason": "the judge failed twice on these results"}
@@ -483,7 +785,7 @@ class JudgeServer:
 
 
 def judge_isolated(name: str, offset: int, nonce: str, payload: bytes, seconds: int = 60,
-                   memory: int = 4 * 2**30) -> dict:
+                   memory: int = 4 * 2**30, extra: str | None = None) -> dict:
     """:meth:`JudgeServer.judge` with a server of its own (started and stopped for this one call)."""
     with JudgeServer() as server:
-        return server.judge(name, offset, nonce, payload, seconds, memory)
+        return server.judge(name, offset, nonce, payload, seconds, memory, extra)

@@ -1,0 +1,247 @@
+"""A course's grading settings: the course file (TOML), the roster, the grading secret, late days.
+
+Read by scripts/grade.py (``--course course.toml``); see course.example.toml and
+book/instructors.md. Only the standard library (tomllib, hmac, csv).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import hmac
+import math
+import os
+import secrets
+import tomllib
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+ROSTER_COLUMNS = {  # accepted header spellings (compared lower-case, spaces and dashes as underscores)
+    "folder": ("folder", "submission", "canvas_name", "file_prefix"),
+    "name": ("name", "student", "full_name"),
+    "id": ("id", "canvas_id", "user_id"),
+    "sis_user_id": ("sis_user_id", "sis_id", "id_number"),
+    "login": ("login", "sis_login_id", "username", "sis_login"),
+    "section": ("section",),
+    "email": ("email", "email_address"),
+}
+
+
+class CourseError(ValueError):
+    """A course file or roster that cannot be used: the message says where and why."""
+
+
+@dataclass
+class Assignment:
+    name: str
+    points: float = 10.0
+    title: str = ""  # the gradebook column (Canvas: "<title> (<canvas_id>)")
+    canvas_id: str = ""
+    due: dt.datetime | None = None
+    weights: dict[str, float] = field(default_factory=dict)  # "visible", "hidden", or a case's label
+    extra_cases: str = ""  # a Python file defining cases(name, seed) -> list[Case]
+
+    def weight(self, case: dict) -> float:
+        """A case's weight: its label's, else its group's (visible/hidden), else 1."""
+        for key in (case.get("label") or "", case.get("name") or ""):
+            if key and key in self.weights:
+                return float(self.weights[key])
+        return float(self.weights.get("visible" if case.get("visible") else "hidden", 1.0))
+
+
+@dataclass
+class Student:
+    key: str  # the folder name (or LMS file prefix) the submissions come under
+    name: str = ""
+    id: str = ""
+    sis_user_id: str = ""
+    login: str = ""
+    section: str = ""
+    email: str = ""
+
+
+@dataclass
+class Course:
+    name: str = ""
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+    per_day: float = 0.0  # fraction of the points taken per day (or part of a day) late
+    cap: float = 1.0  # the largest fraction late days can take
+    grace_minutes: float = 0.0
+    late_source: str = "none"  # "none", "mtime" or "csv"
+    times_file: str = ""  # CSV: student, notebook, submitted_at (ISO 8601)
+    timezone: str = "UTC"
+    roster: dict[str, Student] | None = None
+    roster_file: str = ""
+    secret_file: str = ""
+    path: Path | None = None
+
+    def assignment(self, name: str) -> Assignment:
+        return self.assignments.get(name) or Assignment(name)
+
+    def late_days(self, name: str, submitted: dt.datetime | None) -> int:
+        due = self.assignment(name).due
+        if due is None or submitted is None:
+            return 0
+        over = (submitted - due).total_seconds() - 60 * self.grace_minutes
+        return max(0, math.ceil(over / 86400)) if over > 0 else 0
+
+    def penalty(self, days: int) -> float:
+        """The fraction of the points late days take: per_day × days, at most cap."""
+        return min(self.cap, self.per_day * days) if days > 0 else 0.0
+
+
+def _when(value, zone: str, where: str) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=ZoneInfo(zone))
+    if isinstance(value, dt.date):
+        return dt.datetime.combine(value, dt.time(23, 59, 59), ZoneInfo(zone))
+    try:
+        when = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise CourseError(f"{where}: {value!r} is not a date and time (write 2026-12-01T23:59:00+01:00)") from None
+    return when if when.tzinfo else when.replace(tzinfo=ZoneInfo(zone))
+
+
+def load_course(path: Path | None) -> Course:
+    """The course file at ``path`` (None: every default: 10 points per assignment, every case weighs
+    1, no due dates). Relative paths in it are relative to the file."""
+    if path is None:
+        return Course()
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise CourseError(f"course file {path}: {err}") from None
+    here = path.parent
+    top = data.get("course", {})
+    late = data.get("late", {})
+    course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path,
+                    per_day=float(late.get("per_day", 0.0)), cap=float(late.get("cap", 1.0)),
+                    grace_minutes=float(late.get("grace_minutes", 0.0)),
+                    late_source=str(late.get("source", "csv" if late.get("times") else "none")))
+    try:
+        ZoneInfo(course.timezone)
+    except Exception:
+        raise CourseError(f"course file {path}: unknown timezone {course.timezone!r}") from None
+    if not (0 <= course.per_day <= 1 and 0 <= course.cap <= 1):
+        raise CourseError(f"course file {path}: [late] per_day and cap are fractions between 0 and 1")
+    if course.late_source not in ("none", "mtime", "csv"):
+        raise CourseError(f"course file {path}: [late] source is none, mtime or csv")
+    if late.get("times"):
+        course.times_file = str(here / late["times"])
+    if top.get("secret_file"):
+        course.secret_file = str(here / top["secret_file"])
+    for name, spec in data.get("assignments", {}).items():
+        if not isinstance(spec, dict):
+            raise CourseError(f"course file {path}: [assignments.{name}] must be a table")
+        unknown = set(spec) - {"points", "title", "canvas_id", "due", "weights", "extra_cases"}
+        if unknown:
+            raise CourseError(f"course file {path}: [assignments.{name}] has unknown keys {sorted(unknown)}")
+        weights = {str(k): float(v) for k, v in spec.get("weights", {}).items()}
+        if any(w < 0 for w in weights.values()):
+            raise CourseError(f"course file {path}: [assignments.{name}] weights must not be negative")
+        extra = spec.get("extra_cases", "")
+        if extra and not (here / extra).is_file():
+            raise CourseError(f"course file {path}: [assignments.{name}] extra_cases {extra} does not exist")
+        course.assignments[name] = Assignment(
+            name, points=float(spec.get("points", 10.0)), title=str(spec.get("title", "")),
+            canvas_id=str(spec.get("canvas_id", "")),
+            due=_when(spec["due"], course.timezone, f"[assignments.{name}] due") if "due" in spec else None,
+            weights=weights, extra_cases=str((here / extra).resolve()) if extra else "")
+    roster = data.get("roster", {}).get("file")
+    if roster:
+        course.roster_file = str(here / roster)
+        course.roster = load_roster(Path(course.roster_file))
+    return course
+
+
+def _header_key(text: str) -> str:
+    return text.strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def load_roster(path: Path) -> dict[str, Student]:
+    """``{folder: Student}`` from a roster CSV whose columns include ``folder`` (the name the
+    student's submissions come under: folder name or LMS file prefix) and any of name, id,
+    sis_user_id, login, section, email. Names are matched exactly (Unicode NFC)."""
+    try:
+        with Path(path).open(newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as err:
+        raise CourseError(f"roster {path}: {err}") from None
+    if not rows:
+        raise CourseError(f"roster {path} is empty")
+    header = [_header_key(h) for h in rows[0]]
+    where = {}
+    for field_name, spellings in ROSTER_COLUMNS.items():
+        for i, h in enumerate(header):
+            if h in spellings:
+                where[field_name] = i
+                break
+    if "folder" not in where:
+        if "login" in where:
+            where["folder"] = where["login"]
+        else:
+            raise CourseError(f"roster {path}: no 'folder' (or 'login') column; columns are {rows[0]}")
+    out: dict[str, Student] = {}
+    for n, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        values = {k: (row[i] if i < len(row) else "") for k, i in where.items()}
+        key = unicodedata.normalize("NFC", values["folder"])
+        if key in out:
+            raise CourseError(f"roster {path}, line {n}: folder {key!r} appears twice")
+        out[key] = Student(key=key, **{k: v for k, v in values.items() if k != "folder"})
+    return out
+
+
+def load_times(path: Path, zone: str) -> dict[tuple[str, str], dt.datetime]:
+    """``{(student, notebook or assignment): submitted_at}`` from a CSV with those three columns."""
+    out = {}
+    with Path(path).open(newline="", encoding="utf-8-sig") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            row = {_header_key(k): v for k, v in row.items() if k}
+            try:
+                key = (unicodedata.normalize("NFC", row["student"]), row.get("notebook") or row["assignment"])
+            except KeyError:
+                raise CourseError(f"times {path}: columns student, notebook (or assignment), submitted_at") from None
+            out[key] = _when(row["submitted_at"], zone, f"times {path}, line {n}")
+    return out
+
+
+# --------------------------------------------------------------------------- the grading secret and seeds
+
+
+def grading_secret(explicit: str | None, course: Course, out_dir: Path) -> tuple[bytes, str]:
+    """``(secret, where it came from)``: ``--secret`` or ``$GRADE_SECRET``, else the course file's
+    ``secret_file``, else ``OUT/.grade-secret`` (made once, mode 0600, and reused by every later run
+    into that folder, so a regrade draws the same hidden cases)."""
+    if explicit:
+        return explicit.encode("utf-8"), "given"
+    if os.environ.get("GRADE_SECRET"):
+        return os.environ["GRADE_SECRET"].encode("utf-8"), "$GRADE_SECRET"
+    path = Path(course.secret_file) if course.secret_file else Path(out_dir) / ".grade-secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+    text = path.read_text(encoding="utf-8").strip()
+    if len(text) < 16:
+        raise CourseError(f"the grading secret in {path} is shorter than 16 characters")
+    return text.encode("utf-8"), str(path)
+
+
+def secret_id(secret: bytes) -> str:
+    """A short name of a secret that does not reveal it (recorded in each row)."""
+    return hashlib.sha256(b"grade-secret-id\0" + secret).hexdigest()[:12]
+
+
+def derive_seed(secret: bytes, assignment: str, student: str) -> int:
+    """The hidden-case seed of one student's assignment: HMAC-SHA256(secret, assignment NUL student),
+    first 4 bytes, below 2**31. The same inputs always give the same seed; without the secret the
+    seed cannot be guessed."""
+    message = f"{assignment}\0{unicodedata.normalize('NFC', student)}".encode("utf-8")
+    return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:4], "big") % 2**31

@@ -1,0 +1,386 @@
+"""The grading engine's parts, each against an attack or a format (issue 37); no sandbox needed.
+
+The whole grader on a class of hostile notebooks is tests/test_grade.py; a small class graded
+twice, in parallel, interrupted and resumed is tests/test_grade_class.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import attention_book as ab
+from attention_book.assignments import Case, compare
+from attention_book.assignments.grading import (case_results, dump_data, grading_cases, hidden_arguments, judge,
+                                                load_results, package_without, run_hidden)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+grade = importlib.import_module("grade")
+course = importlib.import_module("course")
+lms_export = importlib.import_module("lms_export")
+from test_grade import GOOD, STOPS, TILED, WRONG  # noqa: E402
+
+SEED = 5
+
+
+def function(source: str):
+    namespace: dict = {"torch": torch, "ab": ab}
+    exec(source, namespace)
+    return namespace["my_masked_softmax"]
+
+
+def results(tmp_path, fn, offset=SEED, name="masked_softmax", extra=None) -> list[dict]:
+    (tmp_path / "cases.bin").write_bytes(dump_data(hidden_arguments(name, offset, "n", extra)))
+    run_hidden(name, fn, str(tmp_path / "cases.bin"), str(tmp_path / "r.bin"))
+    return case_results(name, offset, "n", load_results((tmp_path / "r.bin").read_bytes()), extra)
+
+
+# --------------------------------------------------------------------------- scoring over every case
+
+
+def test_a_function_that_stops_scores_only_what_it_answered(tmp_path):
+    honest = results(tmp_path, function(GOOD))
+    stops = results(tmp_path, function(STOPS))
+    total = len(honest)
+    assert all(c["passed"] for c in honest)
+    assert len(stops) == total, "every case has a result, also after NotImplementedError"
+    assert sum(c["passed"] for c in stops) == sum(c["passed"] for c in honest[:2]) <= 2
+    assert [c["status"] for c in stops[2:]] == ["not_implemented"] * (total - 2)
+    report = judge("masked_softmax", SEED, "n", load_results((tmp_path / "r.bin").read_bytes()))
+    assert report.total == total and report.score <= 2 / total and not report.not_implemented
+
+
+def test_a_function_that_raises_on_some_cases_never_beats_honest_code(tmp_path):
+    wrong = function(WRONG)
+
+    def raises_where_wrong(*args, **kwargs):  # answers only where its answer would be right
+        out = wrong(*args, **kwargs)
+        if out.shape[-1] % 2:
+            raise NotImplementedError
+        return out
+
+    honest = sum(c["passed"] for c in results(tmp_path, wrong))
+    dodging = sum(c["passed"] for c in results(tmp_path, raises_where_wrong))
+    assert dodging == honest
+
+
+def test_the_package_and_its_other_routes_earn_nothing(tmp_path):
+    """A masked softmax that wraps ab.tiled_attention (attention with the identity as keys and values
+    gives the softmax weights) passes with the whole package, and earns 0 in the grader's copy."""
+    outside = sum(c["passed"] for c in results(tmp_path, function(TILED)))
+    assert outside > 0, "the attack is real: with the package's tiled attention the wrapper passes"
+    package_without(["masked_softmax"], tmp_path / "pkg")
+    (tmp_path / "cases.bin").write_bytes(dump_data(hidden_arguments("masked_softmax", SEED, "n")))
+    code = (f"import torch, attention_book as ab\nfrom attention_book.assignments.grading import run_hidden\n"
+            f"{TILED}\nrun_hidden('masked_softmax', my_masked_softmax, {str(tmp_path / 'cases.bin')!r}, "
+            f"{str(tmp_path / 'r.bin')!r})\n"
+            "import attention_book.assignments.ch03 as c\nprint(sorted(k for k, v in vars(c).items() "
+            "if callable(v) and getattr(v, '__blocked_answer__', False)))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path / "pkg"), OMP_NUM_THREADS="1"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    inside = case_results("masked_softmax", SEED, "n", load_results((tmp_path / "r.bin").read_bytes()))
+    assert sum(c["passed"] for c in inside) == 0
+    assert all("not available while" in c["detail"] for c in inside)
+    # the checker's own reference answer (and every helper that computes cases) is gone from the copy too
+    assert "check_masked_softmax" in run.stdout and ("reference" in run.stdout or "_case" in run.stdout)
+
+
+@pytest.mark.parametrize("how", ["float64", "empty", "list", "wrong shape", "number"])
+def test_results_of_the_wrong_form_fail(tmp_path, how):
+    good = function(GOOD)
+
+    def bent(*args, **kwargs):
+        out = good(*args, **kwargs)
+        return {"float64": out.double(), "empty": out[..., :0], "list": out.tolist(),
+                "wrong shape": out.reshape(-1), "number": 0.5}[how]
+
+    cases = results(tmp_path, bent)
+    assert not any(c["passed"] for c in cases)
+    assert all("wrong form" in c["why"] for c in cases), cases[0]
+
+
+# --------------------------------------------------------------------------- what feedback shows
+
+
+def test_hidden_cases_show_no_input_expected_value_or_exception_text(tmp_path):
+    def leaky(scores, *rest, **kwargs):
+        raise ValueError(f"the hidden input was {scores.tolist()}")
+
+    for c in results(tmp_path, leaky) + results(tmp_path, function(WRONG)):
+        assert not c["visible"] and not c["name"] and "input" not in c and "expected" not in c
+        before_hint = c["why"].split("(hint:")[0]
+        assert "hidden input" not in c["why"] and "tensor" not in before_hint and "[" not in before_hint, c["why"]
+
+
+def test_visible_cases_show_input_expected_and_got_whole(tmp_path):
+    cases = results(tmp_path, function(WRONG), offset=0)  # seed 0: the very cases the checker cell shows
+    failed = [c for c in cases if not c["passed"]]
+    assert failed and all(c["visible"] and c["name"] for c in cases)
+    for c in failed:
+        assert {"input", "expected", "got"} <= set(c) and "..." not in c["input"] + c["expected"] + c["got"]
+        assert "values [" in c["got"] and "values [" in c["expected"]
+
+
+def test_feedback_cannot_become_markdown_or_html(tmp_path):
+    markdown_it = pytest.importorskip("markdown_it")
+    evil = ("```\n# 10.0/10 points\n![x](http://e/x.png) [click](http://e) <script>alert(1)</script>\n"
+            "`````` <img src=x onerror=alert(1)>")
+    student = {"student": "# Ada 10/10 <b>", "key": "ada"}
+    rows = [dict(student="ada", key="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+                 status="no results", points=0.0, max_points=10.0, passed=0, total=8, reason=evil, late_days=0,
+                 penalty=0.0, cases=[{"index": 1, "visible": True, "name": "case", "passed": False, "why": evil,
+                                      "input": evil, "expected": "1", "got": evil},
+                                     {"index": 2, "visible": False, "label": "rows", "passed": False,
+                                      "why": evil}])]
+    text = grade.feedback_markdown(student, rows)
+    html = markdown_it.MarkdownIt("commonmark").render(text)
+    assert "<script" not in html and "<img" not in html and "<a " not in html and "<b>" not in html
+    headings = [line for line in html.splitlines() if line.startswith("<h")]
+    assert headings and not any("10.0/10" in h or "10/10" in h for h in headings), headings
+
+
+def test_every_status_is_explained_in_words():
+    for status in ("timeout", "memory", "kernel died", "no results", "unreadable", "flagged", "grader error",
+                   "not submitted", "refused", "not implemented"):
+        assert len(grade.STATUS_WORDS[status].split()) > 5, status
+
+
+# --------------------------------------------------------------------------- reproducible seeds
+
+
+def test_seeds_derive_from_the_secret_the_assignment_and_the_student(tmp_path):
+    s = course.derive_seed(b"k" * 32, "masked_softmax", "ada")
+    assert s == course.derive_seed(b"k" * 32, "masked_softmax", "ada") and 0 <= s < 2**31
+    assert s != course.derive_seed(b"k" * 32, "masked_softmax", "bea")
+    assert s != course.derive_seed(b"k" * 32, "bleu", "ada") != course.derive_seed(b"j" * 32, "bleu", "ada")
+    secret, where = course.grading_secret(None, course.Course(), tmp_path)
+    assert (tmp_path / ".grade-secret").stat().st_mode & 0o777 == 0o600 and where.endswith(".grade-secret")
+    assert course.grading_secret(None, course.Course(), tmp_path)[0] == secret  # reused: a regrade draws the same
+    assert course.secret_id(secret) not in secret.decode()
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_names_that_collide_are_refused_and_listed():
+    nfc, nfd = "Jos\u00e9", "Jose\u0301"
+    problems = grade.identity_problems(["ada", " ada", "ada ", nfc, nfd, "Bea", "bea", "bea-2", "x\ny", "x y", "cy"])
+    assert set(problems) == {"ada", " ada", "ada ", nfc, nfd, "Bea", "bea", "x\ny", "x y"}
+    assert "' ada'" in problems["ada"] and "rename" in problems["Bea"]
+
+
+def test_ids_are_never_cut_and_file_names_are_stable_and_distinct():
+    long_a, long_b = "s" * 600 + "a", "s" * 600 + "b"
+    assert grade.display_name(long_a) == long_a
+    assert grade.identity_problems([long_a, long_b]) == {}
+    names = grade.file_names(["Bea", "bea-2", "bea", long_a, long_b])
+    assert len(set(names.values())) == 5 and all(len(n) < 80 for n in names.values())
+    assert grade.slug("bea") == grade.slug("bea") != grade.slug("bea-2")
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("ch03_exercises.ipynb", ("ch03_exercises.ipynb", 0, "")),
+    ("ch03_exercises (1).ipynb", ("ch03_exercises.ipynb", 1, "")),
+    ("ch03_exercises-2.ipynb", ("ch03_exercises.ipynb", 2, "")),
+    ("smithjohn_12345_67890_ch03_exercises.ipynb", ("ch03_exercises.ipynb", 0, "smithjohn")),
+    ("smithjohn_LATE_12345_67890_ch03_exercises-1.ipynb", ("ch03_exercises.ipynb", 1, "smithjohn")),
+    ("ch03_exercises_final.ipynb", None), ("ch99_bonus.ipynb", None), ("ch03_exercises.py", None)])
+def test_common_renamings_are_matched(name, expected):
+    assert grade.match_reference(name, {"ch03_exercises.ipynb": ["masked_softmax"]}) == expected
+
+
+def test_submissions_found_in_every_layout_and_the_rest_listed(tmp_path):
+    refs = {"ch03_exercises.ipynb": ["masked_softmax"]}
+    files = ["ada/ch03_exercises.ipynb", "bea/ch03_exercises (1).ipynb", "cy/ch03_exercises.ipynb",
+             "cy/ch03_exercises-1.ipynb", "dan_111_222_ch03_exercises.ipynb", ".hidden/ch03_exercises.ipynb",
+             "eve/.ipynb_checkpoints/ch03_exercises-checkpoint.ipynb", "eve/notes.ipynb", "loose.ipynb"]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("{}")
+    found, ignored = grade.find_submissions(tmp_path, refs)
+    assert [(s.key, s.rel) for s in found] == [("ada", "ada/ch03_exercises.ipynb"),
+                                               ("bea", "bea/ch03_exercises (1).ipynb"),
+                                               ("cy", "cy/ch03_exercises-1.ipynb"),
+                                               ("dan", "dan_111_222_ch03_exercises.ipynb")]
+    listed = {str(p) for p, _ in ignored}
+    assert {".hidden", "eve/.ipynb_checkpoints", "cy/ch03_exercises.ipynb", "eve/notes.ipynb",
+            "loose.ipynb"} <= listed, listed
+
+
+# --------------------------------------------------------------------------- course file and exports
+
+
+EXAMPLE = ROOT / "course.example.toml"
+
+
+def test_the_example_course_file_loads(tmp_path):
+    c = course.load_course(EXAMPLE)
+    a = c.assignment("masked_softmax")
+    assert a.points > 0 and a.due is not None and a.canvas_id and c.per_day > 0 and c.roster is not None
+    assert a.extra_cases and Path(a.extra_cases).is_file()
+
+
+def test_weights_points_and_late_days(tmp_path):
+    (tmp_path / "c.toml").write_text(
+        '[late]\nper_day = 0.1\ncap = 0.3\n[assignments.masked_softmax]\npoints = 20\n'
+        'due = 2026-12-01T23:59:00Z\nweights = { visible = 0, hidden = 1, "rows with no allowed key" = 3 }\n')
+    c = course.load_course(tmp_path / "c.toml")
+    import datetime as dt
+
+    due = c.assignment("masked_softmax").due
+    assert c.late_days("masked_softmax", due) == 0
+    assert c.late_days("masked_softmax", due + dt.timedelta(hours=1)) == 1
+    assert c.penalty(2) == pytest.approx(0.2) and c.penalty(9) == pytest.approx(0.3)
+    cases = [{"passed": True, "visible": True, "label": "v"}, {"passed": True, "visible": False, "label": "x"},
+             {"passed": False, "visible": False, "label": "rows with no allowed key"}]
+    row = grade.score_row(dict(assignment="masked_softmax", status="graded", cases=cases), c,
+                          due + dt.timedelta(days=1, hours=1))
+    assert row["score"] == 0.25 and row["late_days"] == 2 and row["points"] == round(20 * 0.25 * 0.8, 2)
+    missing = grade.score_row(dict(assignment="masked_softmax", status="not submitted", cases=[]), c, None)
+    assert missing["points"] is None
+
+
+def test_bad_course_files_say_what_is_wrong(tmp_path):
+    for text, words in (("[assignments.x]\npointz = 3\n", "unknown keys"), ("[late]\nper_day = 5\n", "fractions"),
+                        ("[assignments.x]\nextra_cases = 'nope.py'\n", "does not exist"), ("[course\n", "course file")):
+        (tmp_path / "c.toml").write_text(text)
+        with pytest.raises(course.CourseError, match=words):
+            course.load_course(tmp_path / "c.toml")
+
+
+def test_an_instructors_extra_cases_are_graded(tmp_path):
+    extra = tmp_path / "extra.py"
+    extra.write_text(
+        "import torch\nfrom attention_book.assignments import Case, compare\n"
+        "def cases(name, seed):\n"
+        "    if name != 'masked_softmax':\n        return []\n"
+        "    g = torch.Generator().manual_seed(seed)\n"
+        "    s = torch.randn(1, 2, 3, generator=g)\n"
+        "    m = torch.ones(1, 2, 3, dtype=torch.bool)\n"
+        "    return [Case('instructor: all allowed', (s, m, 1.0), compare(torch.softmax(s, -1)), label='all keys')]\n")
+    base = len(grading_cases("masked_softmax", SEED)[1])
+    with_extra = results(tmp_path, function(GOOD), extra=str(extra))
+    assert len(with_extra) == base + 1 and all(c["passed"] for c in with_extra)
+    assert with_extra[-1]["label"] == "all keys" and not with_extra[-1]["visible"]
+
+
+def _rows():
+    return [dict(student="ada", key="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+                 status="graded", points=7.5, max_points=10.0, penalty=0.0, passed=3, total=4,
+                 cases=[{"index": 1, "visible": True, "name": "v", "passed": True, "why": "", "weight": 1.0},
+                        {"index": 2, "visible": False, "label": "rows", "passed": False, "why": "wrong",
+                         "weight": 1.0}]),
+            dict(student="bo", key="bo", notebook="", assignment="masked_softmax", status="not submitted",
+                 points=None, max_points=10.0, cases=[]),
+            dict(student="cy", key="cy", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+                 status="grader error", points=None, max_points=10.0, cases=[])]
+
+
+def _students():
+    return [{"key": k, "student": k, "name": n, "id": i, "sis_user_id": f"s{i}", "login": f"{k}@u", "section": "A",
+             "email": f"{k}@u.edu"} for k, n, i in (("ada", "Ada L", "101"), ("bo", "Bo", "102"), ("cy", "-Cy", "103"))]
+
+
+def test_canvas_csv_uploads_unchanged():
+    c = course.Course(assignments={"masked_softmax": course.Assignment("masked_softmax", title="Masked softmax",
+                                                                       canvas_id="4711")})
+    text = lms_export.canvas_csv(_rows(), _students(), c, [("ch03", "masked_softmax")])
+    table = list(csv.reader(io.StringIO(text)))
+    assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Masked softmax (4711)"]
+    assert table[1] == ["Ada L", "101", "s101", "ada@u", "A", "7.5"]
+    assert table[2][-1] == "" and table[3][-1] == "", "a missing or unscored submission is blank, never 0"
+    assert table[3][0] == "'-Cy" and not any("Total" in h for h in table[0])
+
+
+def test_moodle_csv():
+    table = list(csv.reader(io.StringIO(lms_export.moodle_csv(_rows(), _students(), course.Course(),
+                                                              [("ch03", "masked_softmax")]))))
+    assert table[0] == ["Full name", "Username", "Email address", "ID number", "ch03 masked_softmax"]
+    assert table[1] == ["Ada L", "ada@u", "ada@u.edu", "s101", "7.5"] and table[2][-1] == ""
+
+
+def test_gradescope_results_json_follows_the_specification():
+    data = json.loads(lms_export.dump_json(lms_export.gradescope_results(_rows()[:1], "# Feedback")))
+    assert set(data) <= {"score", "output", "output_format", "visibility", "stdout_visibility", "tests",
+                         "execution_time", "extra_data", "leaderboard"}
+    assert data["score"] == 7.5 and isinstance(data["output"], str) and data["visibility"] in (
+        "hidden", "after_due_date", "after_published", "visible")
+    for t in data["tests"]:
+        assert set(t) <= {"score", "max_score", "status", "name", "number", "output", "tags", "visibility",
+                          "extra_data", "output_format", "name_format"}
+        assert isinstance(t["score"], float) and isinstance(t["max_score"], float)
+        assert t["status"] in ("passed", "failed") and t["visibility"] in ("hidden", "after_due_date",
+                                                                            "after_published", "visible")
+    assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(10.0)
+    assert data["tests"][1]["name"] == "masked_softmax: hidden case 2: rows"
+
+
+# --------------------------------------------------------------------------- output folder and sandbox
+
+
+def test_a_write_that_fails_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    target = tmp_path / "gradebook.csv"
+    target.write_text("old")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError):
+        grade.write_atomic(target, "new")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["gradebook.csv"]
+
+
+@pytest.mark.parametrize("code,words", [(errno.ENOSPC, "disk full"), (errno.EROFS, "not writable")])
+def test_a_full_or_read_only_disk_is_one_clear_line(tmp_path, monkeypatch, capsys, code, words):
+    def fails(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(tmp_path / "out" / "grades.csv"))
+
+    monkeypatch.setattr(grade, "grade", fails)
+    (tmp_path / "subs").mkdir()
+    with pytest.raises(SystemExit) as exit_:
+        grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out" / "grades.csv")])
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 1 and len(err.splitlines()) == 1 and words in err and "Traceback" not in err
+
+
+def test_two_runs_into_one_folder_are_refused(tmp_path):
+    import fcntl
+
+    (tmp_path / "subs").mkdir()
+    with open(tmp_path / ".grade.lock", "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(grade.GradeError, match="another grade.py run"):
+            grade.grade(tmp_path / "subs", tmp_path / "grades.csv", 10, tmp_path)
+
+
+def test_cgroups_v1_are_made_under_the_graders_own():
+    text = "12:pids:/user.slice/grader\n4:memory:/process_api/abc\n3:cpu,cpuacct:/\n0::/\n"
+    assert grade.cgroup_v1_paths(text) == {"pids": "/user.slice/grader", "memory": "/process_api/abc",
+                                           "cpu": "/", "cpuacct": "/"}
+
+
+def test_the_sandbox_root_is_read_only_after_the_binds(tmp_path):
+    box = grade.Sandbox("bubblewrap", True)
+    argv = box.command(tmp_path, tmp_path, 2**20, ["python"])
+    i = argv.index("--remount-ro", argv.index("/sandbox/home"))
+    assert argv[i + 1] == "/" and not any(a in ("--bind", "--tmpfs", "--dir", "--ro-bind") for a in argv[i:])
+
+
+def test_the_judge_reads_no_pickle():
+    source = (ROOT / "src" / "attention_book" / "assignments" / "grading.py").read_text()
+    assert "pickle" not in source.replace("never pickle", "").replace("no pickle", "").replace(
+        "without pickle", "") and "torch.load" not in source
