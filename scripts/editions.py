@@ -283,7 +283,7 @@ def split_solutions(nb: dict) -> tuple[dict, dict[str, str]]:
             if not cell.get("id"):
                 raise ValueError("a graded cell needs a cell id (nbformat 4.5)")
             found[cell["id"]] = source(cell)
-            cell["source"] = scaffold(source(cell))
+            cell["source"] = scaffold(source(cell)).splitlines(keepends=True)
             cell["outputs"], cell["execution_count"] = [], None
     return nb, found
 
@@ -306,7 +306,7 @@ def merge_solutions(nb: dict, solutions: dict[str, str]) -> dict:
         if scaffold(solution) != source(cell):
             raise ValueError(f"graded cell {cell['id']!r}: the committed scaffold is not the scaffold of its "
                              "solution; run `python scripts/editions.py split` after editing")
-        cell["source"] = solution
+        cell["source"] = solution.splitlines(keepends=True)
         used.add(cell["id"])
     extra = set(solutions) - used
     if extra:
