@@ -153,3 +153,256 @@ def test_attention_maps_have_legible_tick_labels(desktop, site, docname):  # noq
     assert not small, (
         f"{docname}: maps whose tick labels render below {MIN_TICK_PX:g} px (draw them narrower, "
         "or in more rows):\n  " + "\n  ".join(small))
+
+
+# --------------------------------------------------------------------------- issue 36: shown whole
+
+PHONE = {"width": 390, "height": 844}
+MIN_TEXT_PX = 9.0
+
+JS_INNER_SCROLL = """() => {
+  const blocks = document.querySelectorAll('#main-content pre, #main-content div.highlight');
+  return Array.from(blocks).filter(b => b.getBoundingClientRect().width > 0).flatMap(b => {
+    const what = b.closest('.ab-source') ? 'shown source' : b.closest('.cell_input') ? 'code'
+        : b.closest('.cell_output') ? 'output' : 'code block';
+    const out = [];
+    if (b.scrollHeight > b.clientHeight + 1) {
+      out.push({what, how: 'scrolls up and down', scroll: b.scrollHeight, client: b.clientHeight,
+                text: b.innerText.trim().slice(0, 70)});
+    }
+    if (b.scrollWidth > b.clientWidth + 1) {
+      out.push({what, how: 'scrolls sideways', scroll: b.scrollWidth, client: b.clientWidth,
+                text: b.innerText.trim().slice(0, 70)});
+    }
+    return out;
+  });
+}"""
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+def test_no_code_block_has_a_scroll_box_of_its_own(desktop, site, docname):  # noqa: F811
+    """Shown code is whole at 1280 px: no code block, shown source or output scrolls inside itself."""
+    _open(desktop, f"{site}{docname}.html")
+    boxed = desktop.evaluate(JS_INNER_SCROLL)
+    assert not boxed, (
+        f"{docname} at {DESKTOP['width']} px: {len(boxed)} blocks have a scroll box of their own "
+        "(content px / box px):\n  " + "\n  ".join(
+            f"{b['what']} {b['how']} {b['scroll']}/{b['client']}: {b['text']!r}" for b in boxed))
+
+
+JS_WRAPPED_OUT_OF_INDENT = """() => {
+  const bad = [];
+  for (const line of document.querySelectorAll('#main-content pre .ab-line')) {
+    const text = line.textContent.replace(/\\n$/, '');
+    const indent = text.length - text.replace(/^ +/, '').length;
+    if (!text.trim() || line.getBoundingClientRect().width === 0) continue;
+    const range = document.createRange();
+    range.selectNodeContents(line);
+    const rects = Array.from(range.getClientRects()).filter(r => r.width > 0);
+    if (rects.length < 2) continue;
+    const tops = [...new Set(rects.map(r => Math.round(r.top)))];
+    if (tops.length < 2) continue;
+    const charWidth = parseFloat(getComputedStyle(line).fontSize) * 0.6;
+    const base = line.getBoundingClientRect().left;
+    const firstText = base + indent * charWidth;
+    const continuation = rects.filter(r => Math.round(r.top) > tops[0]);
+    const left = Math.min(...continuation.map(r => r.left));
+    if (left < firstText - 1) bad.push({text: text.trim().slice(0, 60), indent, left: left - base});
+    if (bad.length >= 5) break;
+  }
+  return bad;
+}"""
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+def test_a_wrapped_code_line_keeps_its_indentation_on_a_phone(browser, site, docname):  # noqa: F811
+    """At 390 px code lines wrap; the rest of a wrapped line hangs under its own indentation."""
+    page = browser.new_page(viewport=PHONE)
+    try:
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        _open(page, f"{site}{docname}.html")
+        assert page.evaluate("() => document.querySelectorAll('#main-content div.cell_input pre').length === 0 "
+                             "|| document.querySelectorAll('#main-content div.cell_input pre .ab-line').length > 0"), (
+            f"{docname}: code cells are not split into lines (book_site.py's script did not run)")
+        bad = page.evaluate(JS_WRAPPED_OUT_OF_INDENT)
+    finally:
+        page.close()
+    assert not bad, (f"{docname} at {PHONE['width']} px: wrapped lines continue left of their indentation:\n  "
+                     + "\n  ".join(f"{b['text']!r} (indent {b['indent']}, continues at {b['left']:.0f} px)"
+                                   for b in bad))
+
+
+# --------------------------------------------------------------------------- issue 36: rendering
+
+JS_EQUATIONS = """() => {
+  const vw = window.innerWidth;
+  const column = document.querySelector('#main-content article, #main-content');
+  const columnWidth = column ? column.clientWidth : vw;
+  return Array.from(document.querySelectorAll('#main-content mjx-container[display="true"]'))
+    .filter(c => c.getBoundingClientRect().width > 0).map(c => {
+      const math = c.querySelector('mjx-math') || c;
+      const content = Math.max(math.getBoundingClientRect().width, c.scrollWidth);
+      const box = c.getBoundingClientRect();
+      const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+      const scroller = scrolls(c) ? c : (c.parentElement && scrolls(c.parentElement) ? c.parentElement : null);
+      return {tex: (c.getAttribute('aria-label') || c.textContent || '').slice(0, 60),
+              content: Math.round(content), box: Math.round(box.width), right: Math.round(box.right),
+              scrolls: !!scroller, viewport: vw, column: columnWidth};
+    });
+}"""
+
+
+def _equation_problems(equations: list[dict], desktop_width: bool) -> list[str]:
+    problems = []
+    for eq in equations:
+        if eq["right"] > eq["viewport"] + 1:
+            problems.append(f"reaches past the screen (right edge {eq['right']} px): {eq['tex']!r}")
+        elif eq["content"] > eq["box"] + 1 and not eq["scrolls"]:
+            problems.append(f"cut: {eq['content']} px of maths in a {eq['box']} px box that does not "
+                            f"scroll: {eq['tex']!r}")
+        elif desktop_width and eq["content"] > eq["box"] + 1:
+            problems.append(f"wider than the column ({eq['content']} px in {eq['box']} px): {eq['tex']!r}")
+    return problems
+
+
+def test_the_equation_check_catches_cut_and_wide_equations():
+    fits = {"tex": "a", "content": 300, "box": 600, "right": 700, "scrolls": True, "viewport": 1280}
+    cut = dict(fits, content=700, scrolls=False)
+    scrolls = dict(fits, content=700)
+    off = dict(fits, right=1400)
+    assert _equation_problems([fits], True) == []
+    assert [p.split(":")[0] for p in _equation_problems([cut, scrolls, off], True)] == [
+        "cut", "wider than the column (700 px in 600 px)", "reaches past the screen (right edge 1400 px)"]
+    assert _equation_problems([scrolls], False) == [], "on a phone a wide equation may scroll in its box"
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+@pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
+def test_display_equations_are_never_cut(browser, site, docname, width):  # noqa: F811
+    """At 1280 px every display equation fits its column; at 390 px one too wide scrolls inside
+    its own box (book.css) and is never cut or pushed past the screen."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        _open(page, f"{site}{docname}.html")
+        problems = _equation_problems(page.evaluate(JS_EQUATIONS), width == DESKTOP["width"])
+    finally:
+        page.close()
+    assert not problems, (f"{docname} at {width} px: split the equation (aligned lines or several "
+                          "$$ blocks):\n  " + "\n  ".join(problems))
+
+
+JS_TABLES_AND_RAW_PIPES = """() => {
+  const wide = Array.from(document.querySelectorAll('#main-content table'))
+    .filter(t => t.getBoundingClientRect().width > 0).map(t => {
+      const holder = t.closest('.pst-scrollable-table-container') || t.parentElement;
+      const box = holder.clientWidth;
+      const columnBox = document.querySelector('#main-content').clientWidth;
+      return {text: t.innerText.trim().slice(0, 60), width: Math.round(t.scrollWidth),
+              box: Math.min(box, columnBox)};
+    }).filter(t => t.width > t.box + 1);
+  const raw = Array.from(document.querySelectorAll('#main-content p'))
+    .filter(p => p.textContent.split('\\n').some(l => /^\\s*\\|.*\\|\\s*$/.test(l) && l.split('|').length > 3))
+    .map(p => p.textContent.trim().slice(0, 80));
+  return {wide, raw};
+}"""
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+def test_tables_fit_the_column_and_none_is_raw_text(desktop, site, docname):  # noqa: F811
+    """At 1280 px no table is wider than the column; no paragraph shows a raw `| a | b |` row (a
+    markdown table needs a blank line before it)."""
+    _open(desktop, f"{site}{docname}.html")
+    found = desktop.evaluate(JS_TABLES_AND_RAW_PIPES)
+    problems = [f"table {t['width']} px wide in a {t['box']} px column: {t['text']!r}" for t in found["wide"]]
+    problems += [f"raw markdown table in a paragraph: {text!r}" for text in found["raw"]]
+    assert not problems, f"{docname} at {DESKTOP['width']} px:\n  " + "\n  ".join(problems)
+
+
+def png_text_px(data: bytes) -> float | None | str:
+    """The smallest text a PNG drawn by the book holds, in its own pixels (tEXt ab-min-text-px);
+    "none" for a figure without text; None when the PNG carries no record."""
+    from PIL import Image
+
+    from attention_book.core.plot import TEXT_SIZE_KEY
+
+    value = getattr(Image.open(io.BytesIO(data)), "text", {}).get(TEXT_SIZE_KEY)
+    if value is None or value == "none":
+        return value
+    return float(value)
+
+
+JS_FIGURES = """() => {
+  const column = document.querySelector('#main-content').clientWidth;
+  const shown = (img) => { const w = img.getBoundingClientRect().width;
+                           return w > 0 ? w : Math.min(img.naturalWidth, column); };
+  const cells = Array.from(document.querySelectorAll('#main-content div.cell_output img'))
+    .filter(i => !i.closest('.ab-explorer') && !i.closest('.ab-live') && i.complete && i.naturalWidth > 0)
+    .map(i => ({where: 'figure', src: i.getAttribute('src'), natural: i.naturalWidth, shown: shown(i)}));
+  const explorers = Array.from(document.querySelectorAll('.ab-explorer')).map(e => {
+    const data = JSON.parse(e.querySelector('script.ab-explorer-data').textContent);
+    const frame = e.querySelector('.ab-explorer-frame');
+    return {where: 'explorer ' + e.getAttribute('data-explorer'), images: data.images,
+            box: frame.getBoundingClientRect().width || column};
+  });
+  return {cells, explorers};
+}"""
+
+
+def _figure_text_problems(images: list[tuple[str, bytes, float | None]]) -> list[str]:
+    """(where, PNG, shown width or None for 'as wide as the box allows') -> the ones too small."""
+    from PIL import Image
+
+    problems = []
+    for where, data, box in images:
+        natural = Image.open(io.BytesIO(data)).width
+        px = png_text_px(data)
+        if px is None:
+            problems.append(f"{where}: the PNG has no text-size record (drawn outside the book's style?)")
+            continue
+        if px == "none":
+            continue
+        shown = min(natural, box)
+        size = px * shown / natural
+        if size < MIN_TEXT_PX:
+            problems.append(f"{where}: smallest text {size:.1f} px ({px:.1f} px in a {natural} px PNG "
+                            f"shown {shown:.0f} px wide)")
+    return problems
+
+
+def test_figure_text_is_read_from_the_png_and_scaled_to_its_shown_width():
+    import matplotlib.pyplot as plt
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    from attention_book.core.plot import page_png_metadata
+
+    fig, ax = plt.subplots(figsize=(4, 2))
+    ax.set_title("t", fontsize=9)  # the tick labels (9 pt) and the title: 9 pt at 100 dpi = 12.5 px
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata=page_png_metadata(fig, 100))
+    plt.close(fig)
+    data = buf.getvalue()
+    assert png_text_px(data) == pytest.approx(12.5)
+    assert _figure_text_problems([("fits", data, 10_000)]) == []
+    natural = Image.open(io.BytesIO(data)).width
+    assert _figure_text_problems([("shrunk", data, natural * 0.5)])[0].startswith("shrunk: smallest text 6.2 px")
+    plain = io.BytesIO()
+    Image.new("RGB", (10, 10)).save(plain, format="png", pnginfo=PngInfo())
+    assert "no text-size record" in _figure_text_problems([("plain", plain.getvalue(), 100)])[0]
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+def test_figure_and_explorer_text_is_at_least_9_px(desktop, site, docname):  # noqa: F811
+    """At 1280 px the smallest text of every figure and explorer frame renders at least 9 px high:
+    the PNG's recorded text size (core/plot.py writes it) × shown width / natural width."""
+    _open(desktop, f"{site}{docname}.html")
+    found = desktop.evaluate(JS_FIGURES)
+    images = [(f"figure {i + 1} ({c['src'][:40]})", _image_bytes(c["src"], docname), c["shown"])
+              for i, c in enumerate(found["cells"])]
+    for explorer in found["explorers"]:
+        images += [(f"{explorer['where']} image {k + 1}", base64.b64decode(b64), explorer["box"])
+                   for k, b64 in enumerate(explorer["images"])]
+    problems = _figure_text_problems(images)
+    assert not problems, (f"{docname} at {DESKTOP['width']} px: figure text below {MIN_TEXT_PX:g} px "
+                          "(draw the figure narrower or its text larger):\n  " + "\n  ".join(problems))

@@ -12,6 +12,11 @@
 - The theme's colour mode: without a `default_mode`, pydata-sphinx-theme logs
   "Got invalid theme mode" as an error on every page; "auto" (follow the
   reader's system setting) is what it falls back to anyway.
+- Code keeps its indentation when a narrow screen wraps it (issue 36): a small
+  script puts each line of a code cell in a `<span class="ab-line">` that carries
+  the line's indentation (`--indent`), and book.css hangs the wrapped rest of the
+  line under it instead of at the left margin. `ab.show_source` writes the same
+  spans itself (src/attention_book/book/source.py).
 """
 
 from __future__ import annotations
@@ -94,6 +99,23 @@ def default_theme_mode(app, config) -> None:
     config.html_context = context
 
 
+# Pygments closes its spans at every line end, so each line's HTML stands alone.
+CODE_LINES_JS = """
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("div.cell_input pre").forEach(function (pre) {
+    if (pre.querySelector(".ab-line")) { return; }
+    var lines = pre.innerHTML.split("\\n");
+    if (lines.length > 1 && lines[lines.length - 1] === "") { lines.pop(); }
+    pre.innerHTML = lines.map(function (html) {
+      var text = html.replace(/<[^>]*>/g, "");
+      var indent = text.length - text.replace(/^ +/, "").length;
+      return '<span class="ab-line" style="--indent: ' + indent + 'ch">' + html + "\\n</span>";
+    }).join("");
+  });
+});
+"""
+
+
 def setup(app):
     import kernel_poll  # notebook execution during the build: see kernel_poll.py
 
@@ -101,4 +123,5 @@ def setup(app):
     app.connect("config-inited", default_theme_mode)
     # Late priority: after every extension has added its scripts to the page.
     app.connect("html-page-context", dedupe_scripts, priority=900)
+    app.add_js_file(None, body=CODE_LINES_JS)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

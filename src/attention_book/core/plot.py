@@ -83,9 +83,10 @@ def fit_page(fig, dpi: float | None = None, column_px: float = PAGE_COLUMN_PX) -
 
 
 def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
-    """The PNG tEXt entries the book writes with a figure: its smallest text (see TEXT_SIZE_KEY)."""
+    """The PNG tEXt entries the book writes with a figure: its smallest text (see TEXT_SIZE_KEY),
+    ``"none"`` for a figure without text."""
     px = smallest_text_px(fig, dpi)
-    return {} if px is None else {TEXT_SIZE_KEY: f"{px:.2f}"}
+    return {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}"}
 
 
 def _page_figures_in_ipython() -> None:
