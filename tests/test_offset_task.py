@@ -1,4 +1,4 @@
-"""Chapter 5 helpers: the offset task, head ablation, collect_attention, the split_heads checker (offset_task.py)."""
+"""Chapter 5 helpers: the offset task, head ablation, collect_attention (offset_task.py); the chapter 5 assignment is tested in test_assignments.py."""
 
 from collections import Counter
 
