@@ -35,7 +35,7 @@ SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(F
 NOTEBOOK_RUN = PYTHONPATH=book/_ext $(PAR_ENV) $(PY) -m pytest -p kernel_poll --nbmake -n $(JOBS) -p no:randomly
 NB_TIMES := $(STAGE)/_notebook_times.json
 
-.PHONY: venv book test test-unit test-notebooks test-site test-smoke lab stage clean student grade claims gpu-report times
+.PHONY: venv book test test-unit test-notebooks test-site test-smoke lab stage clean student grade gradescope-bundle claims gpu-report times
 
 venv: $(STAMP)
 
@@ -139,14 +139,25 @@ claims: venv
 
 ## Course editions (see book/instructors.md)
 ## make student                      -> student/ : notebooks without solutions (ignored by git; needs only python3, no torch)
-## make grade SUBMISSIONS=dir [OUT=grades/grades.csv] [TIMEOUT=600] -> grades.csv, gradebook.csv, feedback/ beside OUT
+## make grade SUBMISSIONS=dir [OUT=grades/grades.csv] [TIMEOUT=600] [JOBS=2: notebooks at once] [COURSE=course.toml] [GRADE_ARGS=--resume]
+##   -> grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/ beside OUT
 student:
 	$(PYTHON) scripts/student_edition.py notebooks student
 
 SUBMISSIONS ?= submissions
 OUT ?= grades/grades.csv
 TIMEOUT ?= 600
+COURSE ?=
+GRADE_ARGS ?=
 grade: venv
 	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox" || \
 		echo "make grade: no bubblewrap; the grader will say what is not isolated"
-	$(PY) scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --timeout $(TIMEOUT)
+	$(PY) scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --timeout $(TIMEOUT) --jobs $(JOBS) \
+		$(if $(COURSE),--course "$(COURSE)") $(GRADE_ARGS)
+
+## make gradescope-bundle [BUNDLE=grades/gradescope_autograder.zip] [NOTEBOOKS="ch03_exercises"] [COURSE=course.toml]
+BUNDLE ?= grades/gradescope_autograder.zip
+NOTEBOOKS ?=
+gradescope-bundle: venv
+	$(PY) scripts/gradescope_bundle.py build --out "$(BUNDLE)" $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
+		$(if $(COURSE),--course "$(COURSE)")

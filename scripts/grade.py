@@ -154,7 +154,7 @@ def display_name(raw: str) -> str:
 def safe(value):
     """A cell a spreadsheet shows as text: printable, no formula (=, +, -, @ first)."""
     if isinstance(value, str):
-        value = clean(value)
+        value = clean(value, 10**7)  # never cut: a student's ID or a reason stays whole
         if value[:1] in ("=", "+", "-", "@"):
             return "'" + value
     return value
@@ -976,8 +976,10 @@ def _pool_init(args) -> None:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     _POOL_GRADER = Grader(*args)
     import atexit
+    from multiprocessing.util import Finalize
 
     atexit.register(_POOL_GRADER.close)
+    Finalize(None, _POOL_GRADER.close, exitpriority=10)  # also when the pool's process ends its own way
 
 
 def _pool_grade(task):
@@ -1021,10 +1023,14 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     journal = out_dir / "grades.jsonl"
     previous: dict[tuple[str, str], list[dict]] = {}
     if (resume or regrade is not None) and journal.exists():
+        latest: dict[tuple[str, str, str], dict] = {}  # a later line (a regrade) replaces an earlier one
         for line in journal.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 r = json.loads(line)
-                previous.setdefault((r["key"], r["notebook"]), []).append(r)
+                if r["status"] != "refused":
+                    latest[(r["key"], r["notebook"], r["assignment"])] = r
+        for (k, nb, _), r in latest.items():
+            previous.setdefault((k, nb), []).append(r)
     elif regrade is not None:
         raise GradeError(f"--regrade needs the grades of an earlier run in {out_dir} (grades.jsonl)")
     if regrade is not None and regrade not in keys and regrade not in {students[k]["student"] for k in keys}:
@@ -1063,15 +1069,18 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             if (k, n) not in have and not partial:
                 rows.append(dict(student=students[k]["student"], key=k, notebook="", assignment=n, passed=0,
                                  total=0, cases=[], status="not submitted", reason="", sha256="", seed=""))
+    def submitted_at(r):
+        when = times.get((unicodedata.normalize("NFC", r["key"]), r["notebook"])) or times.get(
+            (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
+        if when is None and course.late_source == "mtime" and r.get("path"):
+            when = _mtime(r["path"])
+        return when
+
     for r in rows:
         r.setdefault("seconds", 0.0)
         r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
-        submitted = times.get((unicodedata.normalize("NFC", r["key"]), r["notebook"])) or times.get(
-            (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
-        if submitted is None and course.late_source == "mtime" and r.get("path"):
-            submitted = _mtime(r["path"])
-        score_row(r, course, submitted)
+        score_row(r, course, submitted_at(r))
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
     write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
                   submissions)
@@ -1085,8 +1094,11 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for r in rows:
             if regrade in (r["key"], r["student"]) and r["status"] != "not submitted":
                 old = before.get((r["key"], r["assignment"]))
-                was = "no earlier grade" if old is None else f"was {old.get('points')} ({old.get('status')})"
-                same = old is not None and old.get("points") == r["points"] and old.get("seed") == r["seed"]
+                if old is not None:
+                    old = score_row(json.loads(json.dumps(old)), course, submitted_at(old))
+                was = "no earlier grade" if old is None else f"was {old['points']} ({old['status']})"
+                same = old is not None and (old["points"], old["status"], old["passed"], old["seed"]) == (
+                    r["points"], r["status"], r["passed"], r["seed"])
                 print(f"regrade {clean(r['student'], 120)} {r['assignment']}: {r['points']}/{r['max_points']:g} "
                       f"({r['status']}, seed {r['seed']}); {was}" + (": the same" if same else ""))
     for what in sorted(sandbox_note.get("missing", [])):
@@ -1148,8 +1160,12 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                 import concurrent.futures as cf
                 import multiprocessing
 
-                probe = Sandbox.detect(int(memory_gb * 2**30))
-                note.update(kind=probe.kind, missing=set(probe.missing))
+                probe = Grader.__new__(Grader)
+                probe.sandbox, probe.disk = Sandbox.detect(int(memory_gb * 2**30)), disk_mb * 2**20
+                probe.missing = set(probe.sandbox.missing)
+                note.update(kind=probe.sandbox.kind, missing=probe.missing)
+                _announce(probe)
+                print(f"grading {len(todo)} notebooks, {jobs} at a time")
                 pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                               initializer=_pool_init,
                                               initargs=((reference, timeout, memory_gb, disk_mb, extras),))

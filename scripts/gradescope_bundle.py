@@ -1,0 +1,164 @@
+"""Gradescope's autograder for the book's assignments: the same checks as ``make grade``.
+
+``python scripts/gradescope_bundle.py build [--out gradescope_autograder.zip] [--notebooks ch03_exercises ...]
+[--course course.toml]`` writes the zip to upload as a Gradescope programming assignment's
+autograder ("Zip file upload"). It holds:
+
+- ``setup.sh``: installs Python, bubblewrap and the package (torch for CPU, nbclient, ipykernel);
+- ``run_autograder``: runs ``gradescope_bundle.py run``;
+- ``source/``: the package with its checkers (``src/attention_book``), the grader
+  (``scripts/grade.py`` and its helpers), the reference notebooks of the graded assignments, the
+  course file (with its roster, times and extra cases) and a grading secret made for this bundle.
+
+``python scripts/gradescope_bundle.py run`` (inside Gradescope's container) grades each notebook in
+``/autograder/submission`` exactly as ``make grade`` does, one student at a time (the student's seed
+derives from the bundle's secret, the assignment and the student's Gradescope user id), and writes
+``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (for tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import stat
+import sys
+import tempfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ("grade.py", "course.py", "lms_export.py", "gradescope_bundle.py")
+
+SETUP = """#!/usr/bin/env bash
+# Gradescope runs this once, when the autograder image is built.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap
+python3 -m venv /autograder/venv
+/autograder/venv/bin/pip install --upgrade pip
+/autograder/venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7"
+/autograder/venv/bin/pip install /autograder/source
+chmod -R go-rwx /autograder/source   # the answers and the secret: root only
+"""
+
+RUN = """#!/usr/bin/env bash
+# Gradescope runs this for every submission.
+cd /autograder/source
+exec /autograder/venv/bin/python scripts/gradescope_bundle.py run
+"""
+
+
+def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
+    """Write the autograder zip to ``out``; returns ``out``."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from grade import reference_assignments
+
+    refs = reference_assignments(ROOT / "notebooks")
+    chosen = [n if n.endswith(".ipynb") else n + ".ipynb" for n in notebooks] or sorted(refs)
+    unknown = [n for n in chosen if n not in refs]
+    if unknown:
+        raise SystemExit(f"gradescope_bundle: {unknown} are not notebooks with an assignment; known: {sorted(refs)}")
+    files: dict[str, bytes | Path] = {"setup.sh": SETUP.encode(), "run_autograder": RUN.encode()}
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        if (ROOT / name).is_file():
+            files[f"source/{name}"] = ROOT / name
+    for path in sorted((ROOT / "src" / "attention_book").rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files[f"source/{path.relative_to(ROOT)}"] = path
+    for name in SCRIPTS:
+        files[f"source/scripts/{name}"] = ROOT / "scripts" / name
+    files["source/book/_ext/kernel_poll.py"] = ROOT / "book" / "_ext" / "kernel_poll.py"
+    if (ROOT / "book" / "_claims_report.json").is_file():
+        files["source/book/_claims_report.json"] = ROOT / "book" / "_claims_report.json"
+    for name in chosen:
+        files[f"source/notebooks/{name}"] = ROOT / "notebooks" / name
+    settings = {"secret": secrets.token_hex(32), "course": None}
+    if course_file is not None:
+        data = tomllib.loads(course_file.read_text(encoding="utf-8"))
+        files["source/course/course.toml"] = course_file
+        here = course_file.parent
+        for rel in [data.get("roster", {}).get("file"), data.get("late", {}).get("times")] + [
+                a.get("extra_cases") for a in data.get("assignments", {}).values()]:
+            if rel:
+                files[f"source/course/{rel}"] = here / rel
+        settings["course"] = "course/course.toml"
+    files["source/gradescope.json"] = json.dumps(settings).encode()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, content in sorted(files.items()):
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = ((0o755 if name in ("setup.sh", "run_autograder") else 0o644) | stat.S_IFREG) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, content if isinstance(content, bytes) else content.read_bytes())
+    return out
+
+
+def run(root: Path) -> dict:
+    """Grade the notebooks in ``root/submission``; write and return ``root/results/results.json``."""
+    source = root / "source"
+    sys.path.insert(0, str(source / "src"))
+    sys.path.insert(0, str(source / "scripts"))
+    import grade as grader
+    import lms_export
+
+    settings = json.loads((source / "gradescope.json").read_text())
+    meta = {}
+    if (root / "submission_metadata.json").is_file():
+        meta = json.loads((root / "submission_metadata.json").read_text())
+    users = meta.get("users") or [{}]
+    student = str(users[0].get("id") or users[0].get("email") or "student")
+    references = grader.reference_assignments(source / "notebooks")
+    work = Path(tempfile.mkdtemp(prefix="gradescope-"))
+    results = root / "results" / "results.json"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder = work / "subs" / student
+        folder.mkdir(parents=True)
+        handed = [p for p in sorted((root / "submission").rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+        matched = {}
+        for p in handed:
+            found = grader.match_reference(p.name, references)
+            if found and (found[0] not in matched or found[1] >= matched[found[0]][0]):
+                matched[found[0]] = (found[1], p)
+        if not matched:
+            data = {"score": 0.0, "output": "No notebook of this assignment was found. Hand in "
+                    + " or ".join(sorted(references)) + f" (found: {[p.name for p in handed] or 'no notebook'}).",
+                    "visibility": "visible", "tests": []}
+        else:
+            for ref, (_, p) in matched.items():
+                shutil.copyfile(p, folder / ref)
+            course = source / settings["course"] if settings.get("course") else None
+            grader.grade(work / "subs", work / "out" / "grades.csv", int(os.environ.get("GRADE_TIMEOUT", "600")),
+                         source / "notebooks", course_file=course, secret=settings["secret"])
+            data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
+        results.write_text(lms_export.dump_json(data), encoding="utf-8")
+        return data
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the autograder zip")
+    b.add_argument("--out", type=Path, default=Path("grades/gradescope_autograder.zip"))
+    b.add_argument("--notebooks", nargs="*", default=[], help="reference notebooks (default: every one with an "
+                   "assignment); upload one bundle per Gradescope assignment")
+    b.add_argument("--course", type=Path, default=None)
+    sub.add_parser("run", help="inside Gradescope: grade /autograder/submission")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        print(f"wrote {build(args.out, args.notebooks, args.course)}")
+    else:
+        data = run(Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
+        print(f"score {data.get('score')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The Gradescope autograder bundle (issue 37): what the zip holds, and that its run_autograder step
+grades a submission in Gradescope's layout into a results.json of Gradescope's format."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from test_grade import GOOD, notebook  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle") / "autograder.zip"
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "gradescope_bundle.py"), "build", "--out", str(out),
+                          "--notebooks", "ch03_exercises", "--course", str(ROOT / "course.example.toml")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return out
+
+
+def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
+    with zipfile.ZipFile(bundle) as z:
+        names = set(z.namelist())
+        modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in z.infolist()}
+        setup = z.read("setup.sh").decode()
+        run = z.read("run_autograder").decode()
+        settings = json.loads(z.read("source/gradescope.json"))
+    assert {"setup.sh", "run_autograder", "source/scripts/grade.py", "source/scripts/gradescope_bundle.py",
+            "source/src/attention_book/assignments/ch03.py", "source/src/attention_book/assignments/grading.py",
+            "source/notebooks/ch03_exercises.ipynb", "source/book/_ext/kernel_poll.py", "source/pyproject.toml",
+            "source/course/course.toml", "source/course/course_example/extra_cases.py"} <= names
+    assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
+    assert setup.startswith("#!/usr/bin/env bash") and "bubblewrap" in setup and "pip install /autograder/source" in setup
+    assert "gradescope_bundle.py run" in run and len(settings["secret"]) >= 32
+    assert not any(n.startswith("source/notebooks/") and "ch03" not in n for n in names)
+
+
+@pytest.mark.slow
+def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_path):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    if __import__("grade").Sandbox.detect().kind == "none":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source_zip")
+    (root / "source_zip" / "source").rename(root / "source")
+    (root / "submission").mkdir()
+    (root / "submission" / "ch03_exercises (2).ipynb").write_text(json.dumps(notebook(GOOD)))
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "email": "a@b.c"}]}))
+    run = subprocess.run([sys.executable, str(root / "source" / "scripts" / "gradescope_bundle.py"), "run"],
+                         capture_output=True, text=True, cwd=root / "source",
+                         env=dict(os.environ, AUTOGRADER_ROOT=str(root), OMP_NUM_THREADS="1", GRADE_TIMEOUT="300"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads((root / "results" / "results.json").read_text())
+    assert data["score"] > 0 and data["tests"] and all(t["status"] in ("passed", "failed") for t in data["tests"])
+    # the example course gives masked_softmax 20 points and one extra hidden case of the instructor's
+    assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(20.0)
+    assert any("low temperature" in t["name"] for t in data["tests"])
+    assert "Feedback" in data["output"]
