@@ -45,6 +45,7 @@ import re
 from pathlib import Path
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN SOLUTION\s*$")
+BEGIN_ANYWHERE = re.compile(r"(?m)^[ \t]*#\s*BEGIN SOLUTION\s*$")
 END = re.compile(r"^[ \t]*#\s*END SOLUTION\s*$")
 EDITIONS = ("instructor", "public", "student")
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,9 +287,6 @@ def split_solutions(nb: dict) -> tuple[dict, dict[str, str]]:
             cell["source"] = scaffold(source(cell)).splitlines(keepends=True)
             cell["outputs"], cell["execution_count"] = [], None
     return nb, found
-
-
-BEGIN_ANYWHERE = re.compile(r"(?m)^[ \t]*#\s*BEGIN SOLUTION\s*$")
 
 
 def merge_solutions(nb: dict, solutions: dict[str, str]) -> dict:
