@@ -207,6 +207,12 @@ def test_the_pairs_and_numbers_are_checked_whole():
         return inputs.reshape(-1), labels.reshape(-1)
 
     assert run("mlm_masking", flat).passed == 0
+
+    def int32(*args, **kwargs):
+        inputs, labels = masking(*args, **kwargs)
+        return inputs.int(), labels.int()
+
+    assert run("mlm_masking", int32).passed == 0
     merge = REFERENCES["merge_softmax"][1]
     assert run("merge_softmax", lambda a, b: tuple(t.float() for t in merge(a, b))).passed == 0
 

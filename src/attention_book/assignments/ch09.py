@@ -61,6 +61,8 @@ def _shape_problem(tokens, inputs, labels) -> str | None:
             return f"{name} should be a tensor, got {type(t).__name__}"
         if tuple(t.shape) != tuple(tokens.shape):
             return f"{name} should have the shape of tokens {tuple(tokens.shape)}, got {tuple(t.shape)}"
+        if t.dtype != tokens.dtype:
+            return f"{name} should have the dtype of tokens {tokens.dtype}, got {t.dtype}"
     return None
 
 
