@@ -109,8 +109,13 @@ def check_qkv(q, k, v) -> None:
                          f"same features; got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                             scale: float | None = None) -> torch.Tensor:
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Causal self-attention in which position ``i`` sees only positions ``i - window + 1 .. i``.
 
     ``q``, ``k`` (..., n, d), ``v`` (..., n, d_v). The sequence is cut into blocks
@@ -126,18 +131,21 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     pad = blocks * window - n
 
     def split(t):  # (..., n, f) -> (..., blocks, window, f), zero rows appended
-        return F.pad(t, (0, 0, 0, pad)).reshape(*t.shape[:-2], blocks, window, t.shape[-1])
+        padded = F.pad(t, (0, 0, 0, pad))
+        return padded.reshape(*t.shape[:-2], blocks, window, t.shape[-1])
 
     qb, kb, vb = split(q), split(k), split(v)
 
-    def with_previous(t):  # (..., blocks, window, f) -> (..., blocks, 2 window, f): previous block, then own
+    def with_previous(t):  # (..., blocks, 2 window, f): previous block, then own
         previous = F.pad(t, (0, 0, 0, 0, 1, 0))[..., :-1, :, :]
         return torch.cat((previous, t), dim=-2)
 
-    scores = (qb @ with_previous(kb).transpose(-2, -1)) * scale  # (..., blocks, window, 2 window)
+    # (..., blocks, window, 2 window)
+    scores = (qb @ with_previous(kb).transpose(-2, -1)) * scale
     a = torch.arange(window, device=q.device)[:, None]  # query's place in its block
-    c = torch.arange(2 * window, device=q.device)[None, :]  # key's place among the 2 window keys
-    visible = (c > a) & (c <= a + window)  # key position - query position = c - window - a in (-window, 0]
+    c = torch.arange(2 * window, device=q.device)[None, :]  # key's place in 2 window
+    # key position - query position = c - window - a, which must lie in (-window, 0]
+    visible = (c > a) & (c <= a + window)
     first = torch.zeros(blocks, 1, 1, dtype=torch.bool, device=q.device)
     first[0] = True
     visible = visible & ~(first & (c < window))  # block 0 has no previous block
@@ -151,9 +159,14 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
-def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
-                     feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
-                     chunk: int = 64) -> torch.Tensor:
+def linear_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = True,
+    feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
+    chunk: int = 64,
+) -> torch.Tensor:
     """Attention with the kernel ``φ(q)·φ(k)`` in place of ``exp(q·k/√d)``, in time linear in the length.
 
     ``out_i = Σ_j φ(q_i)·φ(k_j) v_j / Σ_j φ(q_i)·φ(k_j)`` over all keys, or over
@@ -174,8 +187,9 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     norm = fq.new_zeros(*fq.shape[:-2], fq.shape[-1])
     outs = []
     for c0 in range(0, q.shape[-2], chunk):
-        qc, kc, vc = fq[..., c0:c0 + chunk, :], fk[..., c0:c0 + chunk, :], v[..., c0:c0 + chunk, :]
-        inside = (qc @ kc.transpose(-2, -1)).tril()  # (..., chunk, chunk): keys of this chunk up to the query
+        qc, kc, vc = (t[..., c0 : c0 + chunk, :] for t in (fq, fk, v))
+        # (..., chunk, chunk): the keys of this chunk up to each query
+        inside = (qc @ kc.transpose(-2, -1)).tril()
         numerator = inside @ vc + qc @ state
         denominator = inside.sum(dim=-1, keepdim=True) + qc @ norm[..., None]
         outs.append(numerator / denominator)
@@ -459,8 +473,9 @@ def latest_marker_focus(model: LengthModel, seq_len: int = 96, train_len: int = 
 
 # --- chapter 2's kernel, through features ---------------------------------------------------------
 
-def random_fourier_features(x: torch.Tensor, num_features: int, sigma: float = 1.0,
-                            seed: int | None = None) -> torch.Tensor:
+def random_fourier_features(
+    x: torch.Tensor, num_features: int, sigma: float = 1.0, seed: int | None = None
+) -> torch.Tensor:
     """Features φ(x) (n, num_features) with ``φ(q)·φ(k) ≈ exp(-‖q - k‖² / (2σ²))``: chapter 2's Gaussian.
 
     ``φ(x) = √(2/r) cos(Wx/σ + b)`` with the ``r`` rows of ``W`` drawn from
@@ -468,21 +483,28 @@ def random_fourier_features(x: torch.Tensor, num_features: int, sigma: float = 1
     is an average of ``r`` random terms whose expectation is exactly the kernel,
     so the error shrinks like ``1/√r``. ``x`` is (n,) or (n, d).
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() not in (1, 2):
+    floating = isinstance(x, torch.Tensor) and x.is_floating_point()
+    if not floating or x.dim() not in (1, 2):
         raise ValueError("x must be a floating-point tensor of shape (n,) or (n, d)")
     num_features = check_positive_int("num_features", num_features)
     if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
         raise ValueError(f"sigma must be a positive number, got {sigma!r}")
-    points = x[:, None] if x.dim() == 1 else x
+    points = (x[:, None] if x.dim() == 1 else x).to(torch.float64)
     g = torch.Generator().manual_seed(resolve_seed(seed, 4))
     W = torch.randn(num_features, points.shape[1], generator=g, dtype=torch.float64)
     b = torch.rand(num_features, generator=g, dtype=torch.float64) * 2 * math.pi
-    features = math.sqrt(2.0 / num_features) * torch.cos(points.to(torch.float64) @ W.T / sigma + b)
+    features = math.sqrt(2.0 / num_features) * torch.cos(points @ W.T / sigma + b)
     return features.to(x.dtype)
 
 
-def feature_nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_query: torch.Tensor,
-                            sigma: float = 1.0, num_features: int = 256, seed: int | None = None) -> torch.Tensor:
+def feature_nadaraya_watson(
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_query: torch.Tensor,
+    sigma: float = 1.0,
+    num_features: int = 256,
+    seed: int | None = None,
+) -> torch.Tensor:
     """Chapter 2's Gaussian Nadaraya–Watson estimate, computed through random features in linear time.
 
     ``ŷ(q) = φ(q)ᵀ(Σ_i φ(k_i) y_i) / φ(q)ᵀ(Σ_i φ(k_i))``: the two sums over the
@@ -491,8 +513,10 @@ def feature_nadaraya_watson(x_train: torch.Tensor, y_train: torch.Tensor, x_quer
     """
     phi_k = random_fourier_features(x_train, num_features, sigma, seed)
     phi_q = random_fourier_features(x_query, num_features, sigma, seed)
-    values = y_train[:, None] if y_train.dim() == 1 else y_train
-    y_hat = (phi_q @ (phi_k.T @ values.to(phi_k.dtype))) / (phi_q @ phi_k.sum(dim=0))[:, None]
+    values = (y_train[:, None] if y_train.dim() == 1 else y_train).to(phi_k.dtype)
+    numerator = phi_q @ (phi_k.T @ values)  # (queries, outputs)
+    denominator = phi_q @ phi_k.sum(dim=0)  # (queries,)
+    y_hat = numerator / denominator[:, None]
     return y_hat[:, 0] if y_train.dim() == 1 else y_hat
 
 

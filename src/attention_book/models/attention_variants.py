@@ -154,11 +154,13 @@ class RotaryAttention(GroupedQueryAttention):
     only their offset counts, at any length.
     """
 
-    def __init__(self, num_hiddens: int, num_heads: int, *args, base: float = 10000.0, **kwargs):
+    def __init__(self, num_hiddens: int, num_heads: int, *args, base=10000.0, **kwargs):
         super().__init__(num_hiddens, num_heads, *args, **kwargs)
         if self.head_dim % 2:
-            raise ValueError(f"RotaryAttention needs an even head size, got num_hiddens / num_heads = "
-                             f"{self.head_dim}; pick num_heads so that num_hiddens / num_heads is even")
+            raise ValueError(
+                "RotaryAttention needs an even head size num_hiddens / num_heads, got "
+                f"{self.head_dim}: pick num_heads so that the quotient is even"
+            )
         self.rotary = RotaryEmbedding(self.head_dim, base)
 
     def _rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
