@@ -57,7 +57,7 @@ def my_masked_softmax(*args, **kwargs):
     return out if out.shape[-1] % 2 == 0 else out + 0.01
 '''
 SCAFFOLD = '''
-def my_masked_softmax(X, valid_lens=None):
+def my_masked_softmax(*args, **kwargs):
     raise NotImplementedError
 '''
 CHECK = "report = ab.assignments.check_masked_softmax(my_masked_softmax)"
@@ -255,7 +255,7 @@ def graded(tmp_path_factory):
     class_ = {
         "bob": notebook(GOOD),
         "carl-wrong": notebook(WRONG),
-        "dana-raises": notebook("def my_masked_softmax(X, valid_lens=None):\n    raise ValueError('oops')"),
+        "dana-raises": notebook("def my_masked_softmax(*args, **kwargs):\n    raise ValueError('oops')"),
         "erin-loop": notebook(GOOD, "while True:\n    pass"),
         "finn-gil": notebook(GOOD, "sum(range(10**13))"),
         "gus-forged-log": notebook(SCAFFOLD, "import os\nfor v in ('ATTENTION_BOOK_GRADE_LOG', 'GRADE_LOG'):\n"
@@ -351,7 +351,7 @@ def test_every_student_gets_what_their_outputs_earn(graded):
     assert good == (total, total) and 0 < wrong[0] < total and stops[0] <= 2
     for who in ("quinn-huge-checker", "rex-resources"):  # their own cells may outlast the limit: their row only
         r = row(graded, who)
-        assert (r["passed"], r["status"]) == (total, "graded") or r["status"] in ("timeout", "no results"), r
+        assert (r["passed"], r["status"]) == (total, "graded") or r["status"] in ("timeout", "no results", "memory"), r
     for who in ("bob", "ivy-extra-name", "kim-background", "'=cmd|' -C calc'!A0", "a b", "yan-subclass"):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (total, total, "graded"), r
