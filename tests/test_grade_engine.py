@@ -384,3 +384,30 @@ def test_the_judge_reads_no_pickle():
     source = (ROOT / "src" / "attention_book" / "assignments" / "grading.py").read_text()
     assert "pickle" not in source.replace("never pickle", "").replace("no pickle", "").replace(
         "without pickle", "") and "torch.load" not in source
+
+
+def test_inside_the_sandbox_etc_and_the_root_are_read_only(tmp_path):
+    box = grade.Sandbox.detect(2**30)
+    if box.kind == "none":
+        pytest.skip("no bubblewrap here")
+    for name in ("passwd", "group"):
+        (tmp_path / name).write_text("")
+    os.chmod(tmp_path, 0o755)
+    code = ("import os\nfor p in ('/etc/fill', '/fill', '/sandbox/ok', '/tmp/ok'):\n"
+            "    try:\n        open(p, 'w').write('x'); print(p, 'written')\n"
+            "    except OSError as e:\n        print(p, 'refused')\n")
+    run = subprocess.run(box.command(tmp_path, tmp_path, 2**24, [sys.executable, "-c", code]), capture_output=True,
+                         text=True, preexec_fn=box._start(None, 2**31), timeout=120)
+    assert run.stdout.split("\n")[:4] == ["/etc/fill refused", "/fill refused", "/sandbox/ok written",
+                                          "/tmp/ok written"], run.stdout + run.stderr[-1000:]
+
+
+def test_the_run_folder_is_private(tmp_path):
+    grader = grade.Grader(tmp_path, 10, 1.0, 64)
+    try:
+        info = grader.run_dir.stat()
+        assert info.st_mode & 0o777 == 0o700
+        assert info.st_uid == (grade.NOBODY if grader.sandbox.unprivileged else os.geteuid())
+    finally:
+        grader.close()
+    assert not grader.run_dir.exists()
