@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.checks import check_int, check_positive_int
+from ..core.config import single_thread
 from ..core.train import IGNORE, accuracy
 from ..models.attention import MultiHeadAttention
 from ..models.positional import PositionalEncoding
@@ -81,7 +82,7 @@ def train_previous_token(
     num_val: int = 1000,
     seed: int | None = None,
 ) -> dict:
-    """Train a :class:`PreviousTokenModel` with Adam on fresh batches, one per step.
+    """Train a :class:`PreviousTokenModel` with Adam on fresh batches, one per step, on one thread.
 
     ``seed`` (``None``: the book's seed) fixes the initial weights, the batches and the
     validation set (``num_val`` sequences, drawn with ``seed + 1``), so a run with and a
@@ -96,30 +97,35 @@ def train_previous_token(
         check_positive_int("steps", steps),
         check_positive_int("eval_every", eval_every),
     )
-    seed = resolve_seed(seed)
-    val = [
-        previous_token_batch(num_val, seq_len, torch.Generator().manual_seed(seed + 1))
-    ]
-    seed_everything(seed)
-    model = PreviousTokenModel(seq_len, num_hiddens, num_heads, positions)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = torch.Generator().manual_seed(seed)
-    run = {
-        "positions": bool(positions),
-        "seed": seed,
-        "steps": [0],
-        "val_accuracy": [accuracy(model, val)],
-    }
-    for step in range(1, steps + 1):
-        X, Y = previous_token_batch(batch_size, seq_len, batches)
-        model.train()
-        loss = F.cross_entropy(model(X).flatten(0, 1), Y.flatten(), ignore_index=IGNORE)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if step % eval_every == 0 or step == steps:
-            run["steps"].append(step)
-            run["val_accuracy"].append(accuracy(model, val))
+    with single_thread():  # a tiny model: more threads would only wait for each other
+        seed = resolve_seed(seed)
+        val = [
+            previous_token_batch(
+                num_val, seq_len, torch.Generator().manual_seed(seed + 1)
+            )
+        ]
+        seed_everything(seed)
+        model = PreviousTokenModel(seq_len, num_hiddens, num_heads, positions)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        batches = torch.Generator().manual_seed(seed)
+        run = {
+            "positions": bool(positions),
+            "seed": seed,
+            "steps": [0],
+            "val_accuracy": [accuracy(model, val)],
+        }
+        for step in range(1, steps + 1):
+            X, Y = previous_token_batch(batch_size, seq_len, batches)
+            model.train()
+            loss = F.cross_entropy(
+                model(X).flatten(0, 1), Y.flatten(), ignore_index=IGNORE
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step % eval_every == 0 or step == steps:
+                run["steps"].append(step)
+                run["val_accuracy"].append(accuracy(model, val))
     run["model"] = model
     return run
 
