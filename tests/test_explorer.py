@@ -255,9 +255,11 @@ def test_inline_figures_go_through_fit_page_in_ipython():
 
     shell = InteractiveShell.instance()
     try:
-        select_figure_formats(shell, {"png"})
+        select_figure_formats(shell, set())  # as in a kernel before its first figure
         ab.use_book_style()
         ab.use_book_style()  # idempotent: wrapped once
+        select_figure_formats(shell, {"png"})  # the inline backend, loaded by the first figure
+        shell.events.trigger("post_execute")  # the cell ends: wrapped before its figures show
         fig, ax = plt.subplots(figsize=(3, 2))
         ax.set_title("title", fontsize=4)
         data, _ = shell.display_formatter.format(fig, include={"image/png"})

@@ -91,21 +91,34 @@ def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
 
 def _page_figures_in_ipython() -> None:
     """In IPython (Jupyter, Colab, a website build's kernel), show figures through
-    :func:`fit_page` and record :func:`page_png_metadata` in their PNG."""
+    :func:`fit_page` and record :func:`page_png_metadata` in their PNG.
+
+    The inline backend registers its PNG printer only when the first figure is drawn (and
+    again if the backend is switched), so the wrap is also retried after every cell runs,
+    before the backend shows that cell's figures (``post_execute`` callbacks run in the
+    order they were registered, and this one comes first)."""
     try:
         from IPython import get_ipython
     except ImportError:
         return
     shell = get_ipython()
-    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
-    if not formatters or "image/png" not in formatters:
+    if shell is None or not hasattr(shell, "display_formatter"):
         return
+    _wrap_png_printer(shell)
+    if not getattr(shell, "_ab_page_figures", False):
+        shell.events.register("post_execute", lambda: _wrap_png_printer(shell))
+        shell._ab_page_figures = True
+
+
+def _wrap_png_printer(shell) -> None:
     from matplotlib.figure import Figure
 
-    formatter = formatters["image/png"]
+    formatter = shell.display_formatter.formatters.get("image/png")
+    if formatter is None:
+        return
     try:
         inner = formatter.lookup_by_type(Figure)
-    except KeyError:  # the inline backend draws no PNG (an SVG setting, say)
+    except KeyError:  # no figure drawn yet, or the backend draws no PNG (an SVG setting, say)
         return
     if getattr(inner, "_ab_page_figure", False):
         return
