@@ -1,34 +1,39 @@
 """Grade a folder of submitted notebooks: each in a sandbox, judged by hidden tests outside it.
 
-Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 600]
-                               [--reference notebooks] [--memory-gb 8] [--disk-mb 512] [--seed N]
+Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 600] [--course course.toml]
+           [--jobs N] [--resume] [--regrade STUDENT] [--secret S] [--reference notebooks]
+           [--memory-gb 8] [--disk-mb 512] [--seed N]
 
-Layout: ``SUBMISSIONS/<student>/<name>.ipynb``, where ``<name>.ipynb`` is a reference
-notebook (in ``--reference``) that has checker cells. Only those are graded, one per
-student per reference; every other file is listed as ignored. For each notebook:
+Layout: ``SUBMISSIONS/<student>/<name>.ipynb`` (or, from an LMS's bulk download,
+``SUBMISSIONS/<login>_<id>_<id>_<name>.ipynb``), where ``<name>.ipynb`` is a reference notebook
+(in ``--reference``) that has checker cells; common renamings (``(1)``, ``-1``) are matched.
+Everything else is listed as ignored. For each notebook:
 
-1. The grader builds the assignment's hidden cases here, from a seed chosen now, and
-   writes only their arguments into a fresh read-only folder with the notebook, a copy
-   of the package in which the package's own answers do not exist (they raise), and the
-   worker that executes the notebook.
+1. The grader builds the assignment's hidden cases here, from the student's seed (HMAC-SHA256 of
+   the course secret, the assignment and the student: the same grade on every regrade), and
+   writes only their arguments into a fresh folder with the notebook, a copy of the package that
+   holds no answer (the graded function, the package's other routes to it, the checker's own
+   reference), and the worker that executes the notebook.
 2. The notebook runs to the end (cells that raise do not stop it) inside a sandbox:
    bubblewrap with its own user, network, process and mount namespaces, as an
-   unprivileged user, seeing only the system libraries, Python, that folder and a
-   writable tmpfs of bounded size; memory and processes are limited for the whole
-   sandbox by a cgroup where one can be made; wall time by ``--timeout``. Without
+   unprivileged user, seeing only the system libraries, Python, that folder and two writable
+   tmpfs of bounded size, the rest read-only; memory and processes are limited for the whole
+   sandbox by a cgroup inside the grader's own; wall time by ``--timeout``. Without
    bubblewrap it runs in a plain process group, with a loud warning.
 3. After the student's cells the worker calls the student's function (named in their
-   checker cell) on those arguments and sends the outputs back through a pipe; nothing
+   checker cell) on every case and sends the outputs back through a pipe; nothing
    the sandbox wrote is read from disk.
-4. Here, a judge process with its own time and memory limits loads the outputs (plain
-   types and dense tensors of bounded size only) and applies the instructor's checks
-   (``attention_book.assignments.grading``).
+4. Here, a judge process with its own time and memory limits reads the outputs (a JSON header
+   and raw tensor bytes: never pickle) and applies the instructor's checks
+   (``attention_book.assignments.grading``); the score is over every case.
 
-Writes, as each notebook finishes, one row per (student, notebook, assignment) to
-``--out``; then ``gradebook.csv`` (one row per student, points per assignment and
-total: importable by Canvas and Moodle), ``feedback/<student>.md`` and ``ignored.csv``
-beside it. Every cell a student controls is written so that a spreadsheet shows it as
-text, and control characters are removed from everything printed or written.
+Writes beside ``--out``: grades.csv (one row per student, notebook and assignment, with its status,
+seed and reasons), grades.jsonl (the same with every case, as each notebook finishes: what
+``--resume`` and ``--regrade`` read), gradebook.csv, canvas.csv and moodle.csv (LMS imports; a
+missing submission blank), feedback/<student>.md, gradescope/<student>/results.json and
+ignored.csv, each written atomically under a lock on the folder. Every cell a student controls is
+written so that a spreadsheet shows it as text, and control characters are removed from
+everything printed or written. See book/instructors.md.
 """
 
 from __future__ import annotations

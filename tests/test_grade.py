@@ -16,7 +16,6 @@ import sys
 import io
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
 import pytest

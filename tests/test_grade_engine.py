@@ -20,7 +20,6 @@ import pytest
 import torch
 
 import attention_book as ab
-from attention_book.assignments import Case, compare
 from attention_book.assignments.grading import (case_results, dump_data, grading_cases, hidden_arguments, judge,
                                                 load_results, package_without, run_hidden)
 
