@@ -109,6 +109,7 @@ document.addEventListener("DOMContentLoaded", function () {
     pre.innerHTML = lines.map(function (html) {
       var text = html.replace(/<[^>]*>/g, "");
       var indent = text.length - text.replace(/^ +/, "").length;
+      html = html.replace(/^((?:<span[^>]*>(?:<\\/span>)?)*)( +)/, '$1<span class="ab-indent">$2</span>');
       return '<span class="ab-line" style="--indent: ' + indent + 'ch">' + html + "\\n</span>";
     }).join("");
   });

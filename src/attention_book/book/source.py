@@ -39,8 +39,7 @@ _PRAGMA = re.compile(r"\s*#\s*(pragma: no cover|noqa|type: ignore)\b.*$")
 
 
 def _without_pragmas(code: str) -> str:
-    """``code`` without trailing coverage and linter pragmas (a line that held only one is kept
-    blank-free: it goes)."""
+    """``code`` without trailing coverage and linter pragmas (a line that held nothing else goes)."""
     lines = []
     for line in code.splitlines():
         if "#" in line and _PRAGMA.search(line):
@@ -290,8 +289,14 @@ def _lines_html(code: str, highlighted: str) -> str:
     spans = []
     for text, markup in zip(plain, lines):
         indent = len(text) - len(text.lstrip(" "))
+        # the indentation in a span of its own that never wraps (book.css): else a narrow
+        # screen may break the line right after it and leave it blank
+        markup = _LEADING_SPACES.sub(r'\1<span class="ab-indent">\2</span>', markup, count=1)
         spans.append(f'<span class="ab-line" style="--indent: {indent}ch">{markup}\n</span>')
     return "".join(spans)
+
+
+_LEADING_SPACES = re.compile(r"^((?:<span[^>]*>(?:</span>)?)*)( +)")
 
 
 def show_source(*objects: Any, docstring: bool = False) -> Source:
