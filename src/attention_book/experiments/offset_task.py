@@ -300,12 +300,15 @@ def head_maps_figure(run: HeadRun, num_examples: int = 200, importance: torch.Te
     if importance is not None:
         titles = [f"{t}\n(-{100 * float(d):.0f} pts)" for t, d in zip(titles, importance)]
     n = mean.shape[-1]
-    # More than four heads wrap onto rows of four, so each map stays readable on a narrow page.
+    # More than four heads wrap onto rows of four, so each map stays readable on a narrow page;
+    # one or two heads get larger maps, so that their labels are as large on the page as those
+    # of four maps side by side.
     cols = 4 if run.num_heads > 4 and run.num_heads % 4 == 0 else run.num_heads
     rows = run.num_heads // cols
-    height = (2.6 if importance is None else 2.9) * rows
+    cell = max(2.1, 3.4 / cols)
+    height = (cell + (0.5 if importance is None else 0.8)) * rows
     fig = heatmaps_figure(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
-                        titles=titles, figsize=(min(2.1 * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
+                        titles=titles, figsize=(min(cell * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
     for ax in fig.axes[:-1]:
         ax.set_xticks(range(0, n, 2))
         ax.set_yticks(range(0, n, 2))
