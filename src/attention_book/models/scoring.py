@@ -218,8 +218,9 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
     order = np.argsort(-w_scaled)
 
     # Fixed margins instead of a layout engine: this figure is redrawn at every move of the slider.
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.6))
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.08, top=0.95, hspace=0.42, wspace=0.25)
+    # 7.6 inches wide: drawn at the column's width, so its text stays legible (at least 9 px).
+    fig, axes = plt.subplots(2, 2, figsize=(7.6, 6.4))
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.95, hspace=0.5, wspace=0.32)
     colors = {"raw": "C3", "scaled": "C0"}
     labels = {"raw": "raw qᵀk", "scaled": "scaled qᵀk/√d"}
     ax = axes[0, 0]
@@ -401,7 +402,7 @@ def scoring_costs_figure(rows: Sequence[dict]):
     if not rows:
         raise ValueError("scoring_costs_figure needs the rows returned by measure_scoring_costs")
     ensure_style()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.4), layout="constrained")
     for ax, sweep, xkey, xlabel in ((axes[0], "keys", "num_keys", "number of keys $m$ (= queries)"),
                                     (axes[1], "dim", "dim", "feature size $d$")):
         sub = [r for r in rows if r["sweep"] == sweep]
