@@ -97,7 +97,7 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
         # the model learnt from, so that a misread drawing does not come as a surprise.
         intro = live.page.inner_text(f"{live.root} .ab-live-intro")
         assert "next to the box (below it on a narrow screen)" in intro
-        assert f"learnt from {manifest['data']['train_size']} scanned digits" in intro
+        assert f"learnt from {manifest['data']['train_size']:,} scanned digits" in intro
 
         # The view opens on the first of the page's examples: the notebook's numbers for it.
         first = shown(live)

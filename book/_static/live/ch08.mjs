@@ -167,10 +167,10 @@ export async function mount(root, ctx) {
     digits
       ? "Draw a digit (0–9) in the box with the mouse or a finger. The model sees it as the small " +
           `${native[0]}x${native[1]} grey image next to the box (below it on a narrow screen), made the way ` +
-          `its training digits were made. It learnt from ${data.train_size} scanned digits, thick and centred: ` +
+          `its training digits were made. It learnt from ${data.train_size.toLocaleString("en")} scanned digits, thick and centred: ` +
           "draw large and bold, and expect a thin or unusual stroke to be misread, still with a high probability."
       : `Draw a ${data.dataset} item in the box; the model sees it at ${native[0]}x${native[1]} pixels. It learnt ` +
-          `from ${data.train_size} ${data.dataset} images, so expect a drawing, unlike any of them, to be misread.`,
+          `from ${data.train_size.toLocaleString("en")} ${data.dataset} images, so expect a drawing, unlike any of them, to be misread.`,
   );
   const row = el("div", { class: "ab-live-row" });
   const left = el("div", { class: "ab-live-col" });
