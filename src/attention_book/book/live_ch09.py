@@ -83,7 +83,7 @@ class GenerateView(LiveView):
     """Type a prompt; the decoder-only model shows its next-token distribution and continues the prompt.
 
     ``model`` is a trained :class:`attention_book.DecoderOnlyLM` and ``tok`` its word-level
-    :class:`attention_book.Tokenizer`; ``prompt`` is the example the view opens with.
+    :class:`attention_book.data.tokenizer.Tokenizer`; ``prompt`` is the example the view opens with.
     """
 
     name = "ch09.generate"
