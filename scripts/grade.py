@@ -587,7 +587,8 @@ class Grader:
                  extras: dict[str, str] | None = None):
         self.timeout, self.memory_gb, self.disk = timeout, memory_gb, disk_mb * 2**20
         self.extras = extras or {}
-        self.run_dir = Path(tempfile.mkdtemp(prefix="grade-run-"))  # 0700: no other local user reads it
+        # 0700: no other local user reads it; named by the grading process, so a leftover is traceable
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"grade-run-{os.getpid()}-"))
         self.sandbox = Sandbox.detect(int(memory_gb * 2**30))
         if self.sandbox.unprivileged:  # the sandbox's own user must reach its folders, nobody else
             os.chown(self.run_dir, NOBODY, NOBODY)

@@ -309,13 +309,14 @@ def graded(tmp_path_factory):
         (extra / name).parent.mkdir(exist_ok=True)
         (extra / name).write_text(json.dumps(notebook(GOOD, checker=CHECK + "\nab.assignments.check_bleu(f)")))
     package_before = package_file.read_bytes()
-    runs_before = set(Path(tempfile.gettempdir()).glob("grade-run-*"))
     start = time.monotonic()
-    run = subprocess.run([str(clone / ".venv" / "bin" / "python"), str(clone / "scripts" / "grade.py"), str(subs),
-                          "--out", str(out / "grades.csv"), "--timeout", str(TIMEOUT), "--reference", str(reference),
-                          "--memory-gb", "3", "--disk-mb", "256", "--seed", str(SEED)],
-                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(clone / "src")),
-                         cwd=clone)
+    proc = subprocess.Popen([str(clone / ".venv" / "bin" / "python"), str(clone / "scripts" / "grade.py"), str(subs),
+                             "--out", str(out / "grades.csv"), "--timeout", str(TIMEOUT), "--reference",
+                             str(reference), "--memory-gb", "3", "--disk-mb", "256", "--seed", str(SEED)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(clone / "src")), cwd=clone)
+    stdout, stderr = proc.communicate()
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     seconds = time.monotonic() - start
     assert run.returncode == 0, run.stderr[-3000:]
     orphans = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
@@ -323,7 +324,7 @@ def graded(tmp_path_factory):
         rows = [dict(r, passed=int(r["passed"]), total=int(r["total"]),
                      points=float(r["points"]) if r["points"] else "") for r in csv.DictReader(f)]
     journal = [json.loads(line) for line in (out / "grades.jsonl").read_text().splitlines()]
-    run_folders = sorted(set(Path(tempfile.gettempdir()).glob("grade-run-*")) - runs_before)
+    run_folders = sorted(Path(tempfile.gettempdir()).glob(f"grade-run-{proc.pid}-*"))
     texts = [run.stdout, run.stderr] + [p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()]
     unchanged = package_file.read_bytes() == package_before
     shutil.rmtree(clone, ignore_errors=True)
