@@ -12,7 +12,7 @@ two), writes them into the labels, and returns the
 * :func:`transformer_diagram` (ch 7): the encoder–decoder Transformer;
 * :func:`vit_diagram` (ch 8): the vision Transformer (also from a :class:`~attention_book.ViT`);
 * :func:`pretraining_modes_diagram` (ch 9): BERT, T5 and GPT with the masks their models build
-  (from an :class:`~attention_book.LMConfig`).
+  (from an :class:`~attention_book.models.language_models.LMConfig`).
 
 All of them use one small drawing kit (:class:`_Sketch`: boxes, arrows, "× N"
 frames, mask matrices) whose coordinates are inches, and the book's style and
@@ -485,7 +485,7 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
 
     ``num_tokens`` (n, at most 12) inputs at the bottom, outputs on top; the
     connections into the last output are coloured. Beside each layer, its three
-    costs from the chapter (:data:`~attention_book.LAYER_COSTS`). A convolution
+    costs from the chapter (:data:`~attention_book.experiments.layer_comparison.LAYER_COSTS`). A convolution
     of width ``kernel_size`` (k) sees its k nearest inputs, the RNN reaches the
     first input through a chain of n steps, self-attention links all n² pairs.
     ``num_hiddens`` (d) is the token size printed with the costs. Defaults: the
@@ -791,7 +791,7 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
     """Chapter 9: BERT (encoder-only), T5 (encoder–decoder) and GPT (decoder-only) side by side, each with
     the attention mask its model builds.
 
-    ``config`` is the :class:`~attention_book.LMConfig` the three models share
+    ``config`` is the :class:`~attention_book.models.language_models.LMConfig` the three models share
     (``None``: the chapter's CI sizes, d = 64, 4 heads, 2 blocks, FFN 128, with the
     vocabulary left as |V|). The masks come from the models' own
     ``attention_masks`` for a ``seq_len``-token input (T5: ``seq_len`` inputs and
