@@ -251,8 +251,8 @@ def test_hidden_grading_round_trip_and_the_package_merge_is_blocked(tmp_path):
 
     def graded(fn, offset):
         """The grader's round trip: arguments in, the student's outputs out, judged outside."""
-        cases, results = tmp_path / "cases.pt", tmp_path / "results.pt"
-        torch.save(grading.hidden_arguments("merge_softmax", offset, "nonce"), cases)
+        cases, results = tmp_path / "cases.bin", tmp_path / "results.bin"
+        cases.write_bytes(grading.dump_data(grading.hidden_arguments("merge_softmax", offset, "nonce")))
         grading.run_hidden("merge_softmax", fn, str(cases), str(results))
         data = grading.load_results(results.read_bytes())
         return grading.judge("merge_softmax", offset, "nonce", data).score
