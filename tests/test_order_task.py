@@ -41,4 +41,4 @@ def test_positions_make_the_task_learnable_and_their_absence_caps_accuracy():
     assert blind["steps"] == seeing["steps"] == [0, 100, 200]
     assert blind["val_accuracy"][-1] < 1 / 5 + 0.05
     assert seeing["val_accuracy"][-1] > 0.9
-    assert order_task.curves_figure([blind, seeing], seq_len=6) is not None
+    assert order_task.accuracy_curves_figure([blind, seeing], seq_len=6) is not None

@@ -2,4 +2,17 @@
 
 Imports from ``core``, ``data`` and ``models``."""
 
-from . import layer_comparison, lm_tasks, long_context, long_inputs, lookup, offset_task, reversal, scaling, translation  # noqa: F401
+from . import (  # noqa: F401
+    data_size,
+    layer_comparison,
+    lm_tasks,
+    long_context,
+    long_inputs,
+    lookup,
+    offset_task,
+    order_task,
+    reversal,
+    scaling,
+    scaling_training,
+    translation,
+)

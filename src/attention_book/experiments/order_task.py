@@ -23,7 +23,7 @@ from ..models.positional import PositionalEncoding
 
 __all__ = [
     "PreviousTokenModel",
-    "curves_figure",
+    "accuracy_curves_figure",
     "previous_token_batch",
     "train_previous_token",
 ]
@@ -130,7 +130,7 @@ def train_previous_token(
     return run
 
 
-def curves_figure(runs: list[dict], seq_len: int = 10, figsize=(5.5, 3.4)):
+def accuracy_curves_figure(runs: list[dict], seq_len: int = 10, figsize=(5.5, 3.4)):
     """Validation accuracy against training step, one thin line per run of
     :func:`train_previous_token`, coloured by whether the model had positions; the dashed
     line is the ceiling ``1 / (seq_len - 1)`` of a model without them."""
