@@ -14,6 +14,10 @@ check (tests/test_site.py) run exactly the same files:
   extensions it loads on demand.
 - onnxruntime-web (wasm backend only), which the live views load on the pages
   that have one, the first time a reader comes to the view.
+- axe-core, the accessibility checker that tests/test_accessibility.py injects
+  into every built page (issue 38). No page loads it: it is stored as
+  `axe-core/axe.min.js.txt`, because Jupyter Book adds every `*.js` of the
+  static folders to every page.
 
 `scripts/stage.py` calls this for the staged book (DEST = `_stage/_vendor`,
 listed in `html_static_path`, so the files land in `_static/` of the site).
@@ -51,6 +55,7 @@ class Pin:
     strip: str  # folder inside the tarball whose files are taken ...
     dest: str  # ... and written under this folder of DEST
     include: tuple[str, ...]  # glob patterns (fnmatch: "*" crosses "/") relative to `strip`
+    suffix: str = ""  # appended to every file name written (".txt": kept off the pages)
 
     @property
     def spec(self) -> str:
@@ -107,6 +112,17 @@ PINS = (
         strip="package/dist/",
         dest="onnxruntime-web/",
         include=("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"),
+    ),
+    # The accessibility check of the built site (tests/test_accessibility.py, issue 38).
+    Pin(
+        name="axe-core",
+        version="4.14.1",
+        integrity="sha512-FHfa+lmNjQZfJz1q8wKqIDwC6DExcHt/pkjNQb09a3NPjCKg2rhu5qb2S4r76ASyFNNtuFooJpZe37OgudVGtQ==",
+        shasum="14d8a6f3f085afd126b8b5ca1e42e50e17fb1d99",
+        strip="package/",
+        dest="axe-core/",
+        include=("axe.min.js", "LICENSE"),
+        suffix=".txt",
     ),
 )
 
@@ -185,7 +201,7 @@ def extract(pin: Pin, data: bytes, dest: Path) -> list[Path]:
                 rel = member.name[len(pin.strip):]
                 if ".." in Path(rel).parts:
                     raise VendorError(f"{pin.spec}: unsafe path {member.name!r}")
-                out = dest / pin.dest / rel
+                out = dest / pin.dest / (rel + pin.suffix)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(tar.extractfile(member).read())
                 written.append(out)

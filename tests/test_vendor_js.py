@@ -130,3 +130,11 @@ def test_the_live_views_runtime_ships_no_plain_js_file():
         pytest.skip(f"{ort.spec} not in the npm cache (no network here)")
     data = cached.read_bytes()
     vendor_js.verify(ort, data)
+
+
+def test_a_suffix_keeps_files_off_the_pages(tmp_path):
+    """axe-core is vendored as `axe.min.js.txt`: Jupyter Book would add a `.js` to every page."""
+    written = vendor_js.extract(pin_for(TARBALL, include=("main.js",), suffix=".txt"), TARBALL, tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in written] == ["demo/main.js.txt"]
+    axe = next(p for p in vendor_js.PINS if p.name == "axe-core")
+    assert axe.suffix == ".txt" and "axe.min.js" in axe.include

@@ -17,11 +17,22 @@
   the line's indentation (`--indent`), and book.css hangs the wrapped rest of the
   line under it instead of at the left margin. `ab.show_source` writes the same
   spans itself (src/attention_book/book/source.py).
+- Accessibility of the theme's pages (issue 38; tests/test_accessibility.py runs
+  axe-core on every page): once the site is written, `accessible_pages` gives the
+  navigation's fold buttons (`<summary>`) a name ("Sections of <chapter>"), lets
+  the search button be named by its visible text ("Search Ctrl+K") instead of an
+  `aria-label` that leaves out part of it, gives the references' entries the role
+  their list expects (`listitem`, not the deprecated `doc-biblioentry`), and
+  copies each figure's text equivalent from its PNG (tEXt `ab-alt`, written by
+  src/attention_book/core/plot.py) into its `alt` attribute, where Sphinx would
+  put the file's path.
 """
 
 from __future__ import annotations
 
+import html
 import re
+from pathlib import Path
 from typing import Any
 
 from pybtex.plugin import register_plugin
@@ -117,6 +128,83 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
+ALT_TEXT_KEY = "ab-alt"  # = attention_book.core.plot.ALT_TEXT_KEY (the build does not import the package)
+NO_ALT_TEXT = "Figure (no description recorded)"
+_NAV_SUMMARY = re.compile(
+    r'(<a class="[^"]*reference internal[^"]*"[^>]*>(?P<title>(?:(?!</a>).)*)</a>\s*<details(?:\s[^>]*)?>\s*)<summary>', re.DOTALL)
+_SUMMARY = re.compile(r"<summary(?P<attrs>[^>]*)>(?P<inner>(?:(?!</summary>).)*)</summary>", re.DOTALL)
+_SEARCH_BUTTON = re.compile(r'(<button\b[^>]*?)\s+aria-label="Search"([^>]*>\s*<i [^>]*></i>\s*'
+                            r'<span class="search-button__default-text">)')
+_THEME_ICON = re.compile(r'<i class="theme-switch [^>]*>')
+_IMG = re.compile(r"<img\b[^>]*>")
+_ATTR = re.compile(r'\b(src|alt)="([^"]*)"')
+
+
+def _text(fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", fragment)).split())
+
+
+def png_alt_text(path: Path) -> str | None:
+    """The text equivalent a PNG carries (tEXt/iTXt `ab-alt`), None if it has none."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            text = getattr(image, "text", {}).get(ALT_TEXT_KEY)
+    except (OSError, ValueError):
+        return None
+    return " ".join(text.split()) if text else None
+
+
+def _fix_img(tag: str, page: Path) -> str:
+    attrs = dict(_ATTR.findall(tag))
+    src, alt = attrs.get("src", ""), attrs.get("alt")
+    if src.startswith("data:") or (alt and alt != src and not re.search(r"\.(png|jpe?g|svg|gif)$", alt)):
+        return tag  # an inline image (the explorers name theirs) or an alt a person wrote
+    text = png_alt_text((page.parent / src).resolve()) if src.endswith(".png") else None
+    new = html.escape(text or NO_ALT_TEXT, quote=True)
+    if alt is None:
+        return tag.replace("<img", f'<img alt="{new}"', 1)
+    return tag.replace(f'alt="{alt}"', f'alt="{new}"', 1)
+
+
+def _fix_summary(m: re.Match) -> str:
+    """A fold's `<summary>`: named by its own words where it has some (sphinx-togglebutton's
+    "Show code" had the name "Toggle hidden content"), else by an aria-label."""
+    attrs, inner = m.group("attrs"), m.group("inner")
+    if _text(inner):
+        attrs = re.sub(r'\s*aria-label="[^"]*"', "", attrs)
+    elif "aria-label=" not in attrs:
+        attrs += ' aria-label="Show or hide more"'
+    return f"<summary{attrs}>{inner}</summary>"
+
+
+def accessible_html(text: str, page: Path) -> str:
+    """One written page with the fixes listed in the module's docstring."""
+    text = _NAV_SUMMARY.sub(
+        lambda m: m.group(1) + f'<summary aria-label="Sections of {html.escape(_text(m.group("title")))}">', text)
+    text = _SUMMARY.sub(_fix_summary, text)
+    # The colour-mode button's icons carry titles ("Light", "Dark", "System Settings") that
+    # would count as its text; its name is its aria-label, "Color mode".
+    # (Font Awesome turns each title into an SVG <title>.) Drop the titles.
+    text = _THEME_ICON.sub(lambda m: re.sub(r'\s+title="[^"]*"', "", m.group(0)), text)
+    text = _SEARCH_BUTTON.sub(r"\1\2", text)
+    text = text.replace('role="doc-biblioentry"', 'role="listitem"')
+    return _IMG.sub(lambda m: _fix_img(m.group(0), page), text)
+
+
+def accessible_pages(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        if "_static" in page.relative_to(app.outdir).parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        fixed = accessible_html(text, page)
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+
+
 def setup(app):
     import kernel_poll  # notebook execution during the build: see kernel_poll.py
 
@@ -125,4 +213,5 @@ def setup(app):
     # Late priority: after every extension has added its scripts to the page.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_js_file(None, body=CODE_LINES_JS)
+    app.connect("build-finished", accessible_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
