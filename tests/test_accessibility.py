@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_site import DESKTOP, HTML, PAGES, browser, site  # noqa: F401 (fixtures)
+from test_site import DESKTOP, HTML, PAGES, browser, explorer_names, site  # noqa: F401 (fixtures)
 
 AXE = HTML / "_static" / "axe-core" / "axe.min.js.txt"
 WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
@@ -116,3 +117,129 @@ def test_navigation_folds_and_buttons_get_names(tmp_path):
     assert 'title="Light"' not in fixed
     assert 'role="listitem"' in fixed and "doc-biblioentry" not in fixed
     assert book_site.accessible_html(fixed, tmp_path / "page.html") == fixed  # idempotent
+
+
+def test_figures_say_what_they_show_in_their_png():
+    """core/plot.py records a text equivalent with every figure (tEXt `ab-alt`), made from its
+    titles and labels; the site build copies it into the image's alt attribute."""
+    import io
+
+    import matplotlib.pyplot as plt
+    import torch
+    from PIL import Image
+
+    import attention_book as ab
+    from attention_book.core.plot import (
+        ALT_TEXT_KEY,
+        figure_alt_text,
+        page_png_metadata,
+        set_alt_text,
+    )
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0], label=r"$\alpha = 1$")
+    ax.set(title="Training loss", xlabel="epoch", ylabel="loss")
+    ax.legend()
+    assert figure_alt_text(fig) == "Figure: Training loss; x: epoch; y: loss; lines: alpha = 1"
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata=page_png_metadata(fig))
+    assert Image.open(io.BytesIO(buf.getvalue())).text[ALT_TEXT_KEY] == figure_alt_text(fig)
+    maps = ab.heatmaps_figure(torch.full((1, 2, 3, 4), 0.25), xlabel="Keys", ylabel="Queries",
+                              titles=["head 1", "head 2"])
+    assert figure_alt_text(maps) == ("2 heatmaps of 3 by 4 values, darker is larger (colour scale 0 to 0.25): "
+                                     "head 1, head 2; x: Keys; y: Queries")
+    assert figure_alt_text(set_alt_text(fig, "A falling  line")) == "A falling line"
+
+
+def test_every_diagram_has_a_description():
+    from attention_book.book import diagrams
+    from attention_book.core.plot import figure_alt_text
+
+    for name in [n for n in dir(diagrams) if n.endswith("_diagram")]:
+        text = figure_alt_text(getattr(diagrams, name)())
+        assert text.startswith("Diagram") and len(text) > 80, (name, text)
+
+
+# Alt texts that say nothing: a file's path or name, an explorer's id ("ch05.heads"), the
+# build's placeholder for a PNG without a recorded description.
+MEANINGLESS_ALT = re.compile(r"(^|/)[\w.-]+\.(png|jpe?g|svg|gif)$|^ch\d\d\.\w+$|no description recorded")
+
+
+class _Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.images.append(dict(attrs))
+
+
+@pytest.mark.browser
+def test_every_image_of_the_site_has_a_text_equivalent():
+    """Issue 38: no `<img>` of the built site is named by its file or an explorer's id."""
+    pages = [p for p in HTML.rglob("*.html") if "_static" not in p.relative_to(HTML).parts]
+    if not pages:
+        pytest.skip(f"no built site at {HTML}: build it first with `make book`")
+    bad, count = [], 0
+    for page in pages:
+        parser = _Images()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for img in parser.images:
+            count += 1
+            alt = (img.get("alt") or "").strip()
+            if not alt or MEANINGLESS_ALT.search(alt):
+                bad.append(f"{page.relative_to(HTML)}: alt={alt!r} src={(img.get('src') or '')[:60]!r}")
+    assert not bad, f"{len(bad)} of {count} images have no text equivalent:\n  " + "\n  ".join(bad[:20])
+
+
+JS_FOCUSED = """() => {
+  const el = document.activeElement;
+  if (!el || !el.matches('.ab-explorer [data-ab-control]')) return null;
+  const root = el.closest('.ab-explorer'), box = el.getBoundingClientRect(), style = getComputedStyle(el);
+  const label = root.querySelector(`label[for="${el.id}"]`);
+  return {explorer: root.dataset.explorer, id: el.id, kind: el.tagName.toLowerCase(), label: label ? label.textContent : '',
+          width: box.width, height: box.height,
+          outline: style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0,
+          status: root.querySelector('.ab-explorer-status').textContent};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("docname", [p for p in PAGES if explorer_names(p)])
+def test_explorers_work_from_the_keyboard(axe_page, site, docname):  # noqa: F811
+    """Issue 38: Tab reaches every explorer control in order; each has a label, a visible focus
+    outline and a target at least 24 px high (WCAG 2.2); an arrow key moves it, and the live
+    region says the new setting and what the figure shows, in words."""
+    page = axe_page
+    page.goto(f"{site}{docname}.html", wait_until="load")
+    if not page.locator(".ab-explorer").count():  # tests/test_site.py fails a page that lost them
+        pytest.skip(f"{docname}: built without its explorers (not executed)")
+    page.evaluate("() => document.querySelector('.ab-explorer').scrollIntoView()")
+    page.focus(".ab-explorer [data-ab-control]")  # the first control; then Tab onwards
+    wanted = page.evaluate("() => Array.from(document.querySelectorAll('.ab-explorer [data-ab-control]'))"
+                           ".map(c => c.id)")
+    reached = []
+    for _ in wanted:
+        state = page.evaluate(JS_FOCUSED)
+        assert state, f"{docname}: Tab left the explorers after {reached} (wanted {wanted})"
+        where = f"{docname} explorer {state['explorer']} control {state['label']!r}"
+        assert state["label"].strip(), f"{where}: no label"
+        assert state["outline"], f"{where}: no visible focus outline"
+        assert state["height"] >= 24 and state["width"] >= 24, f"{where}: target {state['width']:.0f}x{state['height']:.0f} px"
+        before = state["status"]
+        forward, back = ("ArrowDown", "ArrowUp") if state["kind"] == "select" else ("ArrowRight", "ArrowLeft")
+        page.keyboard.press(forward)
+        after = page.evaluate(JS_FOCUSED)
+        if after["status"] == before:  # at the last value: go back one instead
+            page.keyboard.press(back)
+            after = page.evaluate(JS_FOCUSED)
+        assert after["status"] != before and after["status"].startswith("Showing "), (
+            f"{where}: the live region did not say the new setting ({before!r} -> {after['status']!r})")
+        assert "data:" not in after["status"] and state["explorer"] not in after["status"]
+        reached.append(state["id"])
+        for _ in range(300):  # on to the next control, past the links of the prose between
+            page.keyboard.press("Tab")
+            if page.evaluate(JS_FOCUSED) or len(reached) == len(wanted):
+                break
+    assert reached == wanted, f"{docname}: Tab order {reached}, page order {wanted}"

@@ -147,6 +147,33 @@ def test_static_html_is_a_self_contained_accessible_player(static):
     assert 'min="0" max="2" step="1"' in page, "the slider offers the three values the code names"
 
 
+def draw_labelled(slope):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, slope])
+    ax.set(title=f"A line of slope {slope}", xlabel="time", ylabel="distance")
+    return fig
+
+
+def test_static_explorer_frames_say_what_they_show(static):
+    """Issue 38: each frame's alt text is its figure's titles and labels plus the setting shown
+    (never the explorer's id), and a live region says the same in words at every move."""
+    player = ab.explore(draw_labelled, name="ch01.alt", slope=ab.Steps([1, 2], value=2, label="slope"))
+    page = player._repr_html_()
+    alt = re.search(r'<img src="data:[^"]+" alt="([^"]+)"', page).group(1)
+    assert alt == "Figure: A line of slope 2; x: time; y: distance (slope 2)"
+    assert 'alt="ch01.alt"' not in page
+    data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
+    assert data["alts"] == ["Figure: A line of slope 1; x: time; y: distance",
+                            "Figure: A line of slope 2; x: time; y: distance"]
+    assert '<p class="ab-explorer-status" role="status" aria-live="polite"></p>' in page
+    import io
+
+    from PIL import Image
+
+    png = Image.open(io.BytesIO(player.images[0]))
+    assert png.text["ab-alt"] == data["alts"][0], "the PNG carries its text equivalent too"
+
+
 def test_static_explorer_refuses_a_grid_too_large(static):
     with pytest.raises(ValueError, match="coarser grids"):
         ab.explore(draw_plain, name="ch01.big", slope=ab.Slider(0, 40, 1, value=0),

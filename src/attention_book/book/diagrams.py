@@ -36,7 +36,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangl
 from ..core.checks import check_heads, check_int, check_positive_int
 from ..experiments.layer_comparison import LAYER_COSTS
 from ..models.language_models import DecoderOnlyLM, EncoderDecoderLM, EncoderOnlyLM, LMConfig
-from ..core.plot import ensure_style
+from ..core.plot import ensure_style, set_alt_text
 from ..core.checks import check_divisible, check_size_pair
 from ..models.vit import ViT
 
@@ -182,9 +182,10 @@ class _Sketch:
         self.fig.set_size_inches(width, top)
         self.ax.set_ylim(0, top)
 
-    def done(self):
-        """The finished figure."""
-        return self.fig
+    def done(self, alt: str):
+        """The finished figure, with ``alt``, what it shows in words, as its text equivalent
+        (the website's alt text: core/plot.py's :func:`set_alt_text`)."""
+        return set_alt_text(self.fig, alt)
 
 
 def _shown(count: int, limit: int) -> list[int | None]:
@@ -301,7 +302,7 @@ def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
     s.text(out_x, 1.5, "weighted\nsum", size=SMALL, color=MUTED)
     s.text((xs[0] + out_x) / 2, 0.16, r"output $= \sum_{i=1}^{m} \alpha(\mathbf{q}, \mathbf{k}_i)\,\mathbf{v}_i$,"
            r"  with $\sum_i \alpha(\mathbf{q}, \mathbf{k}_i) = 1$", size=FONT)
-    return s.done()
+    return s.done(f"Diagram: an exact lookup, where a query returns the value of the one equal key among {num_pairs} key-value pairs, above attention pooling, where every key gets a weight from its similarity to the query, the weights sum to one, and the output is the weighted sum of all {num_pairs} values of size {value_size}")
 
 
 # --------------------------------------------------------------------------------------
@@ -407,7 +408,7 @@ def bahdanau_diagram(embed_size: int = 256, num_hiddens: int = 256, num_layers: 
            dashed=True, color=_ROLES["rnn"])
     s.text(3.6, top + 0.12, "next step", size=SMALL, color=_ROLES["rnn"])
     s.fit_height(6.4)
-    return s.done()
+    return s.done(f"Diagram: one decoding step of the GRU encoder-decoder with additive attention: embeddings of size {embed_size}, a {num_layers}-layer GRU of {num_hiddens} units, the decoder state as query scores all {num_steps} encoder states, their weighted sum (the context) enters the decoder GRU, and a dense layer gives the next token's scores")
 
 
 # --------------------------------------------------------------------------------------
@@ -474,7 +475,7 @@ def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, quer
     final = s.box(cat.cx, 5.75, 2.3, 0.45, rf"output $\in \mathbb{{R}}^{{p_o}}$, $p_o = {p_o}$", role="output",
                   size=SMALL)
     s.arrow(wo.at("top"), final.at("bottom"))
-    return s.done()
+    return s.done(f"Diagram of multi-head attention: queries, keys and values each projected by {num_heads} heads, scaled dot-product attention in every head, the {num_heads} outputs concatenated and mixed by W_o into {num_hiddens} features")
 
 
 # --------------------------------------------------------------------------------------
@@ -534,7 +535,7 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
             y = base + 1.12 - row * 0.36
             s.text(4.0, y, label, size=SMALL, ha="left", color=MUTED)
             s.text(6.5, y, cost, size=FONT, ha="right")
-    return s.done()
+    return s.done(f"Diagram comparing which of {num_tokens} inputs one output sees: a convolution of kernel size {kernel_size} sees its neighbours, an RNN sees the inputs before it through a chain of states, self-attention connects every output to every input directly")
 
 
 # --------------------------------------------------------------------------------------
@@ -643,7 +644,7 @@ def transformer_diagram(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_h
     # Keys and values of the encoder–decoder attention: the encoder's output.
     gap = (enc_rail + 0.08 + dec_x - width / 2 - 0.1) / 2
     s.path([memory.at("right"), (gap, memory.cy), (gap, cross.cy), cross.at("left")], color=_ROLES["attention"])
-    return s.done()
+    return s.done(f"Diagram of the encoder-decoder Transformer: an encoder of {num_blks} blocks (multi-head self-attention with {num_heads} heads and an FFN of {ffn_num_hiddens} units, each with add and norm) and a decoder of {num_blks} blocks (masked self-attention, encoder-decoder attention, FFN), width {num_hiddens}, then a linear layer to the vocabulary")
 
 
 # --------------------------------------------------------------------------------------
@@ -757,7 +758,7 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
     scores = s.box(rx, head.top + 0.45, rw, 0.42, f"{classes} class scores", role="output", size=SMALL)
     s.arrow(head.at("top"), scores.at("bottom"))
     s.fit_height(max(scores.top, bottom + ih) + 0.2)
-    return s.done()
+    return s.done(f"Diagram of the vision Transformer: an image of {H} by {W} pixels cut into patches of {ph} by {pw}, each embedded in {num_hiddens} features with a position embedding, {num_blks} Transformer encoder blocks with {num_heads} heads and an MLP of {mlp_num_hiddens} units, then a head giving {num_classes} class scores from the {pool} vector")
 
 
 # --------------------------------------------------------------------------------------
@@ -859,4 +860,4 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
                    rotation=90)
         s.text(cx, matrix_top - 1.72, captions[key], size=SMALL - 1, va="top")
     s.text(3.3, 0.3, "mask: row = query, column = key; a filled cell = may attend", size=SMALL, color=MUTED)
-    return s.done()
+    return s.done(f"Diagram of three pretraining modes side by side with their attention masks: BERT, encoder-only, every token attends to every token; T5, encoder-decoder, with cross-attention and a causal decoder; GPT, decoder-only, each token attends to itself and earlier tokens; width {d}, {N} blocks")

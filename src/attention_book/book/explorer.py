@@ -42,7 +42,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
-from ..core.plot import fit_page, page_png_metadata
+from ..core.plot import figure_alt_text, fit_page, page_png_metadata
 from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
@@ -264,8 +264,9 @@ def _png(fig, dpi: int) -> bytes:
     return out.getvalue()
 
 
-def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], str]:
-    """Call ``fn(**kwargs)``; return the PNGs of the figures it made and the text it printed."""
+def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], list[str], str]:
+    """Call ``fn(**kwargs)``; return the PNGs of the figures it made, their text equivalents
+    (core/plot.py's :func:`figure_alt_text`) and the text it printed."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -277,7 +278,8 @@ def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], str]:
         figures = [plt.figure(n) for n in plt.get_fignums() if n not in before]
         if isinstance(result, Figure) and result not in figures:
             figures.append(result)
-        return [_png(f, dpi) for f in figures], printed.getvalue()
+        alts = [figure_alt_text(f) for f in figures]
+        return [_png(f, dpi) for f in figures], alts, printed.getvalue()
     finally:
         for n in set(plt.get_fignums()) - before:
             plt.close(n)
@@ -303,7 +305,7 @@ _PLAYER_JS = """
       var img = imgs[j];
       if (!img) { img = document.createElement("img"); view.insertBefore(img, view.querySelector("pre")); }
       img.src = "data:image/png;base64," + data.images[id];
-      img.alt = data.title + ": " + said.join(", ");
+      img.alt = data.alts[id] + " (" + said.join(", ") + ")";
       img.hidden = false;
     });
     for (var j = frame[0].length; j < imgs.length; j++) { imgs[j].hidden = true; imgs[j].removeAttribute("src"); }
@@ -311,6 +313,12 @@ _PLAYER_JS = """
     pre.textContent = frame[1];
     pre.hidden = !frame[1];
     root.setAttribute("data-setting", String(flat));
+    var status = root.querySelector(".ab-explorer-status");
+    if (status) {
+      status.textContent = "Showing " + said.join(", ") + ": " +
+        frame[0].map(function (id) { return data.alts[id]; }).join("; ") +
+        (frame[1] ? (frame[0].length ? "; " : "") + "text: " + frame[1] : "");
+    }
   }
   controls.forEach(function (c) { c.addEventListener("input", update); c.addEventListener("change", update); });
   update();
@@ -333,19 +341,21 @@ class StaticExplorer:
         start = time.perf_counter()
         images: dict[str, int] = {}
         image_data: list[bytes] = []
+        alts: list[str] = []  # each image's text equivalent (its figure's titles and labels)
         frames: dict[tuple, int] = {}
         frame_list: list[tuple[list[int], str]] = []
         index: list[int] = []
         digests: list[str] = []
         for setting in settings:
             kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
-            pngs, text = _draw(fn, kwargs, dpi)
+            pngs, png_alts, text = _draw(fn, kwargs, dpi)
             ids = []
-            for png in pngs:
+            for png, alt in zip(pngs, png_alts):
                 h = hashlib.sha256(png).hexdigest()
                 if h not in images:
                     images[h] = len(image_data)
                     image_data.append(png)
+                    alts.append(alt)
                 ids.append(images[h])
             key = (tuple(ids), text)
             if key not in frames:
@@ -358,6 +368,7 @@ class StaticExplorer:
         self.index = index
         self.frames = frame_list
         self.images = image_data
+        self.alts = alts
         self.digests = digests
         self.default_setting = self._flat([next(i for i, (_, v) in enumerate(g) if v == c.value)
                                            for g, c in zip(grids, controls.values())])
@@ -425,14 +436,19 @@ class StaticExplorer:
         parts.append(f'<p class="ab-explorer-note">On this page the controls step through {len(self.index)} '
                      f"settings drawn when the book was built (values per control: {counts}).</p>")
         ids, text = self.frames[self.index[self.default_setting]]
-        title = html.escape(self.name)
-        imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(self.images[i]).decode()}" alt="{title}">'
-                       for i in ids)
+        said = ", ".join(f"{c.label or key} {g[k][0]}" for (key, c), g, k in zip(self.controls.items(),
+                                                                                 self.grids, defaults))
+        imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(self.images[i]).decode()}" '
+                       f'alt="{html.escape(f"{self.alts[i]} ({said})", quote=True)}">' for i in ids)
         hidden = "" if text else " hidden"
-        parts.append(f'<div class="ab-explorer-frame" aria-live="polite">{imgs}'
+        # The frame's images and text, and, for screen readers, the setting and what it shows in
+        # words: a live region that the player rewrites at every move (book.css hides it).
+        parts.append(f'<div class="ab-explorer-frame">{imgs}'
                      f"<pre{hidden}>{html.escape(text)}</pre></div>")
+        parts.append('<p class="ab-explorer-status" role="status" aria-live="polite"></p>')
         data = {
             "title": self.name,
+            "alts": self.alts,
             "names": [c.label or k for k, c in self.controls.items()],
             "labels": [[shown for shown, _ in g] for g in self.grids],
             "index": self.index,

@@ -6,6 +6,7 @@ chapter can show it, save it, or test it.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import matplotlib
@@ -16,7 +17,8 @@ import torch
 
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
-           "smallest_text_px", "fit_page", "page_png_metadata"]
+           "smallest_text_px", "fit_page", "page_png_metadata", "ALT_TEXT_KEY", "figure_alt_text",
+           "set_alt_text"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -30,6 +32,10 @@ MIN_TEXT_PX = 9.0
 # The PNG tEXt key under which the book records a figure's smallest text, in the PNG's own
 # pixels (tests/test_site_layout.py reads it to measure the text as shown).
 TEXT_SIZE_KEY = "ab-min-text-px"
+# The PNG tEXt key under which the book records a figure's short text equivalent; the site
+# build copies it into the image's `alt` attribute (book/_ext/book_site.py, issue 38).
+ALT_TEXT_KEY = "ab-alt"
+ALT_TEXT_CHARS = 300
 _STYLED = False
 
 
@@ -82,11 +88,52 @@ def fit_page(fig, dpi: float | None = None, column_px: float = PAGE_COLUMN_PX) -
             text.set_fontsize(needed)
 
 
+def set_alt_text(fig, text: str):
+    """Give ``fig`` the short text a screen reader says for it (what it shows); returns ``fig``."""
+    fig._ab_alt_text = " ".join(str(text).split())
+    return fig
+
+
+def _words(text: str) -> str:
+    """A label as words: mathtext's `$`, braces and backslashes dropped (`$\\alpha$` -> alpha)."""
+    text = re.sub(r"\\(mathrm|mathbf|mathit|text|operatorname)\b", "", text)
+    return " ".join(re.sub(r"[${}\\]", "", text).split())
+
+
+def _unique(texts) -> list[str]:
+    return list(dict.fromkeys(t for t in map(_words, texts) if t))
+
+
+def figure_alt_text(fig) -> str:
+    """A figure's short text equivalent: the one :func:`set_alt_text` gave it, else one made
+    from what it shows in words: its title, its plots' titles, axis labels and legend entries
+    ("Figure: <titles>; x: <xlabel>; y: <ylabel>; lines: <legend>")."""
+    own = getattr(fig, "_ab_alt_text", None)
+    if own:
+        return own[:ALT_TEXT_CHARS]
+    axes = [ax for ax in fig.get_axes() if ax.get_visible() and not hasattr(ax, "_colorbar")]
+    suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    titles = _unique([suptitle] + [ax.get_title(loc) for ax in axes for loc in ("left", "center", "right")])
+    xlabels = _unique(ax.get_xlabel() for ax in axes)
+    ylabels = _unique(ax.get_ylabel() for ax in axes)
+    legends = _unique(t.get_text() for ax in axes if ax.get_legend() for t in ax.get_legend().get_texts())
+    kind = getattr(fig, "_ab_alt_kind", None) or ("Figure" if len(axes) < 2 else f"Figure of {len(axes)} plots")
+    parts = [f"{kind}: {', '.join(titles)}" if titles else kind]
+    if xlabels:
+        parts.append("x: " + ", ".join(xlabels))
+    if ylabels:
+        parts.append("y: " + ", ".join(ylabels))
+    if legends:
+        parts.append("lines: " + ", ".join(legends))
+    text = "; ".join(parts)
+    return text if len(text) <= ALT_TEXT_CHARS else text[: ALT_TEXT_CHARS - 1] + "…"
+
+
 def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
     """The PNG tEXt entries the book writes with a figure: its smallest text (see TEXT_SIZE_KEY),
-    ``"none"`` for a figure without text."""
+    ``"none"`` for a figure without text, and its text equivalent (see ALT_TEXT_KEY)."""
     px = smallest_text_px(fig, dpi)
-    return {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}"}
+    return {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}", ALT_TEXT_KEY: figure_alt_text(fig)}
 
 
 def _page_figures_in_ipython() -> None:
@@ -258,6 +305,9 @@ def heatmaps_figure(
             elif titles is not None and i == 0:
                 ax.set_title(titles[j])
     fig.colorbar(image, ax=axes, shrink=0.7)
+    maps = "one heatmap" if num_rows * num_cols == 1 else f"{num_rows * num_cols} heatmaps"
+    fig._ab_alt_kind = (f"{maps} of {n_q} by {n_k} values, darker is larger "
+                        f"(colour scale {vmin:.3g} to {vmax:.3g})")
     return fig
 
 
