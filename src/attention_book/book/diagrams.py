@@ -278,7 +278,7 @@ def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
     hit = vals[match]
     out = s.box(out_x, 3.8, 0.95, 0.42, rf"$\mathbf{{v}}_{{{match}}}$", role="output")
     s.path([hit.at("bottom"), (hit.cx, 3.38), (out_x, 3.38), out.at("bottom")], color=_ROLES["match"])
-    s.text(out_x, 4.38, rf"$\mathbf{{q}} = \mathbf{{k}}_{{{match}}}$ returns it;" + "\nno equal key: no answer", size=SMALL,
+    s.text(out_x, 4.38, rf"$\mathbf{{q}} = \mathbf{{k}}_{{{match}}}$ returns it;" + "\nno equal key:\nno answer", size=SMALL,
            color=MUTED)
 
     # Attention pooling.
