@@ -117,7 +117,7 @@ def package_without(names, dest: Path) -> Path:
 def _checker_module(name: str) -> tuple[str, set[str]]:
     """The module that defines ``check_<name>``, and the top-level functions the sandbox needs from it:
     the checker itself and the adapter through which it calls the student's function."""
-    from . import __dict__ as registry
+    registry = vars(importlib.import_module(__package__))
 
     checker = registry.get(f"check_{name}")
     if checker is None:
