@@ -147,7 +147,7 @@ def solution_text(code: str) -> list[str]:
 
 YOUR_CODE = re.compile(r"^[ \t]*# YOUR CODE HERE\s*$")
 GUARD = "try:  # student edition: the rest of this cell runs once the code it needs is written"
-SKIPPED = ("except (NotImplementedError, NameError) as not_done:",
+SKIPPED = ("except (NotImplementedError, NameError, KeyError) as not_done:",
            "    print(\"Not done yet, so the rest of this cell is skipped:\", repr(not_done))")
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
 _ALWAYS_DEFINED = set(dir(builtins)) | {"get_ipython", "display", "In", "Out", "exit", "quit", "__file__"}
@@ -205,9 +205,9 @@ def _used(tree: ast.AST) -> set[str]:
 
 def guard_tail(code: str, start: int) -> str:
     """``code`` with its lines from ``start`` (1-based) on inside ``try:`` ... ``except
-    (NotImplementedError, NameError)``: instead of stopping "Run All", the cell prints
-    that it skipped the rest because an unfinished scaffold raised (or a name the student
-    has yet to define is missing)."""
+    (NotImplementedError, NameError, KeyError)``: instead of stopping "Run All", the cell
+    prints that it skipped the rest because an unfinished scaffold raised (or a name the
+    student has yet to define is missing, or a result an unfinished loop never stored)."""
     lines = code.rstrip().split("\n")
     tail = ["    " + line if line.strip() else "" for line in lines[start - 1:]]
     return "\n".join(lines[: start - 1] + [GUARD] + tail + list(SKIPPED))
