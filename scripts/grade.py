@@ -65,8 +65,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (RESULTS_LIMIT, JudgeServer, dump_data, hidden_arguments,
-                                                package_without)
+from attention_book.assignments.grading import (RESULTS_LIMIT, JudgeServer, dump_data, grading_cases,
+                                                hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -709,7 +709,7 @@ def case_summary(cases: list[dict]) -> str:
 def case_title(c: dict) -> str:
     if c.get("visible"):
         return f"case {c['index']} ({c['name']})"
-    return f"hidden case {c['index']}" + (f" ({c['label']})" if c.get("label") else "")
+    return f"hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else "")
 
 
 def reference_assignments(reference: Path) -> dict[str, list[str]]:
@@ -932,6 +932,22 @@ FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "pa
           "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason"]
 
 
+def check_weight_keys(course) -> None:
+    """Refuse a course file whose ``weights`` name a case that does not exist: every key must be
+    ``visible``, ``hidden`` or a case's label (its description, the same for every seed)."""
+    for name, spec in course.assignments.items():
+        if not spec.weights:
+            continue
+        if name not in assignment_names():
+            raise CourseError(f"[assignments.{name}]: no assignment of that name; known: {sorted(assignment_names())}")
+        _, cases = grading_cases(name, 0, spec.extra_cases or None)
+        known = {"visible", "hidden"} | {getattr(c, "label", "") or c.name for c in cases} | {c.name for c in cases}
+        unknown = sorted(set(spec.weights) - known)
+        if unknown:
+            raise CourseError(f"[assignments.{name}] weights: unknown keys {unknown}; known keys: "
+                              + ", ".join(repr(k) for k in sorted(known)))
+
+
 def score_row(row: dict, course, submitted) -> dict:
     """Points from the passed cases' weights, the assignment's points and the late policy."""
     spec = course.assignment(row["assignment"])
@@ -955,6 +971,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
           jobs: int = 1, resume: bool = False, regrade: str | None = None) -> list[dict]:
     """Grade the class; see :func:`main`. Returns the rows of grades.csv."""
     course = load_course(course_file)
+    check_weight_keys(course)
     out_dir = out_csv.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = open(out_dir / ".grade.lock", "a+")

@@ -252,6 +252,26 @@ def test_weights_points_and_late_days(tmp_path):
     assert missing["points"] is None
 
 
+def test_weights_by_description_apply_and_unknown_keys_are_refused(tmp_path):
+    """A hidden case keeps its description (label), feedback names it, and a course file's weight for
+    that description changes the score; a weight for a description that does not exist is an error."""
+    cases = results(tmp_path, function(GOOD))
+    hidden = [c for c in cases if not c["visible"]]
+    assert hidden and all(c["label"] for c in hidden)
+    target = hidden[0]["label"]
+    target_case = dict(hidden[0], passed=False, why="the result is wrong")
+    assert grade.case_title(target_case) == f"hidden case {target_case['index']}: {target}"
+    (tmp_path / "c.toml").write_text(f'[assignments.masked_softmax]\nweights = {{ "{target}" = 5 }}\n')
+    c = course.load_course(tmp_path / "c.toml")
+    grade.check_weight_keys(c)
+    mixed = [target_case if x is hidden[0] else x for x in cases]
+    row = grade.score_row(dict(assignment="masked_softmax", status="graded", cases=mixed), c, None)
+    assert row["score"] == pytest.approx((len(cases) - 1) / (len(cases) + 4), abs=1e-4)
+    (tmp_path / "c.toml").write_text('[assignments.masked_softmax]\nweights = { "rows with no alowed key" = 2 }\n')
+    with pytest.raises(course.CourseError, match="unknown keys.*rows with no alowed key.*known keys.*rows with no allowed"):
+        grade.check_weight_keys(course.load_course(tmp_path / "c.toml"))
+
+
 def test_bad_course_files_say_what_is_wrong(tmp_path):
     for text, words in (("[assignments.x]\npointz = 3\n", "unknown keys"), ("[late]\nper_day = 5\n", "fractions"),
                         ("[assignments.x]\nextra_cases = 'nope.py'\n", "does not exist"), ("[course\n", "course file")):

@@ -590,7 +590,7 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
         seen = _visible_index(case, visible)
         label = getattr(case, "label", "") or ""
         item = {"index": i + 1, "name": case.name if seen is not None else "", "visible": seen is not None,
-                "label": (label if label != case.name else "") if seen is None else case.name}
+                "label": label if seen is None else case.name}
         if whole is not None:
             item.update(passed=False, status=whole[0], why=whole[1])
         else:
