@@ -243,5 +243,6 @@ def derive_seed(secret: bytes, assignment: str, student: str) -> int:
     """The hidden-case seed of one student's assignment: HMAC-SHA256(secret, assignment NUL student),
     first 4 bytes, below 2**31. The same inputs always give the same seed; without the secret the
     seed cannot be guessed."""
-    message = f"{assignment}\0{unicodedata.normalize('NFC', student)}".encode("utf-8")
+    # a folder name that is not UTF-8 arrives with surrogate escapes; its bytes are used as they are
+    message = f"{assignment}\0{unicodedata.normalize('NFC', student)}".encode("utf-8", "surrogateescape")
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:4], "big") % 2**31

@@ -44,6 +44,7 @@ import contextlib
 import csv
 import errno
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -149,6 +150,8 @@ def display_name(raw: str) -> str:
     for c in raw:
         if c == "\\":
             out.append("\\\\")
+        elif 0xDC80 <= ord(c) <= 0xDCFF:  # a byte of a name that is not UTF-8 (surrogate escape)
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
         elif unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp"):
             out.append(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
         else:
@@ -855,9 +858,17 @@ def file_names(students: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------- files
 
 
+def escape_undecodable(text: str) -> str:
+    """``text`` with each byte of a name that was not UTF-8 (a surrogate escape, as os.listdir gives
+    it) written as ``\\xff``: such a name can be printed and written, and still tells its bytes."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a reader (or a
-    full disk) never sees a half-written file, and the old file stays whole if writing fails."""
+    full disk) never sees a half-written file, and the old file stays whole if writing fails. A
+    name that was not UTF-8 is written escaped (:func:`escape_undecodable`)."""
+    text = escape_undecodable(text)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -910,7 +921,8 @@ def feedback_markdown(student: dict, rows: list[dict]) -> str:
                   + (f"; {r['passed']} of {r['total']} cases passed" if r["status"] in ("graded", "not implemented")
                      else ""), ""]
         if r["status"] not in ("graded",):
-            lines += [STATUS_WORDS.get(r["status"], r["status"]).capitalize() + ".", ""]
+            words = STATUS_WORDS.get(r["status"], r["status"])
+            lines += [words[:1].upper() + words[1:] + ".", ""]
         if r.get("late_days"):
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
@@ -930,6 +942,16 @@ def feedback_markdown(student: dict, rows: list[dict]) -> str:
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
           "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason"]
+
+
+@functools.lru_cache(maxsize=64)
+def case_count(name: str, extra: str | None = None) -> int:
+    """How many cases assignment ``name`` has (with the instructor's ``extra`` cases); the same for
+    every seed, so a row without results (not submitted, refused, grader error) still says it."""
+    try:
+        return len(grading_cases(name, 0, extra or None)[1])
+    except Exception:  # noqa: BLE001  an assignment the package no longer has: unknown
+        return 0
 
 
 def check_weight_keys(course) -> None:
@@ -968,8 +990,9 @@ def score_row(row: dict, course, submitted) -> dict:
 
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
           seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
-          jobs: int = 1, resume: bool = False, regrade: str | None = None) -> list[dict]:
-    """Grade the class; see :func:`main`. Returns the rows of grades.csv."""
+          jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None) -> list[dict]:
+    """Grade the class; see :func:`main`. Returns the rows of grades.csv. ``submitted`` gives a
+    student folder's submission time (an aware datetime) directly, as Gradescope's metadata does."""
     course = load_course(course_file)
     check_weight_keys(course)
     out_dir = out_csv.parent
@@ -981,7 +1004,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         raise GradeError(f"another grade.py run is writing into {out_dir}: wait for it to finish") from None
     try:
         return _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret,
-                             jobs, resume, regrade)
+                             jobs, resume, regrade, submitted)
     finally:
         lock.close()
 
@@ -1013,7 +1036,8 @@ def _grade_one(grader: Grader, who: str, key: str, path: Path, reference: str, s
     try:
         return grader.grade_notebook(who, path, reference, seeds)
     except Exception as err:  # noqa: BLE001  a failure of the grader costs this notebook only
-        return [dict(student=who, notebook=reference, assignment=n, passed=0, total=0, cases=[], seed=seeds[n],
+        return [dict(student=who, notebook=reference, assignment=n, passed=0,
+                     total=case_count(n, grader.extras.get(n)), cases=[], seed=seeds[n],
                      status="grader error", reason=f"{type(err).__name__}: {err}", sha256="")
                 for n in grader.references[reference]]
 
@@ -1023,7 +1047,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret, jobs, resume,
-                  regrade) -> list[dict]:
+                  regrade, submitted=None) -> list[dict]:
     out_dir = out_csv.parent
     key, key_from = grading_secret(secret, course, out_dir)
     key_id = secret_id(key)
@@ -1064,7 +1088,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for sub in found:
         who = students[sub.key]["student"]
         if sub.key in refused:
-            rows += [dict(student=who, key=sub.key, notebook=sub.reference, assignment=n, passed=0, total=0,
+            rows += [dict(student=who, key=sub.key, notebook=sub.reference, assignment=n, passed=0,
+                          total=case_count(n, extras.get(n)),
                           cases=[], status="refused", reason=refused[sub.key], sha256="", seed="")
                      for n in references[sub.reference]]
             continue
@@ -1091,19 +1116,27 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for ch, n in columns:
             if (k, n) not in have and not partial:
                 rows.append(dict(student=students[k]["student"], key=k, notebook="", assignment=n, passed=0,
-                                 total=0, cases=[], status="not submitted", reason="", sha256="", seed=""))
+                                 total=case_count(n, extras.get(n)), cases=[], status="not submitted", reason="",
+                                 sha256="", seed=""))
     def submitted_at(r):
+        if submitted and r["key"] in submitted:
+            return submitted[r["key"]]
         when = times.get((unicodedata.normalize("NFC", r["key"]), r["notebook"])) or times.get(
             (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
         if when is None and course.late_source == "mtime" and r.get("path"):
             when = _mtime(r["path"])
         return when
 
+    no_time = []
     for r in rows:
         r.setdefault("seconds", 0.0)
         r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
-        score_row(r, course, submitted_at(r))
+        when = submitted_at(r)
+        score_row(r, course, when)
+        if when is None and course.assignment(r["assignment"]).due is not None and r["points"] is not None:
+            r["no_time"] = True  # never silently on time: said in the summary and the gradebook
+            no_time.append(r)
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
     write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
                   submissions)
@@ -1113,6 +1146,12 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         print(f"REFUSED: {clean(display_name(k), 160)}: {why}")
     for k in unmatched:
         print(f"not in the roster: {clean(display_name(k), 160)} (graded; left out of canvas.csv and moodle.csv)")
+    if no_time:
+        print(f"{'=' * 78}\nWARNING: {len(no_time)} graded notebook(s) have a due date but NO submission time "
+              f"(no [late] times, or no line for them); no late policy was applied to them:")
+        for r in no_time:
+            print(f"  no submission time: {clean(display_name(r['student']), 160)} {r['assignment']}")
+        print("=" * 78)
     if regrade is not None:
         for r in rows:
             if regrade in (r["key"], r["student"]) and r["status"] != "not submitted":
@@ -1235,7 +1274,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         for _, a in columns:
             r = by.get((s["key"], a))
             cells += ["" if r is None or r["points"] is None else r["points"],
-                      "not graded yet" if r is None else r["status"]]
+                      "not graded yet" if r is None else r["status"]
+                      + ("; no submission time, late policy not applied" if r.get("no_time") else "")]
         book_rows.append(cells)
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:

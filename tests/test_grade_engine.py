@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 grade = importlib.import_module("grade")
 course = importlib.import_module("course")
 lms_export = importlib.import_module("lms_export")
-from test_grade import GOOD, STOPS, TILED, WRONG  # noqa: E402
+from test_grade import GOOD, SCAFFOLD, STOPS, TILED, WRONG, notebook  # noqa: E402
 
 SEED = 5
 
@@ -149,6 +149,13 @@ def test_feedback_cannot_become_markdown_or_html(tmp_path):
     assert "<script" not in html and "<img" not in html and "<a " not in html and "<b>" not in html
     headings = [line for line in html.splitlines() if line.startswith("<h")]
     assert headings and not any("10.0/10" in h or "10/10" in h for h in headings), headings
+
+
+def test_feedback_keeps_the_case_of_names_it_starts_a_sentence_with():
+    row = dict(notebook="ch03_exercises.ipynb", assignment="masked_softmax", status="not implemented", points=0.0,
+               max_points=10.0, passed=0, total=8, cases=[])
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert "Every case still raises NotImplementedError" in text and "notimplementederror" not in text
 
 
 def test_every_status_is_explained_in_words():
@@ -430,3 +437,34 @@ def test_the_run_folder_is_private(tmp_path):
     finally:
         grader.close()
     assert not grader.run_dir.exists()
+
+
+def test_odd_names_missing_times_and_missing_notebooks_in_a_class(tmp_path):
+    """A folder and a file whose names are not UTF-8 are graded and listed (escaped), not a crash; a
+    notebook with a due date but no submission time is said loudly, never silently on time; a row
+    of a student who handed nothing in still counts every case in ``total``."""
+    if grade.Sandbox.detect().kind == "none":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    subs = os.fsencode(tmp_path / "subs")
+    for folder in (b"bad\xff", b"ada"):
+        os.makedirs(subs + b"/" + folder)
+        (Path(os.fsdecode(subs + b"/" + folder)) / "ch03_exercises.ipynb").write_text("not a notebook")
+    Path(os.fsdecode(subs + b"/ada/notes\xff.ipynb")).write_text("{}")
+    (tmp_path / "roster.csv").write_text("folder,name,id,sis_user_id,login,section\nada,Ada,1,S1,ada,A\n"
+                                         "eve,Eve,2,S2,eve,A\n")
+    (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'due = 2026-12-01T23:59:00Z\n')
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), os.fsdecode(subs), "--out",
+                           str(tmp_path / "out" / "grades.csv"), "--reference", str(tmp_path / "ref"), "--timeout",
+                           "60", "--course", str(tmp_path / "c.toml"), "--secret", "s" * 40],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "grades.csv").open(encoding="utf-8"))}
+    assert set(rows) == {"ada", "bad\\xff", "eve"} and rows["bad\\xff"]["status"] == "unreadable"
+    assert "ada/notes\\xff.ipynb" in (tmp_path / "out" / "ignored.csv").read_text(encoding="utf-8")
+    assert rows["eve"]["status"] == "not submitted" and rows["eve"]["total"] == rows["ada"]["total"] != "0"
+    assert "NO submission time" in done.stdout and "no submission time: ada masked_softmax" in done.stdout
+    book = (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8")
+    assert "no submission time, late policy not applied" in book
