@@ -909,7 +909,7 @@ def clean_block(text: str) -> str:
     return "\n".join(" ".join(clean(line, 10**7).split(" ")) for line in text.replace("\r\n", "\n").split("\n"))
 
 
-def feedback_markdown(student: dict, rows: list[dict]) -> str:
+def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True) -> str:
     """A student's feedback: per assignment the points, the status in words, and each failed case (a
     visible case whole: input, expected, got; a hidden case by number and description only). Every
     text the student's code or name could influence is in a fenced code block."""
@@ -934,9 +934,13 @@ def feedback_markdown(student: dict, rows: list[dict]) -> str:
                           fenced("\n".join([f"case: {c['name']}"] + [f"{k}: {c[k]}" for k in
                                                                      ("input", "expected", "got") if c.get(k)]
                                            + [f"why: {c['why']}"])), ""]
-            else:
+            elif hidden_details:
                 lines += [f"### Hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else ""), "",
                           fenced(c["why"]), ""]
+        hidden = sum(1 for c in failed if not c.get("visible"))
+        if hidden and not hidden_details:  # Gradescope: which hidden cases failed shows after the due date
+            lines += [f"{hidden} hidden case(s) failed; which ones, and why, is shown with the tests after "
+                      "the due date.", ""]
     return "\n".join(lines)
 
 
@@ -1299,7 +1303,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         text = feedback_markdown(s, mine)
         write_atomic(feedback / f"{slug(s['key'])}.md", text)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
-            lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine], text)))
+            lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine],
+                                          feedback_markdown(s, mine, hidden_details=False))))
     write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), why]
                                                                      for rel, why in ignored]))
 

@@ -8,7 +8,8 @@ autograder ("Zip file upload"). It holds:
 - ``run_autograder``: runs ``gradescope_bundle.py run``;
 - ``source/``: the package with its checkers (``src/attention_book``), the grader
   (``scripts/grade.py`` and its helpers), the reference notebooks of the graded assignments, the
-  course file (with its roster, times and extra cases) and a grading secret made for this bundle.
+  course file (with its extra cases; without its roster and times file, since Gradescope knows its
+  students and when each handed in) and a grading secret made for this bundle.
 
 ``python scripts/gradescope_bundle.py run`` (inside Gradescope's container) grades each notebook in
 ``/autograder/submission`` exactly as ``make grade`` does, one student at a time (the student's seed
@@ -31,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TORCH = "2.13.0"  # the version the grader is tested with; a course file's [gradescope] torch replaces it
 SCRIPTS = ("grade.py", "course.py", "lms_export.py", "gradescope_bundle.py")
 
 SETUP = """#!/usr/bin/env bash
@@ -41,7 +43,7 @@ apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --upgrade pip
-/autograder/venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
+/autograder/venv/bin/pip install "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
 /autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7"
 /autograder/venv/bin/pip install /autograder/source
 chmod -R go-rwx /autograder/source   # the answers and the secret: root only
@@ -64,7 +66,12 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     unknown = [n for n in chosen if n not in refs]
     if unknown:
         raise SystemExit(f"gradescope_bundle: {unknown} are not notebooks with an assignment; known: {sorted(refs)}")
-    files: dict[str, bytes | Path] = {"setup.sh": SETUP.encode(), "run_autograder": RUN.encode()}
+    data = tomllib.loads(course_file.read_text(encoding="utf-8")) if course_file is not None else {}
+    torch = str(data.get("gradescope", {}).get("torch", TORCH))
+    if not all(part.isalnum() or part in ".+" for part in torch):
+        raise SystemExit(f"gradescope_bundle: [gradescope] torch = {torch!r} is not a version")
+    files: dict[str, bytes | Path] = {"setup.sh": SETUP.replace("{torch}", torch).encode(),
+                                      "run_autograder": RUN.encode()}
     for name in ("pyproject.toml", "setup.py", "README.md"):
         if (ROOT / name).is_file():
             files[f"source/{name}"] = ROOT / name
@@ -80,11 +87,11 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
         files[f"source/notebooks/{name}"] = ROOT / "notebooks" / name
     settings = {"secret": secrets.token_hex(32), "course": None}
     if course_file is not None:
-        data = tomllib.loads(course_file.read_text(encoding="utf-8"))
-        files["source/course/course.toml"] = course_file
+        # Gradescope knows its students and when each handed in (submission_metadata.json): the
+        # roster and the times file (names and logins of the whole class) stay out of the bundle
+        files["source/course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"))
         here = course_file.parent
-        for rel in [data.get("roster", {}).get("file"), data.get("late", {}).get("times")] + [
-                a.get("extra_cases") for a in data.get("assignments", {}).values()]:
+        for rel in [a.get("extra_cases") for a in data.get("assignments", {}).values()]:
             if rel:
                 files[f"source/course/{rel}"] = here / rel
         settings["course"] = "course/course.toml"
@@ -97,6 +104,38 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, content if isinstance(content, bytes) else content.read_bytes())
     return out
+
+
+def _without_roster_and_times(text: str) -> bytes:
+    """The course file without its ``[roster]`` table and without ``[late] times``/``source``."""
+    out, table = [], ""
+    for line in text.splitlines():
+        head = line.strip()
+        if head.startswith("[") and not head.startswith("[["):
+            table = head.split("#", 1)[0].strip()
+        key = head.split("=", 1)[0].strip()
+        if table == "[roster]" or (table == "[late]" and key in ("times", "source")):
+            continue
+        out.append(line)
+    result = "\n".join(out) + "\n"
+    parsed = tomllib.loads(result)
+    if "roster" in parsed or {"times", "source"} & set(parsed.get("late", {})):
+        raise SystemExit("gradescope_bundle: could not take the roster out of the course file")
+    return result.encode()
+
+
+def _submitted_at(meta: dict):
+    """When Gradescope received the submission (``created_at``, ISO 8601), or None."""
+    import datetime as dt
+
+    when = meta.get("created_at")
+    if not when:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
 def run(root: Path) -> dict:
@@ -120,7 +159,11 @@ def run(root: Path) -> dict:
     try:
         folder = work / "subs" / student
         folder.mkdir(parents=True)
-        handed = [p for p in sorted((root / "submission").rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts]
+        top = root / "submission"
+        # links are ignored, as make grade does: a link could point at any file of the container
+        handed = [p for p in sorted(top.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts
+                  and not any((top / Path(*p.relative_to(top).parts[:i + 1])).is_symlink()
+                              for i in range(len(p.relative_to(top).parts)))]
         matched = {}
         for p in handed:
             found = grader.match_reference(p.name, references)
@@ -132,10 +175,11 @@ def run(root: Path) -> dict:
                     "visibility": "visible", "tests": []}
         else:
             for ref, (_, p) in matched.items():
-                shutil.copyfile(p, folder / ref)
+                shutil.copyfile(p, folder / ref, follow_symlinks=False)
             course = source / settings["course"] if settings.get("course") else None
             grader.grade(work / "subs", work / "out" / "grades.csv", int(os.environ.get("GRADE_TIMEOUT", "600")),
-                         source / "notebooks", course_file=course, secret=settings["secret"])
+                         source / "notebooks", course_file=course, secret=settings["secret"],
+                         submitted={student: when} if (when := _submitted_at(meta)) else None)
             data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
         results.write_text(lms_export.dump_json(data), encoding="utf-8")
         return data

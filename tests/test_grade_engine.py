@@ -158,6 +158,19 @@ def test_feedback_keeps_the_case_of_names_it_starts_a_sentence_with():
     assert "Every case still raises NotImplementedError" in text and "notimplementederror" not in text
 
 
+def test_gradescopes_top_level_output_names_no_hidden_case():
+    """Gradescope shows the top-level output before the due date: failed hidden cases are only counted
+    there; which ones failed is in the tests shown after the due date."""
+    rows = [dict(_rows()[0], score=0.75, penalty=0.0)]
+    cases = rows[0]["cases"]
+    full = grade.feedback_markdown({"student": "ada"}, rows)
+    short = grade.feedback_markdown({"student": "ada"}, rows, hidden_details=False)
+    assert "Hidden case 2: rows" in full and "Hidden case" not in short and "rows" not in short
+    assert "1 hidden case(s) failed" in short
+    data = lms_export.gradescope_results(rows, short)
+    assert [t["visibility"] for t in data["tests"]] == ["visible", "after_due_date"] and len(cases) == 2
+
+
 def test_every_status_is_explained_in_words():
     for status in ("timeout", "memory", "kernel died", "no results", "unreadable", "flagged", "grader error",
                    "not submitted", "refused", "not implemented"):

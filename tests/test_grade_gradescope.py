@@ -43,6 +43,12 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     assert setup.startswith("#!/usr/bin/env bash") and "bubblewrap" in setup and "pip install /autograder/source" in setup
     assert "gradescope_bundle.py run" in run and len(settings["secret"]) >= 32
     assert not any(n.startswith("source/notebooks/") and "ch03" not in n for n in names)
+    # the tested torch, not whatever is newest; no roster or times of the class in the bundle
+    assert 'pip install "torch==2.13.0"' in setup
+    assert not any(n.endswith(("roster.csv", "submitted.csv")) for n in names)
+    with zipfile.ZipFile(bundle) as z:
+        shipped = z.read("source/course/course.toml").decode()
+    assert "[roster]" not in shipped and "times =" not in shipped and "[assignments.masked_softmax]" in shipped
 
 
 @pytest.mark.slow
@@ -56,7 +62,11 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     (root / "source_zip" / "source").rename(root / "source")
     (root / "submission").mkdir()
     (root / "submission" / "ch03_exercises (2).ipynb").write_text(json.dumps(notebook(GOOD)))
-    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "email": "a@b.c"}]}))
+    (root / "submission" / "ch03_exercises (3).ipynb").symlink_to(root / "source" / "notebooks" /
+                                                                   "ch03_exercises.ipynb")  # a link: ignored
+    # handed in two days late (the example course: due 2027-04-30 23:59 Berlin, 10 % a day)
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "email": "a@b.c"}],
+                                                               "created_at": "2027-05-02T12:00:00.5+02:00"}))
     run = subprocess.run([sys.executable, str(root / "source" / "scripts" / "gradescope_bundle.py"), "run"],
                          capture_output=True, text=True, cwd=root / "source",
                          env=dict(os.environ, AUTOGRADER_ROOT=str(root), OMP_NUM_THREADS="1", GRADE_TIMEOUT="300"))
@@ -67,3 +77,7 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(20.0, abs=0.01)  # each rounded to 4 places
     assert any("low temperature" in t["name"] for t in data["tests"])
     assert "Feedback" in data["output"]
+    assert data["score"] == pytest.approx(16.0)  # every case passed, 20 points less 2 late days of 10 %
+    assert "2 day(s) late" in data["output"]
+    # which hidden cases failed is only in the tests shown after the due date, never in the output
+    assert all(t["visibility"] == "after_due_date" for t in data["tests"] if "hidden case" in t["name"])
