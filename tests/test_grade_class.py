@@ -78,7 +78,7 @@ def test_scores_statuses_and_exports(setup, serial):
     assert (rows["bob"]["status"], rows["bob"]["passed"], rows["bob"]["points"]) == ("graded", total, "10.0")
     assert rows["kit"]["total"] == total and int(rows["kit"]["passed"]) <= 2
     assert rows["dora"]["status"] == "kernel died" and rows["dora"]["total"] == total
-    assert rows["eve"]["status"] == "not submitted" and rows["eve"]["points"] == ""
+    assert rows["eve"]["status"] == "not submitted" and rows["eve"]["points"] == "" and rows["eve"]["total"] == total
     assert all(r["seed"] and r["secret_id"] for who, r in rows.items() if who != "eve")
     feedback = next((setup / "one" / "feedback").glob("dora-*.md")).read_text()
     assert "kernel" in feedback and "died" in feedback and "DeadKernelError" in feedback

@@ -288,7 +288,8 @@ def test_weights_by_description_apply_and_unknown_keys_are_refused(tmp_path):
     row = grade.score_row(dict(assignment="masked_softmax", status="graded", cases=mixed), c, None)
     assert row["score"] == pytest.approx((len(cases) - 1) / (len(cases) + 4), abs=1e-4)
     (tmp_path / "c.toml").write_text('[assignments.masked_softmax]\nweights = { "rows with no alowed key" = 2 }\n')
-    with pytest.raises(course.CourseError, match="unknown keys.*rows with no alowed key.*known keys.*rows with no allowed"):
+    with pytest.raises(course.CourseError,
+                       match="unknown keys.*rows with no alowed key.*known keys.*rows with no allowed"):
         grade.check_weight_keys(course.load_course(tmp_path / "c.toml"))
 
 
