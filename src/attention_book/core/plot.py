@@ -151,6 +151,14 @@ def _page_figures_in_ipython() -> None:
     shell = get_ipython()
     if shell is None or not hasattr(shell, "display_formatter"):
         return
+    # Load the backend now (pyplot loads it lazily, at the first figure), so that the inline
+    # backend registers its PNG printer before a cell shows its first figure with plt.show().
+    try:
+        import matplotlib.pyplot as plt
+
+        plt.switch_backend(matplotlib.get_backend())
+    except Exception:  # a backend that cannot load here: figures are drawn as before
+        pass
     _wrap_png_printer(shell)
     if not getattr(shell, "_ab_page_figures", False):
         shell.events.register("post_execute", lambda: _wrap_png_printer(shell))
