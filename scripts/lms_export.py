@@ -37,35 +37,33 @@ def canvas_csv(rows: list[dict], students: list[dict], course, columns: list[tup
     """Canvas's gradebook import: ``Student, ID, SIS User ID, SIS Login ID, Section`` then one column
     per assignment, ``<title> (<Canvas assignment id>)``; no total column (Canvas would make it an
     assignment); a missing or unscored submission blank."""
-    by = _points_by_student(rows)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
-                    + [column_title(course, ch, a) for ch, a in columns])
-    for s in students:
-        cells = []
-        for _, a in columns:
-            r = by.get((s["student"], a))
-            cells.append(r["points"] if r is not None and r["status"] in GRADED else "")
-        writer.writerow([_safe(s["name"]), _safe(s["id"]), _safe(s["sis_user_id"]), _safe(s["login"]),
-                         _safe(s["section"])] + cells)
-    return out.getvalue()
+    return _gradebook(rows, students, course, columns,
+                      {"Student": "name", "ID": "id", "SIS User ID": "sis_user_id", "SIS Login ID": "login",
+                       "Section": "section"})
 
 
 def moodle_csv(rows: list[dict], students: list[dict], course, columns: list[tuple[str, str]]) -> str:
     """Moodle's grade import (Grades → Import → CSV file): map ``Username`` (or ``Email address`` or
     ``ID number``) to the user field of the same name; one column per assignment; blanks are skipped."""
+    return _gradebook(rows, students, course, columns,
+                      {"Full name": "name", "Username": "login", "Email address": "email",
+                       "ID number": "sis_user_id"})
+
+
+def _gradebook(rows: list[dict], students: list[dict], course, columns: list[tuple[str, str]],
+               identity: dict[str, str]) -> str:
+    """One row per student: the ``identity`` columns (header -> student field), then each
+    assignment's points, blank where nothing was scored."""
     by = _points_by_student(rows)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["Full name", "Username", "Email address", "ID number"]
-                    + [column_title(course, ch, a) for ch, a in columns])
+    writer.writerow(list(identity) + [column_title(course, ch, a) for ch, a in columns])
     for s in students:
         cells = []
         for _, a in columns:
             r = by.get((s["student"], a))
             cells.append(r["points"] if r is not None and r["status"] in GRADED else "")
-        writer.writerow([_safe(s["name"]), _safe(s["login"]), _safe(s["email"]), _safe(s["sis_user_id"])] + cells)
+        writer.writerow([_safe(s[field]) for field in identity.values()] + cells)
     return out.getvalue()
 
 
