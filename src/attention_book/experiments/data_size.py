@@ -92,11 +92,12 @@ def data_size_figure(result: DataSizeSweep, chance: float = 10.0):
     from ..core.plot import chance_line, ensure_style
 
     ensure_style()
-    fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
+    # narrow, so that its text stays legible when a phone shrinks the figure to its width
+    fig, ax = plt.subplots(figsize=(4.4, 3.6), layout="constrained")
     seed_spread(ax, result.sizes, result.accuracy)
     chance_line(ax, chance)
     ax.set_xlabel("training images")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"The same budget of about {result.steps} steps on more data")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"About {result.steps} steps at every size")
+    fig.legend(loc="outside lower center", ncols=1, frameon=False)
     return fig

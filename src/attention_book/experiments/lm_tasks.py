@@ -124,13 +124,14 @@ def label_efficiency_figure(result: LabelEfficiency):
     from .data_size import seed_spread
 
     ensure_style()
-    fig, ax = plt.subplots(figsize=(5.8, 3.7), layout="constrained")
+    # narrow, so that its text stays legible when a phone shrinks the figure to its width
+    fig, ax = plt.subplots(figsize=(4.4, 3.6), layout="constrained")
     seed_spread(ax, result.counts, {name: result.accuracy[name] for name in ("pretrained", "from scratch")})
     chance_line(ax, 50)
-    ax.set_xlabel("labelled examples used for fine-tuning")
+    ax.set_xlabel("labelled examples for fine-tuning")
     ax.set_ylabel("held-out accuracy (%)")
-    ax.set_title("What pretraining buys: the same encoder, with and without it")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("The same encoder, with and without pretraining")
+    fig.legend(loc="outside lower center", ncols=1, frameon=False)
     return fig
 
 
