@@ -103,6 +103,63 @@ def test_show_heatmaps_rejects_wrong_label_counts():
         ab.heatmaps_figure(torch.rand(1, 1, 2, 2), "k", "q", xticklabels=["a"])
 
 
+def test_figures_carry_their_values_as_a_table():
+    """Issue 38: a map's values (small maps whole, large ones as each query's top keys) and
+    a plot's labelled lines and bars, rounded, at most VALUES_MAX rows, in a folded table."""
+    import matplotlib.pyplot as plt
+
+    from attention_book.core.plot import VALUES_MAX, chance_line, values_html
+
+    weights = torch.tensor([[0.1, 0.9], [0.625, 0.375]]).reshape(1, 1, 2, 2)
+    table = values_html(ab.heatmaps_figure(weights, xlabel="Keys", ylabel="Queries", titles=["head 1"],
+                                           xticklabels=["a", "b"], yticklabels=["x", "y"]))
+    assert table.startswith('<details class="ab-values"><summary>')
+    assert "<caption>head 1: rows Queries, columns Keys</caption>" in table
+    assert '<tr><th scope="row">y</th><td>0.625</td><td>0.375</td></tr>' in table
+    big = torch.zeros(1, 1, 40, 30)
+    big[0, 0, :, 7] = 0.5
+    big[0, 0, :, 3] = 0.25
+    table = values_html(ab.heatmaps_figure(big, xlabel="Keys", ylabel="Queries"))
+    assert "3 largest values (30 Keys in all, 12 of 40 Queries evenly spread)" in table
+    assert table.count('<th scope="row">') == VALUES_MAX
+    assert '<th scope="row">40</th><td>8</td><td>0.5</td><td>4</td><td>0.25</td>' in table
+    fig = ab.curves_figure({"train": [1.0, 0.5, 0.25], "val": [1.2, 0.7]}, ylabel="loss")
+    chance_line(fig.axes[0], 2.0)
+    table = values_html(fig)
+    assert "<caption>loss; chance at 2</caption>" in table
+    assert '<th scope="row">3</th><td>0.25</td><td></td></tr>' in table
+    fig, ax = plt.subplots()
+    ax.bar(["cnn", "vit"], [0.91, 0.875], label="accuracy")
+    assert '<th scope="row">vit</th><td>0.875</td>' in values_html(fig)
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])  # no legend entry: nothing to table
+    assert values_html(fig) is None
+    plt.close("all")
+
+
+def test_a_shown_figure_is_followed_by_its_values_in_a_kernel(tmp_path):
+    """In Jupyter (and a website build) the table comes right after the figure it belongs to:
+    shown with plt.show() mid-cell, and by the inline backend when the cell ends."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import torch, matplotlib.pyplot as plt\nimport attention_book as ab\n"
+                                  "ab.use_book_style()"),
+        nbformat.v4.new_code_cell("ab.curves_figure({'train': [1.0, 0.5]})\nplt.show()\nprint('between')\n"
+                                  "fig = ab.heatmaps_figure(torch.eye(2).reshape(1, 1, 2, 2), 'keys', 'queries')"),
+    ]
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    kinds = []
+    for out in nb.cells[1].outputs:
+        data = out.get("data", {})
+        kinds.append("text" if out.output_type == "stream" else "png" if "image/png" in data
+                     else "table" if "ab-values" in data.get("text/html", "") else out.output_type)
+    assert kinds == ["png", "table", "text", "png", "table"], kinds
+
+
 def test_plot_curves():
     fig = ab.curves_figure({"train": [3, 2, 1], "val": [3.5, 2.5]}, ylabel="loss")
     assert len(fig.axes[0].get_lines()) == 2

@@ -18,7 +18,7 @@ import torch
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
            "smallest_text_px", "fit_page", "page_png_metadata", "ALT_TEXT_KEY", "figure_alt_text",
-           "set_alt_text"]
+           "set_alt_text", "values_html", "VALUES_MAX"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -136,6 +136,131 @@ def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
     return {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}", ALT_TEXT_KEY: figure_alt_text(fig)}
 
 
+# ----------------------------------------------------------------------------- values as tables
+# Figures whose numbers matter carry them as a table too (issue 38): the attention maps drawn by
+# heatmaps_figure and every labelled line or bar series (learning curves, sweeps). Shown inline
+# in IPython, the figure is followed by a folded <details> with those numbers, rounded.
+VALUES_MAX = 12  # at most this many rows (and columns) per table; larger maps are summarised
+_TOP_KEYS = 3
+
+
+def _num(value) -> str:
+    value = float(value)
+    if not np.isfinite(value):
+        return str(value)
+    return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def _spread(count: int, most: int = VALUES_MAX) -> list[int]:
+    """Indices of at most ``most`` of ``count`` rows, evenly spread, first and last kept."""
+    if count <= most:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
+
+
+def _table(caption: str, corner: str, rows: Sequence[str], cols: Sequence[str], cells) -> dict:
+    return {"caption": caption, "corner": corner, "rows": [str(r) for r in rows],
+            "cols": [str(c) for c in cols], "cells": [[str(c) for c in row] for row in cells]}
+
+
+def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
+                xticklabels, yticklabels) -> list[dict]:
+    """One table per map: all values when it is at most VALUES_MAX square, else each query's
+    largest keys and their values (at most VALUES_MAX queries, evenly spread)."""
+    num_rows, num_cols, n_q, n_k = data.shape
+    keys = [str(k) for k in xticklabels] if xticklabels is not None else [str(k + 1) for k in range(n_k)]
+    queries = [str(q) for q in yticklabels] if yticklabels is not None else [str(q + 1) for q in range(n_q)]
+    tables = []
+    for flat in range(min(num_rows * num_cols, VALUES_MAX)):
+        m = data[flat // num_cols, flat % num_cols]
+        name = titles[flat] if flat < len(titles) and titles[flat] else f"map {flat + 1}"
+        picked = _spread(n_q)
+        shown = "" if len(picked) == n_q else f", {len(picked)} of {n_q} {ylabel} evenly spread"
+        if n_k <= VALUES_MAX:
+            tables.append(_table(f"{name}: rows {ylabel}, columns {xlabel}{shown}", ylabel,
+                                 [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked]))
+            continue
+        top = min(_TOP_KEYS, n_k)
+        cols = [c for r in range(top) for c in (f"top {r + 1}: {xlabel}", f"top {r + 1}: value")]
+        cells = []
+        for q in picked:
+            order = np.argsort(-m[q], kind="stable")[:top]
+            cells.append([c for k in order for c in (keys[k], _num(m[q, k]))])
+        tables.append(_table(f"{name}: each row's {top} largest values ({n_k} {xlabel} in all{shown})",
+                             ylabel, [queries[q] for q in picked], cols, cells))
+    return tables
+
+
+def _series_tables(fig) -> list[dict]:
+    """Tables of the figure's labelled lines and bar series, one per plot (x down, series across)."""
+    from matplotlib.container import BarContainer
+
+    tables = []
+    for ax in fig.get_axes():
+        if not ax.get_visible() or hasattr(ax, "_colorbar"):
+            continue
+        xlabel, ylabel = _words(ax.get_xlabel()) or "x", _words(ax.get_ylabel())
+        title = _words(ax.get_title()) or _words(fig._suptitle.get_text() if fig._suptitle else "")
+        caption = ", ".join(t for t in (title, ylabel) if t) or "values"
+        series, levels = {}, []
+        for line in ax.get_lines():
+            label = line.get_label()
+            if not line.get_visible() or not label or label.startswith("_"):
+                continue
+            xs, ys = (np.asarray(v, dtype=float).ravel() for v in line.get_data())
+            if line.get_transform() != ax.transData:  # axhline: a level across the plot
+                if len(set(ys.tolist())) == 1:
+                    levels.append(f"{_words(label)} at {_num(ys[0])}")
+                continue
+            series[_words(label)] = dict(zip(xs.tolist(), ys.tolist()))
+        ticks = {round(float(t), 6): lab.get_text() for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())}
+        for container in ax.containers:
+            label = container.get_label()
+            if not isinstance(container, BarContainer) or not label or label.startswith("_"):
+                continue
+            points = {}
+            for bar in container:
+                x = bar.get_x() + bar.get_width() / 2
+                points[ticks.get(round(x, 6)) or x] = bar.get_height()
+            series[_words(label)] = points
+        if not series:
+            continue
+        xs = list(dict.fromkeys(x for points in series.values() for x in points))
+        if all(isinstance(x, float) for x in xs):
+            xs.sort()
+        picked = _spread(len(xs))
+        names = list(series)[:VALUES_MAX]
+        shown = "" if len(picked) == len(xs) else f"; {len(picked)} of {len(xs)} points, evenly spread"
+        caption += shown + ("; " + ", ".join(levels) if levels else "")
+        rows = [_num(xs[i]) if isinstance(xs[i], float) else xs[i] for i in picked]
+        cells = [[_num(series[n][xs[i]]) if xs[i] in series[n] else "" for n in names] for i in picked]
+        tables.append(_table(caption, xlabel, rows, names, cells))
+    return tables
+
+
+def values_html(fig) -> str | None:
+    """The numbers ``fig`` shows as a folded HTML table (`<details>`), None if it shows none:
+    heatmaps_figure's maps, else its labelled lines and bar series."""
+    tables = getattr(fig, "_ab_values", None) or _series_tables(fig)
+    if not tables:
+        return None
+    import html
+
+    def esc(text: str) -> str:
+        return html.escape(text, quote=True)
+
+    parts = ['<details class="ab-values"><summary>The figure\'s values as a table</summary>']
+    for t in tables:
+        head = "".join(f'<th scope="col">{esc(c)}</th>' for c in t["cols"])
+        body = "".join(f'<tr><th scope="row">{esc(r)}</th>' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+                       for r, row in zip(t["rows"], t["cells"]))
+        parts.append(f'<table class="ab-values-table"><caption>{esc(t["caption"])}</caption>'
+                     f'<thead><tr><th scope="col">{esc(t["corner"])}</th>{head}</tr></thead>'
+                     f"<tbody>{body}</tbody></table>")
+    parts.append("</details>")
+    return "".join(parts)
+
+
 def _page_figures_in_ipython() -> None:
     """In IPython (Jupyter, Colab, a website build's kernel), show figures through
     :func:`fit_page` and record :func:`page_png_metadata` in their PNG.
@@ -162,7 +287,44 @@ def _page_figures_in_ipython() -> None:
     _wrap_png_printer(shell)
     if not getattr(shell, "_ab_page_figures", False):
         shell.events.register("post_execute", lambda: _wrap_png_printer(shell))
+        _values_after_figures(shell)
         shell._ab_page_figures = True
+
+
+def _values_after_figures(shell) -> None:
+    """Publish each shown figure's :func:`values_html` right after the figure's own output.
+
+    The PNG printer queues the table while IPython formats the figure; the table goes out as
+    soon as that output is published (a ``display_data`` through the display publisher, a
+    cell's result through the display hook), and at the latest when the cell ends."""
+    shell._ab_values_pending, shell._ab_values_shown = [], set()
+    publisher = shell.display_pub
+    shell.events.register("pre_run_cell", lambda *_: shell._ab_values_shown.clear())
+
+    def flush():
+        pending, shell._ab_values_pending = shell._ab_values_pending, []
+        for table in pending:
+            publish({"text/html": table, "text/plain": "(the figure's values as a table)"}, {})
+
+    def publish(data, metadata=None, *args, **kwargs):
+        result = inner_publish(data, metadata, *args, **kwargs)
+        if shell._ab_values_pending and "image/png" in data:
+            flush()
+        return result
+
+    inner_publish = publisher.publish
+    publisher.publish = publish
+    hook = shell.displayhook
+    if hasattr(hook, "finish_displayhook"):
+        inner_finish = hook.finish_displayhook
+
+        def finish_displayhook(*args, **kwargs):
+            result = inner_finish(*args, **kwargs)
+            flush()
+            return result
+
+        hook.finish_displayhook = finish_displayhook
+    shell.events.register("post_execute", flush)
 
 
 def _wrap_png_printer(shell) -> None:
@@ -180,7 +342,16 @@ def _wrap_png_printer(shell) -> None:
 
     def png(fig):
         fit_page(fig)  # IPython draws inline figures at the figure's dpi
-        return inner(fig, metadata=page_png_metadata(fig))
+        data = inner(fig, metadata=page_png_metadata(fig))
+        if data is not None and hasattr(shell, "_ab_values_pending"):
+            try:
+                table = values_html(fig)
+            except Exception:  # noqa: BLE001 (a figure the table reader does not understand: the figure alone)
+                table = None
+            if table and id(fig) not in shell._ab_values_shown:  # once per cell
+                shell._ab_values_shown.add(id(fig))
+                shell._ab_values_pending.append(table)
+        return data
 
     png._ab_page_figure = True
     formatter.for_type(Figure, png)
@@ -316,6 +487,15 @@ def heatmaps_figure(
     maps = "one heatmap" if num_rows * num_cols == 1 else f"{num_rows * num_cols} heatmaps"
     fig._ab_alt_kind = (f"{maps} of {n_q} by {n_k} values, darker is larger "
                         f"(colour scale {vmin:.3g} to {vmax:.3g})")
+    names = []
+    for i in range(num_rows):
+        for j in range(num_cols):
+            name = titles[i * num_cols + j] if per_panel else (titles[j] if titles is not None else "")
+            if row_titles is not None:
+                name = f"{row_titles[i]}, {name}" if name else row_titles[i]
+            names.append(_words(name))
+    fig._ab_values = _map_tables(data, names, _words(xlabel) or "keys", _words(ylabel) or "queries",
+                                 xticklabels, yticklabels)
     return fig
 
 
