@@ -356,7 +356,9 @@ def test_translate_handles_unknown_empty_and_long_sentences(capsys):
     with pytest.raises(ValueError, match="2 sentences but 1 references"):
         ab.translate(model, data, ["a", "b"], ["c"])
     rows = ab.experiments.translation.translation_table(model, data, ["go ."], ["va !"])
-    assert "go . => [" in capsys.readouterr().out and len(rows) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["source", "translation", "reference", "BLEU"] and len(rows) == 1
+    assert out[1].startswith("go .") and "va !" in out[1] and f"{rows[0].bleu:.3f}" in out[1]
 
 
 def test_attention_map_labels_tokens():

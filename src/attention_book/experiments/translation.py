@@ -143,11 +143,14 @@ def evaluate_by_length(model: nn.Module, data, split: str = "val", beam_size: in
 
 def translation_table(model: nn.Module, data, sentences: Sequence[str], references: Sequence[str],
                       beam_size: int | None = None, k: int = 2) -> list[Translation]:
-    """Translate, print one line per sentence (``source => [tokens], bleu x.xxx``), return the results."""
+    """Translate and print a small table (source, translation, reference, BLEU); return the results."""
     results = translate(model, data, sentences, references, beam_size=beam_size, k=k)
-    width = max(len(r.source) for r in results)
-    for r in results:
-        print(f"{r.source:<{width}} => {r.tokens}, bleu {r.bleu:.3f}")
+    rows = [(r.source, r.text, r.reference or "", f"{r.bleu:.3f}" if r.bleu is not None else "")
+            for r in results]
+    head = ("source", "translation", "reference", "BLEU")
+    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
+    for row in [head, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     return results
 
 
