@@ -210,7 +210,7 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     weights = lookup_weights(list(queries), keys, t).numpy()
     answer = soft_lookup(query, database, t)
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
+    fig, (left, right) = plt.subplots(1, 2, figsize=(0.8 * PAGE_FIGURE_WIDTH, 3.4), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.25, 1]})
     image = left.imshow(weights, cmap=BOOK_CMAP, vmin=0.0, vmax=1.0, aspect="auto")
     left.grid(False)
@@ -219,9 +219,9 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     for i in range(weights.shape[0]):
         for j in range(weights.shape[1]):
             w = weights[i, j]
-            left.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=8,
+            left.text(j, i, f"{w:.2f}", ha="center", va="center", fontsize=9,
                       color="white" if w > 0.6 else "black")
-    left.set_xlabel("keys (last names in the database)")
+    left.set_xlabel("keys (last names)")
     left.set_ylabel("queries")
     left.set_title(f"attention weights at temperature {t:.3g}")
     fig.colorbar(image, ax=left, shrink=0.8)
