@@ -7,8 +7,14 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# The torch release tested here; readers may override: make test TORCH_SPEC=torch
+# The tested environment: every package pinned with its hashes (`make lock` writes it from
+# pyproject.toml's extras; see README "The locked environment"). `make venv` installs exactly this.
+# On another platform (the lock is for CPython 3.11 on Linux x86-64) `make venv LOCK=` installs
+# from pyproject.toml's lower bounds instead, torch as TORCH_SPEC says.
+LOCK ?= requirements.lock
 TORCH_SPEC ?= torch==2.13.0
+# The lock's torch is the CPU build, from PyTorch's CPU index (never a CUDA build on a CPU runner).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Not under _build/: nbmake skips every path with a "_build" part, and would find no notebooks.
 STAGE := _stage
 STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
@@ -35,25 +41,59 @@ SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(F
 NOTEBOOK_RUN = PYTHONPATH=book/_ext $(PAR_ENV) $(PY) -m pytest -p kernel_poll --nbmake -n $(JOBS) -p no:randomly
 NB_TIMES := $(STAGE)/_notebook_times.json
 
-.PHONY: venv book test test-unit test-notebooks test-site test-smoke lab stage clean student grade gradescope-bundle claims gpu-report times
+.PHONY: venv lock publish repository book test test-unit test-notebooks test-site test-smoke lab stage clean student grade gradescope-bundle claims gpu-report times
 
 venv: $(STAMP)
 
 $(STAMP):
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+ifneq ($(LOCK),)
+	@# torch first, alone, from the CPU index: the lock's other packages come from PyPI.
+	@# Every line of the lock carries its hashes; --no-deps: the lock lists every dependency.
+	sed -n '/^torch==/,/[^\\]$$/p' $(LOCK) > $(VENV)/torch.lock
+	$(PY) -m pip install --quiet --no-deps --require-hashes --extra-index-url $(TORCH_INDEX) -r $(VENV)/torch.lock
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+else
 	@# torch first and on its own, so no other requirement pulls a different build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[dev,lab,parity]"
 	@# d2l, the reference of tests/test_d2l_parity.py, without its pinned (stale) dependencies
 	@# and torchvision: the parity extra above brings what it imports.
 	$(PY) -m pip install --quiet --no-deps "d2l==1.0.3"
+endif
 	@# Inline figures in every kernel, even when the caller exports MPLBACKEND=Agg (as CI does):
 	@# the site shows what the kernel drew.
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attention_book)" \
 		--env MPLBACKEND module://matplotlib_inline.backend_inline >/dev/null
 	@rm -f $(VENV)/.stamp-*
 	@touch $@
+
+## Refresh the lock from pyproject.toml's extras (dev, lab, parity) with uv, hashes included:
+## versions already in the lock are kept unless LOCK_ARGS=--upgrade (or --upgrade-package NAME).
+## d2l (tests/test_d2l_parity.py) is locked on its own, without its stale pinned dependencies,
+## which is why `make venv` installs the lock with --no-deps. Where pip finds wheels on local
+## disk (PIP_FIND_LINKS), uv looks there too; elsewhere torch comes from PyTorch's CPU index.
+UV_VERSION := 0.13.9
+LOCK_ARGS ?=
+LOCK_SOURCES := $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS),--torch-backend cpu)
+LOCK_TARGET := --python-version 3.11.7 --python-platform x86_64-manylinux_2_28
+lock: venv
+	$(PY) -m pip install --quiet "uv==$(UV_VERSION)"
+	@# uv keeps the versions of the file it writes: start from the current lock.
+	$(if $(wildcard $(LOCK)),cp $(LOCK) $(LOCK).tmp)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra lab --extra parity --generate-hashes \
+		--no-header $(LOCK_TARGET) $(LOCK_SOURCES) $(LOCK_ARGS) -o $(LOCK).tmp
+	echo "d2l==1.0.3" | $(VENV)/bin/uv pip compile - --no-deps --generate-hashes --no-header \
+		$(LOCK_TARGET) -o $(LOCK).d2l
+	{ echo "# The tested environment. \`make lock\` writes this file from pyproject.toml (uv pip compile);"; \
+	  echo "# \`make venv\`, CI and the deploy install it with --no-deps --require-hashes."; \
+	  echo "# For CPython 3.11 on Linux x86-64; torch is PyTorch's CPU build."; \
+	  cat $(LOCK).tmp $(LOCK).d2l; } > $(LOCK)
+	rm -f $(LOCK).tmp $(LOCK).d2l
+	@# The next make (any target) reinstalls .venv from the new lock, so the tests run on it.
+	rm -f $(VENV)/.stamp-*
 
 ## Copy the book's sources into $(STAGE): notebooks are executed there, never in place.
 stage: venv
@@ -72,9 +112,36 @@ book: venv
 	@$(PY) scripts/timings.py --summary $(NB_TIMES)
 	@echo "Website: _build/html/index.html"
 
+## The website at the full size, as GitHub Pages publishes it (.github/workflows/book.yml):
+## every notebook at ATTENTION_BOOK_SIZE=full, on the GPU when torch sees one, else the CPU.
+## $(PUBLISH_STAGE) is the execution cache, kept between runs (the workflow caches it): a
+## notebook is executed again only when its source, the package (src/, pyproject.toml) or the
+## size changed (scripts/stage.py's key), so a second publish with nothing changed executes
+## nothing and a changed chapter re-executes that chapter only. Site: $(PUBLISH_OUT)/_build/html.
+PUBLISH_STAGE := _stage_publish
+PUBLISH_OUT := _build/publish
+PUBLISH_SIZE ?= full
+PUBLISH_TIMEOUT ?= 7200
+PUBLISH_ENV := ATTENTION_BOOK_SIZE=$(PUBLISH_SIZE) ATTENTION_BOOK_EXPLORERS=static \
+	ATTENTION_BOOK_FRAMES="$(CURDIR)/$(PUBLISH_STAGE)/_frames" ATTENTION_BOOK_LIVE="$(CURDIR)/$(PUBLISH_STAGE)/_live/live/models"
+publish: venv
+	$(PUBLISH_ENV) $(PY) scripts/stage.py $(PUBLISH_STAGE)
+	$(PUBLISH_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=$(PUBLISH_TIMEOUT) --skip-executed \
+		--notebook-times $(PUBLISH_STAGE)/_notebook_times.json $(PUBLISH_STAGE)/notebooks
+	$(PUBLISH_ENV) $(PY) scripts/stage.py $(PUBLISH_STAGE)
+	$(PUBLISH_ENV) $(VENV)/bin/jupyter-book build $(PUBLISH_STAGE) --path-output $(PUBLISH_OUT) -W --keep-going
+	@echo "Website (full size): $(PUBLISH_OUT)/_build/html/index.html"
+
+## A fork's first step (README "Publishing your fork"): after editing repository.url (and .branch)
+## in _config.yml, point the notebooks' Colab install cells, CONTRIBUTING.md's setup cell and
+## ab.show_source's links at it.
+repository: venv
+	$(PY) scripts/set_repository.py
+
 ## The grader's test (tests/test_grade.py) grades hostile submissions: only inside its sandbox.
 test-unit: venv
 	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox"
+	bash scripts/ensure_actionlint.sh $(VENV)
 	$(PAR_ENV) $(PY) -m pytest -n $(JOBS) --dist loadgroup -m "not notebooks and not browser" tests
 
 ## Execute every staged notebook once with nbmake (JOBS at a time), writing outputs into the
@@ -127,7 +194,7 @@ lab: venv
 	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) notebooks
 
 clean:
-	rm -rf _build $(STAGE) $(SMOKE_STAGE) student _claims
+	rm -rf _build $(STAGE) $(SMOKE_STAGE) $(PUBLISH_STAGE) student _claims
 
 ## The seed check (not part of `make test`: about 20 minutes on 2 cores): every notebook for
 ## seeds 0-4 at ci size; writes book/_claims_report.json and book/_claims.md.
