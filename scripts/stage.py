@@ -13,6 +13,14 @@ A staged notebook that already carries outputs from the *same* source and the
 same package (SHA-1s of the notebook and of ``src/`` + ``pyproject.toml``,
 recorded in its metadata) is kept, so a notebook executed by the test run
 is not executed again by the site build.
+
+The key also holds the settings that change what a notebook computes
+(``run_settings``): the experiment size and the smoke run's step cap. A notebook
+executed at the ``ci`` size is never published as a full-size one, and `make
+publish` (its own staging folder, kept between runs as an execution cache)
+re-executes only the notebooks whose source, package or settings changed.
+The device is not part of the key: a chapter executed on a GPU is kept when the
+site is rebuilt on a CPU, which is the point of the cache.
 """
 
 from __future__ import annotations
@@ -48,6 +56,21 @@ def package_hash() -> str:
     return h.hexdigest()
 
 
+# Environment variables that change a notebook's results, hence its cache key.
+RUN_SETTINGS = ("ATTENTION_BOOK_SIZE", "ATTENTION_BOOK_MAX_STEPS")
+
+
+def run_settings(environ=None) -> str:
+    """The key's part for the run's settings: empty at the default (``ci``, uncapped), so the
+    keys of notebooks staged before this part existed stay valid; else e.g. ``size=full``."""
+    environ = os.environ if environ is None else environ
+    size = environ.get("ATTENTION_BOOK_SIZE", "") or "ci"
+    parts = [] if size == "ci" else [f"size={size}"]
+    if environ.get("ATTENTION_BOOK_MAX_STEPS"):
+        parts.append(f"max_steps={environ['ATTENTION_BOOK_MAX_STEPS']}")
+    return ",".join(parts)
+
+
 def has_outputs(nb: dict) -> bool:
     return any(c.get("outputs") for c in nb.get("cells", []) if c.get("cell_type") == "code")
 
@@ -76,10 +99,12 @@ def solutions_hash(src: Path) -> str:
     return hashlib.sha1(json.dumps(load_solutions(src.name), sort_keys=True).encode()).hexdigest()
 
 
-def stage_notebook(src: Path, dest: Path, edition: str, package: str) -> str:
+def stage_notebook(src: Path, dest: Path, edition: str, package: str, settings: str = "") -> str:
     digest = f"{source_hash(src)}-{package}-{edition}"
     if edition == "instructor":
         digest += f"-{solutions_hash(src)}"
+    if settings:
+        digest += f"-{settings}"
     if dest.exists():
         try:
             staged = json.loads(dest.read_text(encoding="utf-8"))
@@ -115,8 +140,13 @@ def main(dest: str) -> None:
             stale.unlink()
     edition = os.environ.get("EDITION", "public")
     package = package_hash()
+    settings = run_settings()
+    counts: dict[str, int] = {}
     for src in sources:
-        print(f"stage {src.name} ({edition} edition): {stage_notebook(src, nb_out / src.name, edition, package)}")
+        outcome = stage_notebook(src, nb_out / src.name, edition, package, settings)
+        counts[outcome.split()[0]] = counts.get(outcome.split()[0], 0) + 1
+        print(f"stage {src.name} ({edition} edition{', ' + settings if settings else ''}): {outcome}")
+    print(f"stage: {counts.get('kept', 0)} notebooks kept (executed), {counts.get('copied', 0)} to execute")
     # The live views' models and data (ATTENTION_BOOK_LIVE in the Makefile): written by the notebooks,
     # kept here while their outputs are kept; listed in html_static_path, so it must exist.
     (out / "_live" / "live" / "models").mkdir(parents=True, exist_ok=True)
