@@ -151,6 +151,22 @@ def test_figures_say_what_they_show_in_their_png():
     assert figure_alt_text(set_alt_text(fig, "A falling  line")) == "A falling line"
 
 
+def test_figures_get_the_width_their_text_needs(tmp_path):
+    """book_site.py gives each PNG figure with a recorded text size the narrowest width at which
+    that text is still 9 px (--ab-phone-width; book.css keeps it no narrower on a phone)."""
+    import book_site
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("ab-min-text-px", "12.00")
+    info.add_text("ab-alt", "Figure: loss")
+    Image.new("RGB", (800, 100)).save(tmp_path / "f.png", pnginfo=info)
+    fixed = book_site.accessible_html('<img alt="f.png" src="f.png" />', tmp_path / "page.html")
+    assert fixed == '<img style="--ab-phone-width: 600px" alt="Figure: loss" src="f.png" />'
+    assert book_site.accessible_html(fixed, tmp_path / "page.html") == fixed
+
+
 def test_every_diagram_has_a_description():
     from attention_book.book import diagrams
     from attention_book.core.plot import figure_alt_text

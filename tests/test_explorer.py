@@ -295,3 +295,33 @@ def test_inline_figures_go_through_fit_page_in_ipython():
         assert ax.title.get_fontsize() > 4
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_frames_keep_the_width_their_text_needs_on_a_phone(static):
+    """Issue 38: each frame carries the narrowest width at which its smallest text is still
+    9 px (--ab-phone-width; book.css never shows it narrower), in the player's data too."""
+    import io
+
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    from attention_book.book.explorer import phone_width
+    from attention_book.core.plot import TEXT_SIZE_KEY
+
+    def png(width: int, text_px: str | None) -> bytes:
+        info = PngInfo()
+        if text_px is not None:
+            info.add_text(TEXT_SIZE_KEY, text_px)
+        buf = io.BytesIO()
+        Image.new("RGB", (width, 10)).save(buf, format="png", pnginfo=info)
+        return buf.getvalue()
+
+    assert phone_width(png(600, "18.00")) == 300  # text 18 px: legible down to half the width
+    assert phone_width(png(600, "6.00")) == 600  # never wider than drawn
+    assert phone_width(png(600, "none")) == 0 and phone_width(png(600, None)) == 0
+    player = ab.explore(draw_labelled, name="ch01.phone", slope=ab.Steps([1, 2], value=2, label="slope"))
+    page = player._repr_html_()
+    data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page).group(1))
+    assert data["phone"] == [phone_width(base64.b64decode(b)) for b in data["images"]]
+    assert all(0 < w for w in data["phone"])
+    assert re.search(r'<img src="data:[^"]+" alt="[^"]+" style="--ab-phone-width: [1-9]\d*px">', page)

@@ -232,6 +232,67 @@ def test_a_wrapped_code_line_keeps_its_indentation_on_a_phone(browser, site, doc
                                    for b in bad))
 
 
+JS_PAGE_WIDER = "() => document.documentElement.scrollWidth > window.innerWidth + 1"
+
+
+def _evaluate_at(browser, url: str, viewport: dict, *scripts: str) -> list:  # noqa: F811
+    """Open ``url`` in a fresh page of that size (offline but for the site) and run ``scripts``."""
+    page = browser.new_page(viewport=viewport)
+    try:
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        _open(page, url)
+        return [page.evaluate(js) for js in scripts]
+    finally:
+        page.close()
+
+
+JS_MID_TOKEN_WRAPS = """() => {
+  // Where a narrow screen wraps a code line: the characters either side of each break.
+  const bad = [];
+  let wrapped = 0;
+  for (const line of document.querySelectorAll('#main-content div.cell_input pre .ab-line, .ab-source pre .ab-line')) {
+    if (line.getBoundingClientRect().width === 0 || line.getClientRects().length === 0) continue;
+    const chars = [];
+    const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (let i = 0; i < node.data.length; i++) chars.push([node, i]);
+    }
+    let top = null, prev = '';
+    for (const [node, i] of chars) {
+      const ch = node.data[i];
+      if (ch === '\\n') break;
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const rect = Array.from(range.getClientRects()).find(r => r.width > 0);
+      if (!rect || /\\s/.test(ch)) { prev = ch; continue; }
+      const row = Math.round(rect.top);
+      if (top !== null && row > top + 2) {
+        wrapped += 1;
+        if (/[\\w.]/.test(prev) && /[\\w.]/.test(ch)) {
+          bad.push({text: line.textContent.trim().slice(0, 70), at: prev + '|' + ch});
+        }
+      }
+      top = row;
+      prev = ch;
+    }
+    if (bad.length >= 5) break;
+  }
+  return {bad, wrapped};
+}"""
+
+
+@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+def test_code_wraps_only_between_words_on_a_phone(browser, site, docname):  # noqa: F811
+    """Issue 38: at 390 px a code line that wraps breaks at a space, never inside a name or a
+    number (`attention_weig|hts`); a word too long for the column scrolls in the code's box."""
+    found, page_wider = _evaluate_at(browser, f"{site}{docname}.html", PHONE, JS_MID_TOKEN_WRAPS, JS_PAGE_WIDER)
+    assert not found["bad"], (f"{docname} at {PHONE['width']} px: code lines wrapped inside a word "
+                              f"(of {found['wrapped']} wraps):\n  " + "\n  ".join(
+                                  f"{b['at']!r} in {b['text']!r}" for b in found["bad"]))
+    assert not page_wider, f"{docname} at {PHONE['width']} px: the page scrolls sideways"
+
+
 # --------------------------------------------------------------------------- issue 36: rendering
 
 JS_EQUATIONS = """() => {
@@ -342,8 +403,13 @@ JS_FIGURES = """() => {
   const explorers = Array.from(document.querySelectorAll('.ab-explorer')).map(e => {
     const data = JSON.parse(e.querySelector('script.ab-explorer-data').textContent);
     const frame = e.querySelector('.ab-explorer-frame');
+    const style = getComputedStyle(frame);
+    const box = (frame.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) || column;
+    const ids = data.frames[data.index[Number(e.getAttribute('data-setting'))]][0];
+    const shown = Array.from(frame.querySelectorAll('img')).filter(i => !i.hidden)
+      .map((i, j) => ({id: ids[j], width: i.getBoundingClientRect().width}));
     return {where: 'explorer ' + e.getAttribute('data-explorer'), images: data.images,
-            box: frame.getBoundingClientRect().width || column};
+            phone: data.phone || [], box, shown};
   });
   return {cells, explorers};
 }"""
@@ -392,17 +458,39 @@ def test_figure_text_is_read_from_the_png_and_scaled_to_its_shown_width():
     assert "no text-size record" in _figure_text_problems([("plain", plain.getvalue(), 100)])[0]
 
 
+def _explorer_image_widths(explorer: dict) -> list[tuple[bytes, float]]:
+    """Each frame image of an explorer and the width the page shows it at: the frame's width,
+    or its natural width if narrower, but never under its legible width (--ab-phone-width,
+    book.css). The images on show are measured, and must agree with that rule."""
+    from PIL import Image
+
+    out = []
+    for k, b64 in enumerate(explorer["images"]):
+        data = base64.b64decode(b64)
+        natural = Image.open(io.BytesIO(data)).width
+        phone = explorer["phone"][k] if k < len(explorer["phone"]) else 0
+        out.append((data, max(min(natural, explorer["box"]), phone)))
+    for shown in explorer["shown"]:
+        assert abs(out[shown["id"]][1] - shown["width"]) <= 2, (
+            f"{explorer['where']}: image {shown['id'] + 1} is shown {shown['width']:.0f} px wide, "
+            f"the page's rule says {out[shown['id']][1]:.0f} px")
+    return out
+
+
+@pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
 @pytest.mark.parametrize("docname", LAYOUT_PAGES)
-def test_figure_and_explorer_text_is_at_least_9_px(desktop, site, docname):  # noqa: F811
-    """At 1280 px the smallest text of every figure and explorer frame renders at least 9 px high:
-    the PNG's recorded text size (core/plot.py writes it) × shown width / natural width."""
-    _open(desktop, f"{site}{docname}.html")
-    found = desktop.evaluate(JS_FIGURES)
+def test_figure_and_explorer_text_is_at_least_9_px(browser, site, docname, width):  # noqa: F811
+    """At 1280 and at 390 px the smallest text of every figure and of every explorer frame renders
+    at least 9 px high: the PNG's recorded text size (core/plot.py writes it) × shown width /
+    natural width. On a phone a figure keeps the width its text needs and scrolls in its box."""
+    viewport = DESKTOP if width == DESKTOP["width"] else PHONE
+    found, page_wider = _evaluate_at(browser, f"{site}{docname}.html", viewport, JS_FIGURES, JS_PAGE_WIDER)
     images = [(f"figure {i + 1} ({c['src'][:40]})", _image_bytes(c["src"], docname), c["shown"])
               for i, c in enumerate(found["cells"])]
     for explorer in found["explorers"]:
-        images += [(f"{explorer['where']} image {k + 1}", base64.b64decode(b64), explorer["box"])
-                   for k, b64 in enumerate(explorer["images"])]
+        images += [(f"{explorer['where']} image {k + 1}", data, shown)
+                   for k, (data, shown) in enumerate(_explorer_image_widths(explorer))]
     problems = _figure_text_problems(images)
-    assert not problems, (f"{docname} at {DESKTOP['width']} px: figure text below {MIN_TEXT_PX:g} px "
+    assert not problems, (f"{docname} at {width} px: figure text below {MIN_TEXT_PX:g} px "
                           "(draw the figure narrower or its text larger):\n  " + "\n  ".join(problems))
+    assert not page_wider, f"{docname} at {width} px: a figure pushes the page sideways"

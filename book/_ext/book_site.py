@@ -31,6 +31,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,36 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
+# A figure or explorer frame kept wider than a phone's column (so that its text stays legible)
+# scrolls sideways inside its own box (book.css); a box that scrolls is reachable by keyboard
+# (Tab, then the arrow keys) and named, and only while it scrolls.
+SCROLL_BOXES_JS = """
+(function () {
+  function mark() {
+    document.querySelectorAll("#main-content div.cell_output, .ab-explorer-frame").forEach(function (box) {
+      if (!box.querySelector("img")) { return; }
+      if (box.scrollWidth > box.clientWidth + 1) {
+        box.tabIndex = 0;
+        box.setAttribute("role", "group");
+        box.setAttribute("aria-label", "Figure, scrolls sideways");
+        box.classList.add("ab-scrolls");
+      } else if (box.classList.contains("ab-scrolls")) {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("role");
+        box.removeAttribute("aria-label");
+        box.classList.remove("ab-scrolls");
+      }
+    });
+  }
+  window.addEventListener("load", mark);
+  window.addEventListener("resize", mark);
+})();
+"""
+
+
 ALT_TEXT_KEY = "ab-alt"  # = attention_book.core.plot.ALT_TEXT_KEY (the build does not import the package)
+TEXT_SIZE_KEY = "ab-min-text-px"  # = attention_book.core.plot.TEXT_SIZE_KEY
+MIN_TEXT_PX = 9.0  # = attention_book.core.plot.MIN_TEXT_PX
 NO_ALT_TEXT = "Figure (no description recorded)"
 _NAV_SUMMARY = re.compile(
     r'(<a class="[^"]*reference internal[^"]*"[^>]*>(?P<title>(?:(?!</a>).)*)</a>\s*<details(?:\s[^>]*)?>\s*)<summary>', re.DOTALL)
@@ -156,12 +186,34 @@ def png_alt_text(path: Path) -> str | None:
     return " ".join(text.split()) if text else None
 
 
+def png_phone_width(path: Path) -> int:
+    """The narrowest width (CSS px) at which the PNG's smallest text (tEXt `ab-min-text-px`)
+    is still MIN_TEXT_PX high; 0 without a record (= attention_book.book.explorer.phone_width)."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            px, natural = getattr(image, "text", {}).get(TEXT_SIZE_KEY), image.width
+    except (OSError, ValueError):
+        return 0
+    try:
+        px = float(px)
+    except (TypeError, ValueError):
+        return 0
+    return min(natural, math.ceil(natural * MIN_TEXT_PX / px)) if px > 0 else 0
+
+
 def _fix_img(tag: str, page: Path) -> str:
     attrs = dict(_ATTR.findall(tag))
     src, alt = attrs.get("src", ""), attrs.get("alt")
+    path = (page.parent / src).resolve() if src.endswith(".png") and not src.startswith("data:") else None
+    if path is not None and "--ab-phone-width" not in tag:  # legible on a phone: see book.css
+        width = png_phone_width(path)
+        if width:
+            tag = tag.replace("<img", f'<img style="--ab-phone-width: {width}px"', 1)
     if src.startswith("data:") or (alt and alt != src and not re.search(r"\.(png|jpe?g|svg|gif)$", alt)):
         return tag  # an inline image (the explorers name theirs) or an alt a person wrote
-    text = png_alt_text((page.parent / src).resolve()) if src.endswith(".png") else None
+    text = png_alt_text(path) if path is not None else None
     new = html.escape(text or NO_ALT_TEXT, quote=True)
     if alt is None:
         return tag.replace("<img", f'<img alt="{new}"', 1)
@@ -213,5 +265,6 @@ def setup(app):
     # Late priority: after every extension has added its scripts to the page.
     app.connect("html-page-context", dedupe_scripts, priority=900)
     app.add_js_file(None, body=CODE_LINES_JS)
+    app.add_js_file(None, body=SCROLL_BOXES_JS)
     app.connect("build-finished", accessible_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -42,7 +42,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
-from ..core.plot import figure_alt_text, fit_page, page_png_metadata
+from ..core.plot import MIN_TEXT_PX, TEXT_SIZE_KEY, figure_alt_text, fit_page, page_png_metadata
 from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
@@ -306,6 +306,7 @@ _PLAYER_JS = """
       if (!img) { img = document.createElement("img"); view.insertBefore(img, view.querySelector("pre")); }
       img.src = "data:image/png;base64," + data.images[id];
       img.alt = data.alts[id] + " (" + said.join(", ") + ")";
+      img.style.setProperty("--ab-phone-width", (data.phone ? data.phone[id] : 0) + "px");
       img.hidden = false;
     });
     for (var j = frame[0].length; j < imgs.length; j++) { imgs[j].hidden = true; imgs[j].removeAttribute("src"); }
@@ -324,6 +325,20 @@ _PLAYER_JS = """
   update();
 })(document.currentScript.parentElement);
 """
+
+
+def phone_width(png: bytes) -> int:
+    """The narrowest width (CSS px) at which a frame's smallest text is still :data:`MIN_TEXT_PX`
+    high (its recorded text size scaled to the shown width); 0 when it has no text. The page
+    never shows the frame narrower: on a phone the frame scrolls sideways in its own box
+    (book.css) instead of shrinking its text below legibility (issue 38)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        px, natural = getattr(image, "text", {}).get(TEXT_SIZE_KEY), image.width
+    if px in (None, "none") or float(px) <= 0:
+        return 0
+    return min(natural, math.ceil(natural * MIN_TEXT_PX / float(px)))
 
 
 class StaticExplorer:
@@ -438,8 +453,10 @@ class StaticExplorer:
         ids, text = self.frames[self.index[self.default_setting]]
         said = ", ".join(f"{c.label or key} {g[k][0]}" for (key, c), g, k in zip(self.controls.items(),
                                                                                  self.grids, defaults))
+        phone = [phone_width(png) for png in self.images]
         imgs = "".join(f'<img src="data:image/png;base64,{base64.b64encode(self.images[i]).decode()}" '
-                       f'alt="{html.escape(f"{self.alts[i]} ({said})", quote=True)}">' for i in ids)
+                       f'alt="{html.escape(f"{self.alts[i]} ({said})", quote=True)}" '
+                       f'style="--ab-phone-width: {phone[i]}px">' for i in ids)
         hidden = "" if text else " hidden"
         # The frame's images and text, and, for screen readers, the setting and what it shows in
         # words: a live region that the player rewrites at every move (book.css hides it).
@@ -454,6 +471,7 @@ class StaticExplorer:
             "index": self.index,
             "frames": [[ids, text] for ids, text in self.frames],
             "images": [base64.b64encode(b).decode() for b in self.images],
+            "phone": phone,
         }
         blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
         parts.append(f'<script type="application/json" class="ab-explorer-data">{blob}</script>')
