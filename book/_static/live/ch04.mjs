@@ -162,7 +162,7 @@ export function mount(root, ctx) {
   form.append(input, " ", button);
   const examples = el("div", { class: "ab-live-examples" });
   examples.style.margin = "0.4em 0 0.8em";
-  const french = el("p", { class: "ab-live-output" });
+  const french = el("p", { class: "ab-live-output", "aria-live": "polite" }); // the answer, said (issue 38)
   const reads = el("p", { class: "ab-live-reads" });
   const figure = el("div", { class: "ab-live-figure" });
   const panel = el("div", { class: "ab-live-panel" });
@@ -183,6 +183,7 @@ export function mount(root, ctx) {
       figure.replaceChildren();
       return;
     }
+    ctx.status("Translating…"); // said at once, so that every request is answered in words
     if (!engines) {
       ctx.status("Loading the translator…");
       engines = await Promise.all([ctx.session("encoder"), ctx.session("step")]);

@@ -27,7 +27,11 @@ const STYLE = `
   background: #fff; cursor: crosshair; touch-action: none; }
 .ab-live-ch08 canvas.ab-live-map { width: 192px; height: 192px; image-rendering: pixelated; border: 1px solid #888; }
 .ab-live-ch08 .ab-live-buttons { display: flex; flex-wrap: wrap; gap: 0.3rem; max-width: 240px; }
-.ab-live-ch08 .ab-live-buttons button { font-size: 0.85rem; padding: 0.1rem 0.5rem; }
+.ab-live-ch08 .ab-live-buttons button { font-size: 0.85rem; padding: 0.1rem 0.5rem; min-height: 24px; }
+.ab-live-ch08 canvas.ab-live-pad:focus-visible { outline: 3px solid #0a58ca; outline-offset: 2px; }
+.ab-live-ch08 .ab-live-keys { font-size: 0.8rem; max-width: 240px; margin: 0; }
+.ab-live-ch08 .ab-live-pen { font-size: 0.8rem; max-width: 240px; margin: 0; min-height: 1.2em; }
+.ab-live-ch08 .ab-live-choice input[type="radio"] { width: 24px; height: 24px; vertical-align: middle; }
 .ab-live-ch08 .ab-live-caption { font-size: 0.9rem; }
 .ab-live-ch08 .ab-live-choice label { margin: 0 0.9rem 0 0.25rem; }
 .ab-live-ch08 .ab-live-bars { min-width: 220px; font-size: 0.85rem; }
@@ -174,13 +178,26 @@ export async function mount(root, ctx) {
   );
   const row = el("div", { class: "ab-live-row" });
   const left = el("div", { class: "ab-live-col" });
+  // The box works without a pointer too (issue 38): it takes the keyboard's focus, the arrow
+  // keys move a pen one cell of a PEN_CELLS x PEN_CELLS grid, Space puts the pen down or lifts
+  // it (a lifted pen's stroke is classified), Delete clears. Each move is said in words.
   const pad = el("canvas", {
     width: PAD,
     height: PAD,
     class: "ab-live-pad",
-    "aria-label": "drawing area: draw a digit here",
-    role: "img",
+    tabindex: "0",
+    role: "application",
+    "aria-roledescription": "drawing box",
+    "aria-label": "drawing area: draw a digit with the mouse or a finger, or with the keyboard",
+    "aria-describedby": "ab-live-ch08-keys",
   });
+  const keys = el(
+    "p",
+    { class: "ab-live-keys", id: "ab-live-ch08-keys" },
+    "Keyboard: arrow keys move the pen one cell, Space puts it down or lifts it (lifting shows the answer), " +
+      "Delete clears; or pick one of the test images below.",
+  );
+  const penSays = el("p", { class: "ab-live-pen", role: "status", "aria-live": "polite" });
   const buttons = el("div", { class: "ab-live-buttons" });
   const clear = el("button", { type: "button", class: "ab-live-clear" }, "Clear");
   buttons.append(clear);
@@ -189,7 +206,7 @@ export async function mount(root, ctx) {
     buttons.append(b);
     return [b, ex];
   });
-  left.append(pad, buttons);
+  left.append(pad, keys, penSays, buttons);
 
   const middle = el("div", { class: "ab-live-col" });
   const map = el("canvas", { width: 192, height: 192, class: "ab-live-map", role: "img" });
@@ -232,10 +249,21 @@ export async function mount(root, ctx) {
   let running = false;
   let again = false;
 
+  const PEN_CELLS = 11; // the keyboard pen's grid; cell centres spaced PAD / PEN_CELLS apart
+  const pen = { col: Math.floor(PEN_CELLS / 2), row: 1, down: false };
+  const penPoint = () => [((pen.col + 0.5) * PAD) / PEN_CELLS, ((pen.row + 0.5) * PAD) / PEN_CELLS];
+
   function paintPad() {
     g.fillStyle = "#fff";
     g.fillRect(0, 0, PAD, PAD);
     drawStrokes(g, strokes, DRAW_WIDTH, "#111");
+    if (document.activeElement === pad) { // where the keyboard's pen is
+      const [x, y] = penPoint();
+      const side = PAD / PEN_CELLS;
+      g.lineWidth = 2;
+      g.strokeStyle = pen.down ? "#d62728" : "#0a58ca";
+      g.strokeRect(x - side / 2, y - side / 2, side, side);
+    }
   }
 
   function render() {
@@ -336,6 +364,49 @@ export async function mount(root, ctx) {
   };
   pad.addEventListener("pointerup", finish);
   pad.addEventListener("pointercancel", finish);
+  function sayPen(what) {
+    penSays.textContent = `${what} Pen ${pen.down ? "down" : "up"} at column ${pen.col + 1} of ${PEN_CELLS}, ` +
+      `row ${pen.row + 1} of ${PEN_CELLS}.`;
+  }
+  const MOVES = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] };
+  pad.addEventListener("keydown", (event) => {
+    if (event.key in MOVES) {
+      event.preventDefault();
+      const [dc, dr] = MOVES[event.key];
+      const col = Math.min(PEN_CELLS - 1, Math.max(0, pen.col + dc));
+      const row = Math.min(PEN_CELLS - 1, Math.max(0, pen.row + dr));
+      const moved = col !== pen.col || row !== pen.row;
+      [pen.col, pen.row] = [col, row];
+      if (moved && pen.down) current.push(penPoint());
+      paintPad();
+      sayPen(moved ? (pen.down ? "Drawn one cell." : "Moved.") : "At the edge.");
+    } else if (event.key === " " || event.key === "Spacebar") {
+      event.preventDefault();
+      if (!pen.down) {
+        pen.down = true;
+        current = [penPoint()];
+        strokes.push(current);
+        paintPad();
+        sayPen("Drawing:");
+      } else {
+        pen.down = false;
+        paintPad();
+        sayPen("Lifted, the model reads your drawing.");
+        finish();
+      }
+    } else if (event.key === "Delete" || event.key === "Backspace") {
+      event.preventDefault();
+      pen.down = false;
+      current = null;
+      clear.click();
+      sayPen("Cleared.");
+    }
+  });
+  pad.addEventListener("focus", () => { paintPad(); sayPen("Drawing box."); });
+  pad.addEventListener("blur", () => {
+    if (pen.down) { pen.down = false; finish(); }
+    paintPad();
+  });
   clear.addEventListener("click", () => {
     strokes = [];
     paintPad();
@@ -352,7 +423,13 @@ export async function mount(root, ctx) {
       }
     });
   }
-  for (const r of radios) r.addEventListener("change", render);
+  for (const r of radios) {
+    r.addEventListener("change", () => {
+      render();
+      const name = kinds.find(([key]) => key === r.value)[1];
+      penSays.textContent = `The map now shows the <cls> attention of the ${name === "rollout" ? "rollout" : "last layer"}.`;
+    });
+  }
 
   paintPad();
   clearResult("Draw a digit in the box to see what the model makes of it.");

@@ -199,13 +199,16 @@ export async function mount(root, ctx) {
   const caption = element("div", { class: "ab-caption" });
   const bars = element("div", { class: "ab-bars", role: "img" });
   const text = element("div", { class: "ab-text", "aria-live": "polite" });
+  // What the bars show, in words, for a screen reader (issue 38): out of sight, still read.
+  const said = element("p", { class: "ab-said", role: "status", "aria-live": "polite",
+    style: "position:absolute;width:1px;height:1px;margin:-1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap" });
   const view = element("div", { class: "ab-ch09" },
     element("div", { class: "ab-row" }, element("label", { class: "ab-prompt" }, "prompt", prompt),
       labelled("examples", examples)),
     element("div", { class: "ab-row" }, labelled("temperature", temperature, temperatureShown),
       labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("new words", count),
       element("span", {}, generateButton, " ", stepButton)),
-    tokensLine, message, caption, bars, text);
+    tokensLine, message, caption, bars, text, said);
   // The loader's status line and the build's frames stay in root; the form goes before them.
   root.insertBefore(view, root.firstChild);
   const report = (ms) => { if (ctx.result) ctx.result(ms); };
@@ -265,6 +268,9 @@ export async function mount(root, ctx) {
     const raw = nextTokenDistribution(scores, 1, 0);
     const adjusted = nextTokenDistribution(scores, t, k);
     showBars(raw, adjusted, t, k);
+    said.textContent = `Next word at temperature ${t.toFixed(2)}, top-k ${k || "all"}: ` +
+      topIds(adjusted, 3).filter((i) => adjusted[i] > 0)
+        .map((i) => `${data.tokens[i]} ${adjusted[i].toFixed(3)}`).join(", ") + ".";
     const top = topIds(adjusted, Math.max(data.show, k || 0)).filter((i) => adjusted[i] > 0);
     root.dataset.distribution = JSON.stringify({
       prompt: prompt.value, ids, temperature: t, top_k: k,
@@ -330,7 +336,13 @@ export async function mount(root, ctx) {
   examples.addEventListener("change", () => { prompt.value = examples.value; stale(); queue(update); });
   temperature.addEventListener("input", () => queue(update));
   topK.addEventListener("input", () => queue(update));
-  seed.addEventListener("input", () => { stream = null; });
+  seed.addEventListener("input", () => {
+    stream = null;
+    said.textContent = `Seed ${settings().seed}: press Generate or Step to sample with it.`;
+  });
+  count.addEventListener("input", () => {
+    said.textContent = `${settings().count} new words: press Generate to write them.`;
+  });
   generateButton.addEventListener("click", () => queue(generate));
   stepButton.addEventListener("click", () => queue(step));
   await queue(generate);
