@@ -13,6 +13,8 @@ PY := $(VENV)/bin/python
 # from pyproject.toml's lower bounds instead, torch as TORCH_SPEC says.
 LOCK ?= requirements.lock
 TORCH_SPEC ?= torch==2.13.0
+# d2l, the reference of tests/test_d2l_parity.py (locked on its own, installed without its deps).
+D2L_SPEC := "d2l==1.0.3"
 # The lock's torch is the CPU build, from PyTorch's CPU index (never a CUDA build on a CPU runner).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Not under _build/: nbmake skips every path with a "_build" part, and would find no notebooks.
@@ -61,7 +63,7 @@ else
 	$(PY) -m pip install --quiet -e ".[dev,lab,parity]"
 	@# d2l, the reference of tests/test_d2l_parity.py, without its pinned (stale) dependencies
 	@# and torchvision: the parity extra above brings what it imports.
-	$(PY) -m pip install --quiet --no-deps "d2l==1.0.3"
+	$(PY) -m pip install --quiet --no-deps $(D2L_SPEC)
 endif
 	@# Inline figures in every kernel, even when the caller exports MPLBACKEND=Agg (as CI does):
 	@# the site shows what the kernel drew.
@@ -85,7 +87,7 @@ lock: venv
 	$(if $(wildcard $(LOCK)),cp $(LOCK) $(LOCK).tmp)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra lab --extra parity --generate-hashes \
 		--no-header $(LOCK_TARGET) $(LOCK_SOURCES) $(LOCK_ARGS) -o $(LOCK).tmp
-	echo "d2l==1.0.3" | $(VENV)/bin/uv pip compile - --no-deps --generate-hashes --no-header \
+	echo $(D2L_SPEC) | $(VENV)/bin/uv pip compile - --no-deps --generate-hashes --no-header \
 		$(LOCK_TARGET) -o $(LOCK).d2l
 	{ echo "# The tested environment. \`make lock\` writes this file from pyproject.toml (uv pip compile);"; \
 	  echo "# \`make venv\`, CI and the deploy install it with --no-deps --require-hashes."; \

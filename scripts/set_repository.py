@@ -21,8 +21,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+?@[\w./-]+?(?=[\"\\])")
-SOURCE_URL = re.compile(r'^(REPOSITORY_URL = )"[^"]*"$', re.M)
-SOURCE_BRANCH = re.compile(r'^(BRANCH = )"[^"]*"$', re.M)
+SOURCE_URL = re.compile(r'^(REPOSITORY_URL = )"[^"]*"$', re.MULTILINE)
+SOURCE_BRANCH = re.compile(r'^(BRANCH = )"[^"]*"$', re.MULTILINE)
 
 
 def configured(root: Path = ROOT) -> tuple[str, str]:

@@ -115,7 +115,7 @@ def test_make_publish_stages_runs_skips_executed_restages_and_builds_at_full_siz
     assert "scripts/stage.py $(PUBLISH_STAGE)" in steps[2]
     assert "jupyter-book build $(PUBLISH_STAGE)" in steps[3]
     assert all(step.startswith("$(PUBLISH_ENV)") for step in steps[:4])
-    assert re.search(r"^PUBLISH_SIZE \?= full$", makefile, re.M)
+    assert re.search(r"^PUBLISH_SIZE \?= full$", makefile, re.MULTILINE)
 
 
 def test_readme_publishing_a_fork_starts_with_the_one_repository_setting():
@@ -123,7 +123,7 @@ def test_readme_publishing_a_fork_starts_with_the_one_repository_setting():
     Colab install cells use too (tests/test_launch.py checks every notebook against it)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Publishing your fork", 1)[1].split("\n## ", 1)[0]
-    first = re.search(r"^1\. (.*?)(?=^2\. )", section, re.M | re.S)
+    first = re.search(r"^1\. (.*?)(?=^2\. )", section, re.MULTILINE | re.DOTALL)
     assert first and "repository.url" in first[1] and "_config.yml" in first[1]
     url = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"]
     assert url in section, "the README shows another URL than _config.yml's"

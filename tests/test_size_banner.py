@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import size_banner  # noqa: E402
+import size_banner
 
 CI_LINE = ("Experiment size: ci (small CPU-friendly sizes; set ATTENTION_BOOK_SIZE=ci|full to change) "
            "| seed: 0 (ATTENTION_BOOK_SEED) | device: cpu | torch 2.13.0+cpu\n")

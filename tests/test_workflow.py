@@ -57,7 +57,7 @@ def actionlint_command(tmp_path: Path) -> list[str]:
 
 def run_actionlint(tmp_path: Path, files: list[Path]) -> subprocess.CompletedProcess:
     return subprocess.run(actionlint_command(tmp_path) + [str(f) for f in files],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          check=False, capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
 def test_the_workflows_pass_actionlint(tmp_path):
@@ -106,4 +106,4 @@ def test_publish_keeps_the_execution_cache_keyed_on_notebooks_and_package():
     assert cache["restore-keys"], "without restore-keys a change anywhere would lose every chapter"
     artifact = next(s["with"]["path"] for s in workflow["jobs"]["publish"]["steps"]
                     if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
-    assert artifact.startswith(stage.rstrip("/") + "/") or artifact.startswith("_build")
+    assert artifact.startswith((stage.rstrip("/") + "/", "_build/"))

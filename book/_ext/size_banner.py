@@ -25,7 +25,7 @@ from pathlib import Path
 
 from docutils import nodes
 
-RUN_LINE = re.compile(r"Experiment size: (?P<size>\w+)\b.*?\| device: (?P<device>[^|\n]+?)\s*(?:\||$)", re.M)
+RUN_LINE = re.compile(r"Experiment size: (?P<size>\w+)\b.*?\| device: (?P<device>[^|\n]+?)\s*(?:\||$)", re.MULTILINE)
 # The page that lists every chapter's time at each size (book/_timings.md, included there).
 TIMINGS_DOC = "book/instructors"
 TIMINGS_ANCHOR = "what-needs-a-gpu"
