@@ -130,7 +130,10 @@ def test_figures_carry_their_values_as_a_table():
     assert '<th scope="row">3</th><td>0.25</td><td></td></tr>' in table
     fig, ax = plt.subplots()
     ax.bar(["cnn", "vit"], [0.91, 0.875], label="accuracy")
-    assert '<th scope="row">vit</th><td>0.875</td>' in values_html(fig)
+    ax.plot([100, 1437], [0.5, 0.25], label="sweep")
+    table = values_html(fig)
+    assert '<th scope="row">vit</th><td></td><td>0.875</td>' in table  # lines first, then bars
+    assert '<th scope="row">1437</th><td>0.25</td><td></td>' in table  # a count stays whole
     fig, ax = plt.subplots()
     ax.plot([0, 1], [0, 1])  # no legend entry: nothing to table
     assert values_html(fig) is None

@@ -148,6 +148,8 @@ def _num(value) -> str:
     value = float(value)
     if not np.isfinite(value):
         return str(value)
+    if value.is_integer() and abs(value) < 1e7:  # counts (1437 training images), epochs: whole
+        return str(int(value))
     return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
 
 
