@@ -358,12 +358,53 @@ class Cgroup:
 
 @dataclass
 class Sandbox:
-    kind: str  # "bubblewrap" or "none"
-    unprivileged: bool = False  # bubblewrap started as uid 65534 (the grader runs as root)
+    # "bubblewrap"; "user" (no namespaces: each notebook runs as an unprivileged user of its own, the
+    # fallback a course names with --user, e.g. in Gradescope's container); "refused" (neither was
+    # possible and a fallback user was asked for: nothing is run); "none" (no isolation at all)
+    kind: str
+    unprivileged: bool = False  # started as ``uid`` (the grader runs as root)
     missing: list[str] = field(default_factory=list)  # what is not isolated or not limited
+    uid: int = NOBODY
+    gid: int = NOBODY
 
     @staticmethod
-    def detect(memory: int = 8 * 2**30) -> "Sandbox":
+    def detect(memory: int = 8 * 2**30, fallback_user: str | None = None) -> "Sandbox":
+        box = Sandbox._bubblewrap(memory)
+        if box.kind == "bubblewrap" or not fallback_user:
+            return box
+        return Sandbox._user(memory, fallback_user, box.missing[0])
+
+    @staticmethod
+    def _user(memory: int, name: str, why_not_bwrap: str) -> "Sandbox":
+        """Each notebook as the unprivileged user ``name`` (no namespaces), or "refused" when that cannot be."""
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            return Sandbox("refused", False, [f"{why_not_bwrap}, and there is no user {name!r} to run notebooks as"])
+        if os.geteuid() != 0:
+            return Sandbox("refused", False, [f"{why_not_bwrap}, and only root can run notebooks as {name!r}"])
+        if entry.pw_uid == 0 or entry.pw_gid == 0:
+            return Sandbox("refused", False, [f"{why_not_bwrap}, and the user {name!r} is root or in root's group"])
+        box = Sandbox("user", True, [why_not_bwrap], entry.pw_uid, entry.pw_gid)
+        try:
+            probe = subprocess.run([sys.executable, "-c", "import torch, nbclient, ipykernel"], capture_output=True,
+                                   text=True, stdin=subprocess.DEVNULL, cwd="/", env={"PATH": "/usr/bin:/bin"},
+                                   preexec_fn=box._start(None, memory))
+            problem = "" if probe.returncode == 0 else clean(probe.stderr.strip()[-200:])
+        except OSError as err:
+            problem = f"{type(err).__name__}: {err.strerror}"
+        if problem:
+            return Sandbox("refused", False, [f"{why_not_bwrap}, and the user {name!r} cannot run this Python "
+                                              f"({problem})"])
+        box.missing += [f"namespaces: each notebook runs as the user {name!r} (uid {entry.pw_uid}), which "
+                        "cannot write the package, the checkers or the results and cannot read the grader's "
+                        "files, but sees the network and every world-readable file"]
+        return box
+
+    @staticmethod
+    def _bubblewrap(memory: int) -> "Sandbox":
         bwrap = shutil.which("bwrap")
         if not bwrap:
             why = "bubblewrap (Debian package `bubblewrap`) is not installed"
@@ -395,7 +436,7 @@ class Sandbox:
                                        "processes that detach from the session survive"])
 
     def command(self, stage: Path, pkg: Path, disk: int, argv: list[str]) -> list[str]:
-        if self.kind == "none":
+        if self.kind != "bubblewrap":
             return argv
         cmd = ["bwrap", "--die-with-parent", "--new-session", "--unshare-all", "--unshare-user", "--disable-userns",
                "--uid", str(NOBODY), "--gid", str(NOBODY),
@@ -427,7 +468,7 @@ class Sandbox:
         return cmd + argv
 
     def _start(self, cgroup: Cgroup | None, memory: int, cpu_seconds: int = 3600):
-        unprivileged = self.unprivileged
+        unprivileged, gid = self.unprivileged, self.gid
 
         def apply():
             os.setsid()
@@ -437,15 +478,31 @@ class Sandbox:
             resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
             resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            uid = NOBODY if unprivileged else os.getuid()
+            uid = self.uid if unprivileged else os.getuid()
             running = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == uid)
             resource.setrlimit(resource.RLIMIT_NPROC, (running + PROCESSES, running + PROCESSES))
             if unprivileged:
                 os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
+                os.setgid(gid)  # the user's own group (the "user" kind refuses root's)
+                os.setuid(uid)
 
         return apply
+
+
+def _kill_user(uid: int, gid: int) -> None:
+    """Kill every process of ``uid`` (a user of the grader's own, never uid 65534, which others share)."""
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+                os.kill(-1, signal.SIGKILL)  # as that user: reaches its processes only
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        time.sleep(0.05)
 
 
 def _owner(proc: Path) -> int:
@@ -478,10 +535,15 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
     if cgroup is None:
         missing.add(f"memory and processes of the whole sandbox (no cgroup: {why}); each process has "
                     f"{memory_gb:g} GB of address space and the user {PROCESSES} more processes")
-    inside = {"stage": "/in", "pkg": "/pkg", "work": "/sandbox"} if sandbox.kind != "none" else \
+    boxed = sandbox.kind == "bubblewrap"
+    inside = {"stage": "/in", "pkg": "/pkg", "work": "/sandbox"} if boxed else \
         {"stage": str(stage), "pkg": str(pkg), "work": str(stage.parent / "work")}
-    if sandbox.kind == "none":
+    if not boxed:
         (stage.parent / "work" / "home").mkdir(parents=True)
+        if sandbox.kind == "user":  # the notebook's user writes only here
+            for d in (stage.parent / "work", stage.parent / "work" / "home"):
+                os.chown(d, sandbox.uid, sandbox.gid)
+                os.chmod(d, 0o700)
     read, write = os.pipe()
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": f"{inside['work']}/home",
            "MPLBACKEND": "Agg", "ATTENTION_BOOK_SIZE": os.environ.get("ATTENTION_BOOK_SIZE", "ci"),
@@ -496,7 +558,7 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
     proc = None
     try:
         err_read, err_write = os.pipe()
-        proc = subprocess.Popen(argv, cwd=inside["work"] if sandbox.kind == "none" else stage, env=env,
+        proc = subprocess.Popen(argv, cwd=stage if boxed else inside["work"], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_write,
                                 pass_fds=(write,), preexec_fn=sandbox._start(cgroup, memory, 2 * timeout + 30))
         os.close(write)
@@ -530,6 +592,8 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
         if proc is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the whole tree (bubblewrap: its namespace dies too)
+        if sandbox.kind == "user" and sandbox.uid != NOBODY:
+            _kill_user(sandbox.uid, sandbox.gid)  # a process that left the session: every process of that user
         if cgroup is not None:
             if ended != "timeout" and cgroup.out_of_memory():  # the kernel may die of it while the worker lives
                 ended = "memory"
@@ -587,18 +651,21 @@ class Grader:
     package copies)."""
 
     def __init__(self, reference: Path, timeout: int, memory_gb: float, disk_mb: int,
-                 extras: dict[str, str] | None = None):
+                 extras: dict[str, str] | None = None, fallback_user: str | None = None):
         self.timeout, self.memory_gb, self.disk = timeout, memory_gb, disk_mb * 2**20
         self.extras = extras or {}
         # 0700: no other local user reads it; named by the grading process, so a leftover is traceable
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"grade-run-{os.getpid()}-"))
-        self.sandbox = Sandbox.detect(int(memory_gb * 2**30))
-        if self.sandbox.unprivileged:  # the sandbox's own user must reach its folders, nobody else
-            os.chown(self.run_dir, NOBODY, NOBODY)
-        os.chmod(self.run_dir, 0o700)
+        self.sandbox = Sandbox.detect(int(memory_gb * 2**30), fallback_user)
+        if self.sandbox.kind == "bubblewrap" and self.sandbox.unprivileged:
+            os.chown(self.run_dir, NOBODY, NOBODY)  # the sandbox's own user must reach its folders, nobody else
+        # the "user" kind: root's, passable but not listable (the notebook's user reaches only its own folder)
+        os.chmod(self.run_dir, 0o711 if self.sandbox.kind == "user" else 0o700)
         self.missing: set[str] = set(self.sandbox.missing)
-        self.judge = JudgeServer()
         self.references = reference_assignments(reference)
+        # the judge loads every checker now, before any notebook runs, and never reads them again
+        self.judge = JudgeServer([(n, self.extras.get(n)) for names in self.references.values() for n in names])
+        self.judge.start()
         self.reference_names = {name: graded_names(json.loads((reference / name).read_text(encoding="utf-8")))
                                 for name in self.references}
         self.packages: dict[tuple, Path] = {}
@@ -630,6 +697,9 @@ class Grader:
             return [dict(base, assignment=n, passed=0, total=counts[n], status=status, reason=reason, cases=[],
                          seed=seeds[n], **extra) for n in expected]
 
+        if self.sandbox.kind == "refused":
+            return rows("grader error", "not run: no sandbox could be made here (" + "; ".join(self.sandbox.missing)
+                        + "), and this grader does not run notebooks unisolated")
         try:
             data = read_regular(path, NOTEBOOK_LIMIT)
             digest = hashlib.sha256(data).hexdigest()
@@ -655,7 +725,7 @@ class Grader:
             (stage / "group").write_text(f"student:x:{NOBODY}:\n")
             for name in expected:
                 (stage / f"cases-{name}.bin").write_bytes(dump_data(dict(specs[name], nonce=nonce)))
-            boxed = self.sandbox.kind != "none"
+            boxed = self.sandbox.kind == "bubblewrap"
             inside, work = ("/in", "/sandbox") if boxed else (str(stage), str(stage_root / "work"))
             harness = harness_code(targets, inside, work + "/out")
             (stage / "job.json").write_text(json.dumps({
@@ -994,7 +1064,8 @@ def score_row(row: dict, course, submitted) -> dict:
 
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
           seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
-          jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None) -> list[dict]:
+          jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None,
+          fallback_user: str | None = None) -> list[dict]:
     """Grade the class; see :func:`main`. Returns the rows of grades.csv. ``submitted`` gives a
     student folder's submission time (an aware datetime) directly, as Gradescope's metadata does."""
     course = load_course(course_file)
@@ -1008,7 +1079,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         raise GradeError(f"another grade.py run is writing into {out_dir}: wait for it to finish") from None
     try:
         return _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret,
-                             jobs, resume, regrade, submitted)
+                             jobs, resume, regrade, submitted, fallback_user)
     finally:
         lock.close()
 
@@ -1051,7 +1122,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret, jobs, resume,
-                  regrade, submitted=None) -> list[dict]:
+                  regrade, submitted=None, fallback_user=None) -> list[dict]:
     out_dir = out_csv.parent
     key, key_from = grading_secret(secret, course, out_dir)
     key_id = secret_id(key)
@@ -1109,7 +1180,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     if regrade is not None:
         before = {(r["key"], r["assignment"]): r for rs in previous.values() for r in rs}
     sandbox_note = _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times,
-                        key_id, resume or regrade is not None)
+                        key_id, resume or regrade is not None, fallback_user)
     partial = sandbox_note.pop("interrupted", False)
     rows = [r for r in rows if "key" in r]
     # every student × assignment without a row: not submitted
@@ -1187,7 +1258,7 @@ def _mtime(path):
 
 
 def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times, key_id,
-         append) -> dict:
+         append, fallback_user=None) -> dict:
     """Grade ``todo`` (one process, or a pool of ``jobs``), appending each notebook's rows to ``rows`` and to
     the journal as it finishes. Ctrl-C or SIGTERM stops it: what was graded stays."""
     note: dict = {}
@@ -1212,7 +1283,7 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                 rows.extend(found)
 
             if jobs <= 1 or len(todo) <= 1:
-                grader = Grader(reference, timeout, memory_gb, disk_mb, extras)
+                grader = Grader(reference, timeout, memory_gb, disk_mb, extras, fallback_user)
                 note.update(kind=grader.sandbox.kind, missing=grader.missing)
                 _announce(grader)
                 try:
@@ -1227,14 +1298,16 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                 import multiprocessing
 
                 probe = Grader.__new__(Grader)
-                probe.sandbox, probe.disk = Sandbox.detect(int(memory_gb * 2**30)), disk_mb * 2**20
+                probe.sandbox = Sandbox.detect(int(memory_gb * 2**30), fallback_user)
+                probe.disk = disk_mb * 2**20
                 probe.missing = set(probe.sandbox.missing)
                 note.update(kind=probe.sandbox.kind, missing=probe.missing)
                 _announce(probe)
                 print(f"grading {len(todo)} notebooks, {jobs} at a time")
                 pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                               initializer=_pool_init,
-                                              initargs=((reference, timeout, memory_gb, disk_mb, extras),))
+                                              initargs=((reference, timeout, memory_gb, disk_mb, extras,
+                                                         fallback_user),))
                 try:
                     futures = {pool.submit(_pool_grade, task): task for task in todo}
                     for future in cf.as_completed(futures):
@@ -1256,6 +1329,12 @@ def _announce(grader: Grader) -> None:
         bar = "!" * 78
         print(f"{bar}\nWARNING: submissions run WITHOUT a sandbox. Not isolated: " + "; ".join(grader.missing)
               + f".\nOnly grade work you trust this way.\n{bar}", file=sys.stderr)
+    elif grader.sandbox.kind == "refused":
+        print("!" * 78 + "\nNOT GRADING: " + "; ".join(grader.missing) + ". Every notebook gets the status "
+              "'grader error'.\n" + "!" * 78, file=sys.stderr)
+    elif grader.sandbox.kind == "user":
+        print(f"sandbox: none (bubblewrap cannot start here); each notebook runs as uid {grader.sandbox.uid}, "
+              "which cannot write the package, the checkers or the results, nor read this grader's files")
     else:
         user = "uid 65534" if grader.sandbox.unprivileged else "your user" if os.geteuid() else "root"
         print(f"sandbox: bubblewrap as {user} (no network, own process tree, only the system, Python and a "
@@ -1324,6 +1403,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=None,
                         help="one hidden seed for every student (tests and demonstrations; default: a seed per "
                              "student and assignment derived from the secret)")
+    parser.add_argument("--user", default=None, metavar="NAME", help="where bubblewrap cannot start, run each "
+                        "notebook as this unprivileged user (grading as root), and never without isolation: "
+                        "if neither is possible, nothing is run")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once, each in its own sandbox")
     parser.add_argument("--resume", action="store_true", help="keep what an earlier (interrupted) run into the "
                         "same OUT graded, and grade the rest")
@@ -1344,7 +1426,7 @@ def main(argv=None) -> None:
         parser.error("--jobs must be at least 1")
     try:
         grade(args.submissions, args.out, args.timeout, args.reference, args.memory_gb, args.seed, args.disk_mb,
-              args.course, args.secret, args.jobs, args.resume, args.regrade)
+              args.course, args.secret, args.jobs, args.resume, args.regrade, fallback_user=args.user)
     except KeyboardInterrupt:
         print(f"grade.py: interrupted; what was graded is kept (gradebook.partial.csv in {args.out.parent}); "
               "run again with --resume to finish", file=sys.stderr)

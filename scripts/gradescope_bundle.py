@@ -15,6 +15,12 @@ autograder ("Zip file upload"). It holds:
 ``/autograder/submission`` exactly as ``make grade`` does, one student at a time (the student's seed
 derives from the bundle's secret, the assignment and the student's Gradescope user id), and writes
 ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (for tests).
+
+Each notebook runs in bubblewrap's sandbox where the container lets it make namespaces; where it
+does not, as the unprivileged user ``ab-student`` that ``setup.sh`` creates (``GRADE_SANDBOX_USER``
+names another), which can neither write the package, the checkers and the results nor read the
+bundle's secret; the judge has loaded the checkers before the notebook starts. Where neither is
+possible the submission is not graded: results.json says so and the run exits with status 1.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7"
 /autograder/venv/bin/pip install /autograder/source
 chmod -R go-rwx /autograder/source   # the answers and the secret: root only
+# where bubblewrap cannot make its namespaces in this container, each notebook runs as this user, which
+# cannot write the installed package, the checkers or the results, nor read /autograder/source
+id -u ab-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin ab-student
 """
 
 RUN = """#!/usr/bin/env bash
@@ -156,6 +165,19 @@ def run(root: Path) -> dict:
     work = Path(tempfile.mkdtemp(prefix="gradescope-"))
     results = root / "results" / "results.json"
     results.parent.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chmod(results.parent, 0o755)  # the notebook's user cannot put a results.json of its own there
+    user = os.environ.get("GRADE_SANDBOX_USER", "ab-student")
+    box = grader.Sandbox.detect(fallback_user=user)
+    if box.kind not in ("bubblewrap", "user"):
+        data = {"score": 0.0, "visibility": "visible", "tests": [], "extra_data": {"status": "not graded"},
+                "output": "NOT GRADED: the autograder could not isolate your notebook in this container ("
+                          + "; ".join(box.missing) + "), so it did not run it. This is not your fault; your "
+                          "instructor will grade the submission again."}
+        results.write_text(lms_export.dump_json(data), encoding="utf-8")
+        shutil.rmtree(work, ignore_errors=True)
+        print(data["output"], file=sys.stderr)
+        return data
     try:
         folder = work / "subs" / student
         folder.mkdir(parents=True)
@@ -179,7 +201,8 @@ def run(root: Path) -> dict:
             course = source / settings["course"] if settings.get("course") else None
             grader.grade(work / "subs", work / "out" / "grades.csv", int(os.environ.get("GRADE_TIMEOUT", "600")),
                          source / "notebooks", course_file=course, secret=settings["secret"],
-                         submitted={student: when} if (when := _submitted_at(meta)) else None)
+                         submitted={student: when} if (when := _submitted_at(meta)) else None,
+                         fallback_user=user)
             data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
         results.write_text(lms_export.dump_json(data), encoding="utf-8")
         return data
@@ -202,6 +225,8 @@ def main(argv=None) -> None:
     else:
         data = run(Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
         print(f"score {data.get('score')}")
+        if data.get("extra_data", {}).get("status") == "not graded":
+            sys.exit(1)
 
 
 if __name__ == "__main__":

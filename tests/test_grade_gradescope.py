@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -81,3 +82,89 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     assert "2 day(s) late" in data["output"]
     # which hidden cases failed is only in the tests shown after the due date, never in the output
     assert all(t["visibility"] == "after_due_date" for t in data["tests"] if "hidden case" in t["name"])
+
+
+# A notebook that, when nothing isolates it, rewrites the checkers the judge will import (every case then
+# passes), steals the bundle's secret and writes a results.json of its own.
+FORGE = '''
+import glob, os, pathlib
+import attention_book.assignments.ch03 as _ch03
+targets = [_ch03.__file__] + glob.glob({src!r} + "/**/assignments/ch03.py", recursive=True)
+forged = []
+for path in targets:
+    try:
+        text = pathlib.Path(path).read_text()
+        pathlib.Path(path).write_text(text.replace("return check(got)", "return None"))
+        forged.append(path)
+    except OSError as err:
+        forged.append(f"refused: {{err.strerror}}")
+for path, what in (({secret!r}, "secret"), ({results!r}, "results")):
+    try:
+        if what == "secret":
+            pathlib.Path({leak!r}, "secret").write_text(pathlib.Path(path).read_text())
+        else:
+            pathlib.Path(path).write_text('{{"score": 99.0}}')
+    except OSError:
+        pass
+pathlib.Path({leak!r}, "ran").write_text(str(os.getuid()) + " " + repr(forged))
+def my_masked_softmax(scores, mask, temperature=1.0):
+    return torch.zeros_like(scores)
+'''
+
+
+def _unpack(bundle, root):
+    with zipfile.ZipFile(bundle) as z:
+        z.extractall(root / "source_zip")
+    (root / "source_zip" / "source").rename(root / "source")
+    (root / "submission").mkdir()
+
+
+@pytest.mark.slow
+def test_where_bubblewrap_cannot_start_the_notebook_cannot_forge_its_grade(bundle, tmp_path):
+    """Gradescope's container may refuse bubblewrap's namespaces. The notebook then runs as an unprivileged
+    user: it cannot rewrite the checkers, read the secret or write results.json; the judge loaded the
+    checkers before it ran. Without such a user nothing runs: results.json says 'NOT GRADED'."""
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("dropping to an unprivileged user needs root, as in Gradescope's container")
+    root = tmp_path / "autograder"
+    _unpack(bundle, root)
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    leak = Path(tempfile.mkdtemp(prefix="g37-leak-"))
+    leak.chmod(0o777)
+    try:
+        cell = FORGE.format(src=str(root / "source" / "src"), secret=str(root / "source" / "gradescope.json"),
+                            results=str(root / "results" / "results.json"), leak=str(leak))
+        (root / "submission" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(cell)))
+        checker = (root / "source" / "src" / "attention_book" / "assignments" / "ch03.py").read_text()
+        env = dict(os.environ, AUTOGRADER_ROOT=str(root), OMP_NUM_THREADS="1", GRADE_TIMEOUT="180",
+                   PATH=f"{fake}:{os.environ['PATH']}", PYTHONPATH=str(root / "source" / "src"),
+                   GRADE_SANDBOX_USER="nobody")
+        command = [sys.executable, str(root / "source" / "scripts" / "gradescope_bundle.py"), "run"]
+        run = subprocess.run(command, capture_output=True, text=True, cwd=root / "source", env=env)
+        data = json.loads((root / "results" / "results.json").read_text())
+        assert (root / "source" / "src" / "attention_book" / "assignments" / "ch03.py").read_text() == checker
+        assert data["score"] == 0.0 and not (leak / "secret").exists(), data
+        if "cannot run this Python" in data["output"]:
+            # here uid 65534 cannot even run the grader's Python (it lies under a private folder): so nothing ran
+            assert run.returncode == 1 and data["output"].startswith("NOT GRADED") and not (leak / "ran").exists()
+            return
+        assert run.returncode == 0, run.stderr[-3000:]
+        ran = (leak / "ran").read_text()
+        assert ran.startswith("65534 "), ran  # the notebook ran, as nobody
+        assert data["score"] == 0.0 and data["tests"], data  # zeros everywhere: no case passes
+        assert (root / "source" / "src" / "attention_book" / "assignments" / "ch03.py").read_text() == checker
+        assert not (leak / "secret").exists()
+        # no bubblewrap and no user to run as: not graded, and the notebook never ran
+        (leak / "ran").unlink()
+        run = subprocess.run(command, capture_output=True, text=True, cwd=root / "source",
+                             env=dict(env, GRADE_SANDBOX_USER="no-such-user-g37"))
+        data = json.loads((root / "results" / "results.json").read_text())
+        assert run.returncode == 1 and data["output"].startswith("NOT GRADED") and not (leak / "ran").exists()
+        assert "no user 'no-such-user-g37'" in data["output"]
+    finally:
+        shutil.rmtree(leak, ignore_errors=True)

@@ -691,13 +691,26 @@ def _unframe(fd: int) -> tuple[Any, bytes]:
     return obj, _read_exactly(fd, size)
 
 
-def serve_judge() -> None:
-    """The judge server (``python -c "...; serve_judge()"``): reads requests on stdin, judges each in a
-    forked child with its limits, answers on stdout. It never runs a parallel torch operation itself,
-    so forking it is safe, and torch and the checkers load once."""
+def _preload(assignments) -> None:
+    """Import every module the judge will use for ``assignments`` (``[[name, extra or None], ...]``):
+    the checkers (their cases built once, so modules they import inside functions load too) and the
+    instructor's extra cases. The judge then never reads a checker from disk again, so a notebook
+    that rewrites the package's files after this (where nothing else stops it) changes nothing."""
+    for name, extra in assignments:
+        grading_cases(name, 0, extra)
+        collect_cases(name, None)
+
+
+def serve_judge(preload: str = "[]") -> None:
+    """The judge server (``python -c "...; serve_judge()"``): loads the checkers of ``preload`` (JSON:
+    ``[[assignment, extra cases file or null], ...]``) and says ``ready``, then reads requests on stdin,
+    judges each in a forked child with its limits, answers on stdout. It never runs a parallel torch
+    operation itself, so forking it is safe, and torch and the checkers load once, before any notebook runs."""
     answers = os.dup(1)
     os.dup2(2, 1)  # anything printed goes to stderr, not into the answers
     torch.set_num_threads(1)
+    _preload(json.loads(preload))
+    os.write(answers, _frame({"ready": True}))
     while True:
         try:
             (name, offset, nonce, seconds, memory, extra), payload = _unframe(0)
@@ -744,8 +757,22 @@ def serve_judge() -> None:
 class JudgeServer:
     """The grader's side of :func:`serve_judge`: one server process, restarted if it ever fails."""
 
-    def __init__(self):
+    def __init__(self, preload=()):
         self.proc: subprocess.Popen | None = None
+        self.preload = [[name, extra or None] for name, extra in preload]
+
+    def start(self) -> None:
+        """Start the server and wait until it has loaded the checkers (call it before any notebook runs)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from attention_book.assignments.grading import serve_judge; "
+                                   "serve_judge(sys.argv[1])", json.dumps(self.preload)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        ready, _, _ = select.select([self.proc.stdout], [], [], 600)
+        if not ready or _unframe(self.proc.stdout.fileno())[0] != {"ready": True}:
+            self.close()
+            raise RuntimeError("the judge did not start")
 
     def judge(self, name: str, offset: int, nonce: str, payload: bytes, seconds: int = 60,
               memory: int = 4 * 2**30, extra: str | None = None) -> dict:
@@ -753,18 +780,14 @@ class JudgeServer:
         ``memory`` bytes. Returns ``{"status", "passed", "total", "failures"}`` or ``{"status":
         "flagged", "reason"}``; never raises for anything in ``payload``."""
         for attempt in range(2):
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-c", "from attention_book.assignments.grading import serve_judge; "
-                                           "serve_judge()"],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, OMP_NUM_THREADS="1"))
             try:
+                self.start()
                 self.proc.stdin.write(_frame([name, offset, nonce, seconds, memory, extra], bytes(payload)))
                 self.proc.stdin.flush()
                 ready, _, _ = select.select([self.proc.stdout], [], [], seconds + 120)
                 if ready:
                     return _unframe(self.proc.stdout.fileno())[0]
-            except (OSError, EOFError, ValueError, struct.error):
+            except (OSError, EOFError, ValueError, RuntimeError, struct.error):
                 pass
             self.close()
         return {"status": "flagged", "reason": "the judge failed twice on these results"}
