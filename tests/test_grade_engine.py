@@ -75,11 +75,30 @@ def test_a_function_that_raises_on_some_cases_never_beats_honest_code(tmp_path):
     assert dodging == honest
 
 
-def test_the_package_and_its_other_routes_earn_nothing(tmp_path):
-    """A masked softmax that wraps ab.tiled_attention (attention with the identity as keys and values
-    gives the softmax weights) passes with the whole package, and earns 0 in the grader's copy."""
+# attend's fused path (need_weights=False): the identity as keys and values gives the softmax weights
+FUSED = """
+def my_masked_softmax(scores, mask, temperature=1.0):
+    n = scores.shape[-1]
+    eye = torch.eye(n, dtype=scores.dtype).expand(*scores.shape[:-2], n, n)
+    return ab.attend(scores, eye, eye, mask.expand(scores.shape), scale=1.0 / temperature)[0]
+"""
+# a softmax with a temperature by another name: the sampler's next-token distribution
+SAMPLER = """
+def my_masked_softmax(scores, mask, temperature=1.0):
+    keep = mask.expand(scores.shape)
+    filled = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return ab.models.decoding.next_token_distribution(filled, temperature) * keep
+"""
+
+
+@pytest.mark.parametrize("route, called", [(TILED, "tiled_forward"), (FUSED, "attend"),
+                                           (SAMPLER, "next_token_distribution")])
+def test_the_package_and_its_other_routes_earn_nothing(tmp_path, route, called):
+    """A masked softmax that wraps ab.tiled_attention, attend's fused path or the sampler's softmax passes
+    with the whole package, and earns 0 in the grader's copy, where the feedback names the route."""
+    TILED = route  # noqa: N806
     outside = sum(c["passed"] for c in results(tmp_path, function(TILED)))
-    assert outside > 0, "the attack is real: with the package's tiled attention the wrapper passes"
+    assert outside > 0, "the attack is real: with the package's route the wrapper passes"
     package_without(["masked_softmax"], tmp_path / "pkg")
     (tmp_path / "cases.bin").write_bytes(dump_data(hidden_arguments("masked_softmax", SEED, "n")))
     code = (f"import torch, attention_book as ab\nfrom attention_book.assignments.grading import run_hidden\n"
@@ -92,7 +111,8 @@ def test_the_package_and_its_other_routes_earn_nothing(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     inside = case_results("masked_softmax", SEED, "n", load_results((tmp_path / "r.bin").read_bytes()))
     assert sum(c["passed"] for c in inside) == 0
-    assert all("not available while" in c["detail"] for c in inside)
+    assert all(c["why"] == f"your function called the package's {called}, which this assignment blocks"
+               for c in inside), inside[0]
     # the checker's own reference answer (and every helper that computes cases) is gone from the copy too
     assert "check_masked_softmax" in run.stdout and ("reference" in run.stdout or "_case" in run.stdout)
 

@@ -45,7 +45,7 @@ import torch
 
 from . import Case, Report, collect_cases, hidden_cases
 
-__all__ = ["BLOCKED", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
+__all__ = ["BLOCKED", "BlockedAnswer", "blocked_names", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
            "dump_data", "load_data", "grading_cases", "case_results", "describe_value"]
 
@@ -53,8 +53,13 @@ __all__ = ["BLOCKED", "is_package_version", "package_without", "hidden_arguments
 # itself and the package's other functions that compute the same thing by another route (a
 # masked softmax is the weights of attention with the identity as keys and values, so the
 # fused and tiled attention paths are blocked with it).
-_SOFTMAX_PATHS = ["attention_book.models.attention:_softmax_where", "attention_book.models.tiled:online_softmax",
-                  "attention_book.models.tiled:softmax_block", "attention_book.models.tiled:tiled_forward"]
+# ``attend`` is every attention module's core (its fused path included); ``next_token_distribution`` is a
+# softmax with a temperature; the sliding window computes masked attention weights too.
+_SOFTMAX_PATHS = ["attention_book.models.attention:_softmax_where", "attention_book.models.attention:attend",
+                  "attention_book.models.tiled:online_softmax", "attention_book.models.tiled:softmax_block",
+                  "attention_book.models.tiled:finish_softmax", "attention_book.models.tiled:tiled_forward",
+                  "attention_book.models.decoding:next_token_distribution",
+                  "attention_book.experiments.long_context:sliding_window_attention"]
 BLOCKED: dict[str, list[str]] = {
     "softmax_pool": ["attention_book.experiments.lookup:attention_pool", *_SOFTMAX_PATHS],
     "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson", *_SOFTMAX_PATHS],
@@ -71,7 +76,7 @@ BLOCKED: dict[str, list[str]] = {
     "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
     "merge_softmax": ["attention_book.models.tiled:merge_softmax", "attention_book.models.tiled:tiled_forward"],
 }
-STATUSES = ("ok", "raised", "not_implemented", "package", "missing")
+STATUSES = ("ok", "raised", "not_implemented", "package", "missing", "blocked", "too_large")
 DATA_MAGIC = b"ABGRADE1"  # the first bytes of every file dump_data writes
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.uint8,
@@ -84,6 +89,24 @@ BLOCKED_MARK = "__blocked_answer__"  # attribute of the stand-in that replaces a
 
 class GradingError(ValueError):
     """A results file that is not what run_hidden writes: flagged, never scored."""
+
+
+class BlockedAnswer(RuntimeError):
+    """Raised by the stand-in of a package function that the graded assignment blocks."""
+
+    def __init__(self, name: str):
+        super().__init__(f"the package's own {name} is not available while this assignment is graded: "
+                         "the grade is for your implementation")
+        self.name = name
+
+
+def blocked_names(name: str) -> set[str]:
+    """The package functions assignment ``name`` blocks: its routes (``BLOCKED``) and its checker
+    module's functions."""
+    names = {spec.split(":")[1] for spec in BLOCKED.get(name, [])}
+    module, _ = _checker_module(name)
+    code = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
+    return names | {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 # --------------------------------------------------------------------------- the package the sandbox sees
@@ -158,8 +181,8 @@ def _without_definitions(code: str, attrs: list[str], module: str) -> str:
         raise RuntimeError(f"{module} defines no top-level function {sorted(missing)}; update BLOCKED")
     for start, end, name in sorted(spans, reverse=True):
         stand_in = (f"def {name}(*args, **kwargs):\n"
-                    f"    raise RuntimeError('the package\\'s own {name} is not available while this assignment "
-                    "is graded: the grade is for your implementation')\n\n\n"
+                    "    from attention_book.assignments.grading import BlockedAnswer\n\n"
+                    f"    raise BlockedAnswer({name!r})\n\n\n"
                     f"{name}.{BLOCKED_MARK} = True\n")
         lines[start - 1:end] = [stand_in]
     return "".join(lines)
@@ -404,6 +427,9 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
             except NotImplementedError:  # a failed case; the other cases still run
                 records.append({"status": "not_implemented"})
                 continue
+            except BlockedAnswer as err:  # a route to the package's answer
+                records.append({"status": "blocked", "name": str(err.name)[:100]})
+                continue
             except Exception as err:  # the student's code raised: a failed case, with its message
                 records.append({"status": "raised", "error": f"{type(err).__name__}: {err}"[:300]})
                 continue
@@ -593,6 +619,12 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
                 "label": label if seen is None else case.name}
         if whole is not None:
             item.update(passed=False, status=whole[0], why=whole[1])
+        elif records[i]["status"] == "blocked":
+            called = records[i].get("name")
+            called = called if isinstance(called, str) and called in blocked_names(name) else ""
+            item.update(passed=False, status="blocked", why=(
+                f"your function called the package's {called}, which this assignment blocks" if called else
+                "your function called a package function that this assignment blocks"))
         else:
             item.update(_verdict(case, records[i], item["visible"]))
         out.append(item)
