@@ -37,6 +37,11 @@ def test_run_of_reads_the_hidden_describe_run_output(tmp_path):
     assert size_banner.run_of(path) == {"size": "ci", "device": "cpu"}
     path.write_text(json.dumps(executed("A", FULL_LINE)), encoding="utf-8")
     assert size_banner.run_of(path) == {"size": "full", "device": "cuda"}
+    path.write_text(json.dumps(executed("A", FULL_LINE.replace("cuda", "cuda (NVIDIA H100 80GB HBM3)"))),
+                    encoding="utf-8")
+    run = size_banner.run_of(path)
+    assert run == {"size": "full", "device": "cuda (NVIDIA H100 80GB HBM3)"}
+    assert size_banner.device_words(run["device"]) == "a GPU (NVIDIA H100 80GB HBM3)"
     path.write_text(json.dumps(executed("A", None)), encoding="utf-8")
     assert size_banner.run_of(path) is None
 

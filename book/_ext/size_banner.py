@@ -56,8 +56,13 @@ def site_url(repository_url: str, configured: str = "") -> str:
 
 
 def device_words(device: str) -> str:
-    kind = device.split(":")[0].lower()
-    return {"cpu": "a CPU", "cuda": "a GPU (CUDA)", "mps": "an Apple GPU (MPS)"}.get(kind, device)
+    """'cpu' -> 'a CPU'; 'cuda:0 (NVIDIA H100 80GB HBM3)' -> 'a GPU (NVIDIA H100 80GB HBM3)'."""
+    kind, _, name = device.partition(" ")
+    kind = kind.split(":")[0].lower()
+    name = name.strip().strip("()")
+    if kind == "cuda":
+        return f"a GPU ({name or 'CUDA'})"
+    return {"cpu": "a CPU", "mps": "an Apple GPU (MPS)"}.get(kind, device)
 
 
 def banner(run: dict[str, str], full_page_url: str, timings_url: str) -> nodes.paragraph:

@@ -300,9 +300,12 @@ def describe_run() -> str:
     size = experiment_size()
     dev = device(verbose=False)
     how = "small CPU-friendly sizes" if size == "ci" else "the original chapter's full sizes"
+    # The GPU's name too: the site's build reads this line (book/_ext/size_banner.py) and names
+    # the device each page ran on.
+    where = f"{dev} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else f"{dev}"
     line = (
         f"Experiment size: {size} ({how}; set {SIZE_ENV}=ci|full to change) "
-        f"| seed: {book_seed()} ({SEED_ENV}) | device: {dev} | torch {torch.__version__}"
+        f"| seed: {book_seed()} ({SEED_ENV}) | device: {where} | torch {torch.__version__}"
     )
     print(line)
     return line
