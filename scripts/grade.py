@@ -101,16 +101,16 @@ try:
                             kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": os.getcwd()}})
     client.execute()
-    for cell in nb.cells[:-1]:
+    for i, cell in enumerate(nb.cells[:-1]):
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
-                report["errors"].append(f"{out.get('ename')}: {str(out.get('evalue'))[:300]}")
+                report["errors"].append({"cell": i, "error": f"{out.get('ename')}: {str(out.get('evalue'))[:300]}"})
     report["harness"] = [f"{o.get('ename')}: {str(o.get('evalue'))[:200]}"
                          for o in nb.cells[-1].get("outputs", []) if o.get("output_type") == "error"]
 except BaseException as err:
     report["worker"] = f"{type(err).__name__}: {str(err)[:300]}"
     report["dead"] = type(err).__name__ == "DeadKernelError"
-report["errors"] = report["errors"][:3]
+report["errors"] = report["errors"][:100]
 def send(name, data):
     key = name.encode()
     head = struct.pack(">H", len(key)) + key + struct.pack(">Q", len(data))
@@ -607,7 +607,10 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
     if ended.startswith("worker exited"):
         lines = tail.decode("utf-8", "replace").strip().splitlines()
         ended += f": {clean(lines[-1], 200)}" if lines else ""
-    return ended, _stream(bytes(received)) if len(received) <= limit else {}, time.monotonic() - start
+    messages = _stream(bytes(received))  # whole messages only: one cut short by the limit is left out
+    if len(received) > limit:
+        messages["overflow"] = b"1"
+    return ended, messages, time.monotonic() - start
 
 
 # --------------------------------------------------------------------------- one notebook
@@ -666,10 +669,20 @@ class Grader:
         # the judge loads every checker now, before any notebook runs, and never reads them again
         self.judge = JudgeServer([(n, self.extras.get(n)) for names in self.references.values() for n in names])
         self.judge.start()
-        self.reference_names = {name: graded_names(json.loads((reference / name).read_text(encoding="utf-8")))
-                                for name in self.references}
+        books = {name: json.loads((reference / name).read_text(encoding="utf-8")) for name in self.references}
+        self.reference_names = {name: graded_names(nb) for name, nb in books.items()}
+        # the code cells as the chapter gives them: an error in one of these is not the student's
+        self.reference_sources = {name: _code_sources(nb) for name, nb in books.items()}
         self.packages: dict[tuple, Path] = {}
         self.case_counts: dict[tuple[str, int], int] = {}
+
+    def _students_cell(self, nb, index: int, reference: str) -> bool:
+        """Did the student write cell ``index`` of ``nb`` (a code cell that is not one of the reference
+        notebook's, as the chapter gives it), or is it a checker cell?"""
+        cell = _cells(nb)[index]
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
+        return "checker" in tags or source.strip() not in self.reference_sources.get(reference, set())
 
     def close(self) -> None:
         self.judge.close()
@@ -741,12 +754,14 @@ class Grader:
             shutil.rmtree(stage_root, ignore_errors=True)
         try:
             worker = json.loads(messages.get("worker", b"{}").decode("utf-8"))
-            errors = [clean(e, 400) for e in worker.get("errors", [])][:3]
             dead = bool(worker.get("dead"))
             crash = clean(worker.get("worker", ""), 300)
-        except (ValueError, AttributeError, TypeError, RecursionError):
+            errors = [clean(e["error"], 400) for e in worker.get("errors", [])
+                      if self._students_cell(nb, e["cell"], reference)][:3]
+        except (ValueError, AttributeError, TypeError, RecursionError, KeyError, IndexError):
             errors, dead, crash = [], False, ""
-        raised = ("; cells that raised: " + " | ".join(errors)) if errors else ""
+        raised = ("; cells you wrote (or your checker cell) that raised: " + " | ".join(errors)) if errors else ""
+        overflow = "overflow" in messages
         out = []
         for name in expected:
             row = dict(base, assignment=name, passed=0, total=counts[name], seconds=round(seconds, 1), cases=[],
@@ -758,6 +773,11 @@ class Grader:
                 row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory" + raised)
             elif payload is None and dead:
                 row.update(status="kernel died", reason=f"the kernel died: {crash}" + raised)
+            elif payload is None and overflow:
+                row.update(status="no results", reason=(
+                    "your notebook ran, but what it sent back to the grader was larger than the limit of "
+                    f"{RESULTS_LIMIT // 2**20} MB per assignment, so it could not be read back: return results "
+                    "of the size the assignment asks for" + raised))
             elif payload is None:
                 row.update(status="no results", reason=(f"the hidden tests did not run ({ended}"
                                                         + (f"; {crash}" if crash else "") + ")" + raised))
@@ -771,6 +791,11 @@ class Grader:
                                cases=verdict["cases"], reason=case_summary(verdict["cases"]))
             out.append(row)
         return out
+
+
+def _code_sources(nb) -> set[str]:
+    return {("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))).strip()
+            for c in _cells(nb) if isinstance(c, dict) and c.get("cell_type") == "code"}
 
 
 def case_summary(cases: list[dict]) -> str:

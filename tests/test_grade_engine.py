@@ -502,3 +502,28 @@ def test_odd_names_missing_times_and_missing_notebooks_in_a_class(tmp_path):
     assert "NO submission time" in done.stdout and "no submission time: ada masked_softmax" in done.stdout
     book = (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8")
     assert "no submission time, late policy not applied" in book
+
+
+# --------------------------------------------------------------------------- results too large to send back
+
+
+@pytest.mark.parametrize("body, words", [
+    ("return torch.zeros(1).expand(10**10)", "too large to send back"),  # 1e10 elements, as an expanded view
+    ("out = []\n    for _ in range(200_000):\n        out = [out]\n    return out", "nested more than"),
+])
+def test_a_result_too_large_to_send_back_is_said_so(tmp_path, body, words):
+    fn = function(f"def my_masked_softmax(scores, mask, temperature=1.0):\n    {body}\n")
+    found = results(tmp_path, fn)
+    assert all(c["status"] == "too_large" and words in c["why"] and not c["passed"] for c in found), found[0]
+
+
+def test_no_results_feedback_lists_only_the_cells_the_student_wrote():
+    """An error in a cell the chapter gives (it calls a function the grader blocks) is not the student's:
+    only cells the student wrote, and checker cells, are named in a notebook's reason."""
+    reference = notebook(SCAFFOLD, "ms = ab.masked_softmax(torch.zeros(1, 2, 2))")
+    grader = grade.Grader.__new__(grade.Grader)
+    grader.reference_sources = {"ch03_exercises.ipynb": grade._code_sources(reference)}
+    submitted = notebook(GOOD, "ms = ab.masked_softmax(torch.zeros(1, 2, 2))", "print(ms)")
+    mine = [i for i in range(len(submitted["cells"]))
+            if grader._students_cell(submitted, i, "ch03_exercises.ipynb")]
+    assert mine == [1, 3, 4]  # the student's function, their own print, the checker cell

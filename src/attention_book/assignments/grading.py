@@ -382,27 +382,49 @@ def resolve(expr: str, namespace: dict) -> Any:
     return obj
 
 
-def _plain(obj: Any, budget: list[int]) -> Any:
+class _TooLarge(Exception):
+    """A result that cannot be sent back: ``what`` is "size" or "depth"."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+TOO_LARGE = {  # what the feedback says of a result run_hidden could not send back (fixed text: no values)
+    "size": f"your function's result is too large to send back to the grader (more than {RESULTS_LIMIT // 2**20} "
+            "MB of values; an expanded view counts every element it shows)",
+    "depth": f"your function's result is nested more than {MAX_DEPTH} levels deep, too deep to send back",
+    "total": f"the results of all cases together are larger than {RESULTS_LIMIT // 2**20} MB: this case's result "
+             "could not be sent back",
+}
+
+
+def _plain(obj: Any, budget: list[int], depth: int = 0) -> Any:
     """``obj`` reduced to what :func:`load_results` accepts: plain CPU tensors (a subclass becomes a
     ``torch.Tensor`` holding the same numbers), numbers, strings, None, and tuples/lists/dicts of those.
-    Anything else becomes a string naming its type."""
+    Anything else becomes a string naming its type. Raises :class:`_TooLarge` for a result larger than
+    ``RESULTS_LIMIT`` or nested deeper than ``MAX_DEPTH``."""
     budget[0] -= 1
     if budget[0] < 0:
         return "<output cut: too many elements>"
+    if depth > MAX_DEPTH:
+        raise _TooLarge("depth")
     if isinstance(obj, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             if obj.device.type == "meta" or obj.layout != torch.strided or obj.is_quantized:
                 return f"<a tensor that is not a dense tensor in memory ({obj.layout}, {obj.device.type})>"
+            if obj.numel() * obj.element_size() > RESULTS_LIMIT:
+                raise _TooLarge("size")
             plain = torch.Tensor._make_subclass(torch.Tensor, obj.detach()) if type(obj) is not torch.Tensor \
                 else obj.detach()
             return plain.to("cpu").contiguous().clone()
     if obj is None or type(obj) in (bool, int, float, str):
         return obj
     if type(obj) in (tuple, list):
-        items = [_plain(x, budget) for x in obj]
+        items = [_plain(x, budget, depth + 1) for x in obj]
         return tuple(items) if type(obj) is tuple else items
     if type(obj) is dict:
-        return {str(k): _plain(v, budget) for k, v in obj.items()}
+        return {str(k): _plain(v, budget, depth + 1) for k, v in obj.items()}
     return f"<{type(obj).__name__} object>"
 
 
@@ -420,6 +442,7 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
         if spec["adapter"]:
             module, attr = spec["adapter"].split(":")
             call = functools.partial(getattr(importlib.import_module(module), attr), fn)
+        sent = 0  # bytes of tensors in the records so far
         for case in spec["cases"]:
             args, kwargs = case["args"], case["kwargs"]
             try:
@@ -434,10 +457,31 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
                 records.append({"status": "raised", "error": f"{type(err).__name__}: {err}"[:300]})
                 continue
             budget = [MAX_ITEMS]
-            records.append({"status": "ok", "got": _plain(got, budget), "args": _plain(tuple(args), budget)})
+            try:
+                record = {"status": "ok", "got": _plain(got, budget), "args": _plain(tuple(args), budget)}
+            except _TooLarge as err:
+                record = {"status": "too_large", "what": err.what}
+            except RecursionError:
+                record = {"status": "too_large", "what": "depth"}
+            size = sum(t.numel() * t.element_size() for t in _tensors(record))
+            if sent + size > RESULTS_LIMIT - 2**20:
+                record = {"status": "too_large", "what": "total"}
+            sent += size if record["status"] == "ok" else 0
+            records.append(record)
     data = dump_data({"assignment": name, "nonce": spec["nonce"], "records": records})
     with open(out_path, "wb") as f:
         f.write(data)
+
+
+def _tensors(obj: Any):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from _tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors(x)
 
 
 # --------------------------------------------------------------------------- outside again: loading and judging
@@ -619,6 +663,9 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
                 "label": label if seen is None else case.name}
         if whole is not None:
             item.update(passed=False, status=whole[0], why=whole[1])
+        elif records[i]["status"] == "too_large":
+            item.update(passed=False, status="too_large",
+                        why=TOO_LARGE.get(records[i].get("what"), TOO_LARGE["size"]))
         elif records[i]["status"] == "blocked":
             called = records[i].get("name")
             called = called if isinstance(called, str) and called in blocked_names(name) else ""
