@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import attention_book as ab
+from attention_book.models import scoring
 from test_attention import SETTINGS, gradcheck_inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -193,3 +194,14 @@ def test_make_scorer_builds_every_kind():
 
 # The chapter 3 assignment's checker (a masked softmax with a mask and a temperature) is tested in
 # tests/test_assignments.py.
+
+
+def test_best_time_runs_once_under_the_smoke_switch(monkeypatch):
+    calls = []
+    monkeypatch.delenv("ATTENTION_BOOK_MAX_STEPS", raising=False)
+    scoring.best_time(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 5
+    calls.clear()
+    monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
+    scoring.best_time(lambda: calls.append(1), repeats=3, warmup=2)
+    assert len(calls) == 1

@@ -28,8 +28,9 @@ Every environment variable the book reads is read here, and only here:
     build log and the browser test. Unset: nothing is written.
 ``ATTENTION_BOOK_MAX_STEPS``
     A positive integer N: every training run of the package (:func:`attention_book.fit`)
-    stops after N optimisation steps. A smoke switch, to run the ``full`` size on a
-    CPU in minutes and see that every shape and device fits; the results mean nothing.
+    stops after N optimisation steps, and every timed call of the scoring-cost sweep
+    runs once. A smoke switch, to run the ``full`` size on a CPU in minutes and see
+    that every shape and device fits; the results mean nothing.
     Unset: runs train for the epochs they ask for.
 
 Set by PyTorch's launcher ``torchrun`` (read here, never elsewhere in the package):

@@ -29,7 +29,7 @@ from torch import nn
 
 from .attention import AdditiveAttention, DotProductAttention, check_qkv_devices, check_qkv, wants_weights, attend, key_mask
 from ..core.checks import check_dropout, check_int, check_positive_int
-from ..core.config import resolve_seed
+from ..core.config import max_steps, resolve_seed
 from ..core.plot import ensure_style, chance_line
 
 __all__ = [
@@ -329,8 +329,12 @@ def best_time(fn: Callable[[], object], repeats: int = 5, warmup: int = 2) -> fl
     """Seconds of the fastest of ``repeats`` calls of ``fn()``, after ``warmup`` untimed calls.
 
     The minimum is the run least disturbed by other work on a shared machine.
+    Under the smoke switch (``ATTENTION_BOOK_MAX_STEPS`` set) ``fn`` runs once, untimed
+    warm-ups left out: the run shows each size fits, and its times mean nothing.
     """
     repeats = check_positive_int("repeats", repeats)
+    if max_steps() is not None:
+        repeats, warmup = 1, 0
     for _ in range(warmup):
         fn()
     times = []
