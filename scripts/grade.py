@@ -1023,6 +1023,15 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
             lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
         failed = [c for c in r.get("cases", []) if not c["passed"]]
+        causes = [c.get("cause") or "" for c in failed]
+        common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""
+        if common:  # one mistake explains every failed case: say it first, once
+            lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
+        elif len(failed) >= 2 and any(causes):
+            ranked = sorted({c for c in causes if c}, key=lambda c: -causes.count(c))
+            lines += ["Possible causes, the one most failed cases share first:", ""]
+            for c in ranked:
+                lines += [f"In {causes.count(c)} of {len(failed)} failed cases:", "", fenced(c), ""]
         for c in failed:
             if c.get("visible"):
                 lines += [f"### Case {c['index']}: a case your checker cell shows", "",

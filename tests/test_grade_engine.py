@@ -140,7 +140,7 @@ def test_hidden_cases_show_no_input_expected_value_or_exception_text(tmp_path):
 
     for c in results(tmp_path, leaky) + results(tmp_path, function(WRONG)):
         assert not c["visible"] and not c["name"] and "input" not in c and "expected" not in c
-        before_hint = c["why"].split("(hint:")[0]
+        before_hint = c["why"].split("(hint:")[0].replace(c.get("cause") or "\0", "")  # a cause is fixed text
         assert "hidden input" not in c["why"] and "tensor" not in before_hint and "[" not in before_hint, c["why"]
 
 
@@ -527,3 +527,34 @@ def test_no_results_feedback_lists_only_the_cells_the_student_wrote():
     mine = [i for i in range(len(submitted["cells"]))
             if grader._students_cell(submitted, i, "ch03_exercises.ipynb")]
     assert mine == [1, 3, 4]  # the student's function, their own print, the checker cell
+
+
+# --------------------------------------------------------------------------- hints only where they apply
+
+NO_TEMPERATURE = GOOD + '''
+_right = my_masked_softmax
+def my_masked_softmax(scores, mask, temperature=1.0):
+    return _right(scores, mask, 1.0)
+'''
+
+
+def test_one_mistake_across_cases_is_named_once_and_no_unrelated_hint_is_given(tmp_path):
+    """A student who only left out the temperature fails every case with a temperature: the feedback says
+    that, first and once, and gives none of the other cases' hints (NaN rows, float16, in-place writes)."""
+    cases = results(tmp_path, function(NO_TEMPERATURE))
+    failed = [c for c in cases if not c["passed"]]
+    assert len(failed) >= 3 and all("temperature is left out" in c["why"] for c in failed), failed
+    row = dict(student="ada", key="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+               status="graded", points=1.0, max_points=10.0, passed=len(cases) - len(failed), total=len(cases),
+               reason="", late_days=0, penalty=0.0, cases=cases)
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert f"One mistake explains all {len(failed)} failed cases" in text
+    assert text.index("One mistake") < text.index("### ")
+    hints = "\n".join(line for line in text.splitlines() if not line.startswith("### "))  # not the cases' names
+    for unrelated in ("NaN", "float16", "in place", "-1e6", "uniform"):
+        assert unrelated not in hints, unrelated
+    # the student's own checker says the same, case by case
+    report = ab.assignments.check_masked_softmax(function(NO_TEMPERATURE), verbose=False)
+    reasons = [why for _, ok, why in report.results if not ok]
+    assert reasons and all("temperature is left out" in w and "overflow" not in w and "in place" not in w
+                           for w in reasons)

@@ -707,11 +707,15 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
             form = True
     if why is None:
         return {"passed": True, "status": "ok", "why": ""}
+    # a check may name the cause of a failure in words that hold no value of the case (ch03's Diagnosis)
+    cause = getattr(why, "cause", "")
+    cause = cause if isinstance(cause, str) else ""
     if not visible:
         kind = ("the result has the wrong form (type, length, shape or dtype)" if form
                 else "the result is wrong")
-        return {"passed": False, "status": "ok", "why": kind + hint, "detail": str(why)[:4000]}
-    item = {"passed": False, "status": "ok", "why": str(why) + hint}
+        return {"passed": False, "status": "ok", "why": kind + (f": {cause}" if cause else hint),
+                "detail": str(why)[:4000], "cause": cause}
+    item = {"passed": False, "status": "ok", "why": str(why) + hint, "cause": cause}
     item["input"] = describe_value(tuple(case.args)) + (
         f", keyword arguments {describe_value(dict(case.kwargs))}" if case.kwargs else "")
     if has_expected:
