@@ -643,6 +643,7 @@ STATUS_WORDS = {
     "flagged": "the results your notebook sent back are not what the grader writes; an instructor will look at it",
     "grader error": "the grader itself failed on this notebook (not your fault); an instructor will look at it",
     "not submitted": "no notebook was found for this assignment",
+    "misnamed file": "a notebook was found, but under another name than the assignment's, so it was not graded",
     "refused": "the grader refused this submission because its folder name collides with another student's",
 }
 # Statuses whose points an LMS should receive; the others stay blank there.
@@ -864,11 +865,20 @@ class Submission:
     rel: str
 
 
-def find_submissions(submissions: Path, references) -> tuple[list[Submission], list]:
+def _loose(name: str) -> str:
+    """A file name with case, spaces, punctuation and a copy number left out: ``ch 03 Exercises (2).ipynb``
+    and ``ch03_exercises.ipynb`` both give ``ch03exercises``."""
+    stem = re.sub(r"(\s*\(\d+\)|-\d+)$", "", unicodedata.normalize("NFKC", name).removesuffix(".ipynb"))
+    return re.sub(r"[\W_]+", "", stem).casefold()
+
+
+def find_submissions(submissions: Path, references, misnamed: dict | None = None) -> tuple[list[Submission], list]:
     """``([Submission], [(path, why ignored)])``: ``SUBMISSIONS/<student>/<notebook>`` or, at the top
     level, files named by an LMS's bulk download (``login_123_456_<notebook>``); a notebook's common
     renamings are matched (:func:`match_reference`). When one student handed in several versions of
-    one notebook, the latest resubmission is graded and the others listed as ignored."""
+    one notebook, the latest resubmission is graded and the others listed as ignored. A file in a
+    student's folder whose name matches a reference only loosely (:func:`_loose`) is not graded; it is
+    put in ``misnamed`` as ``{(student, reference): relative path}``, so the student's row says so."""
     found: dict[tuple[str, str], list[tuple[int, Submission]]] = {}
     ignored = []
     for path in sorted(submissions.rglob("*")):
@@ -898,6 +908,12 @@ def find_submissions(submissions: Path, references) -> tuple[list[Submission], l
         elif len(rel.parts) == 2:
             if submissions.joinpath(rel.parts[0]).is_symlink():
                 ignored.append((rel, "the student's folder is a symbolic link"))
+                continue
+            loose = next((ref for ref in references if _loose(ref) == _loose(rel.parts[-1])), None)
+            if match is None and loose is not None:
+                ignored.append((rel, f"misnamed: not graded; it looks like {loose}, the name to hand it in under"))
+                if misnamed is not None:
+                    misnamed.setdefault((rel.parts[0], loose), str(rel))
                 continue
             if match is None:
                 ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
@@ -930,7 +946,9 @@ def identity_problems(keys: list[str]) -> dict[str, str]:
             groups.setdefault(fold(k), []).append(k)
         for group in groups.values():
             if len(set(group)) > 1:
-                names = ", ".join(repr(display_name(g)) for g in sorted(set(group)))
+                plain = all(g.isascii() for g in group)  # else names that look alike are told apart by code points
+                names = ", ".join(repr(display_name(g)) if plain else f"{display_name(g)!r} (code points "
+                                  f"{ascii(g)[1:-1]})" for g in sorted(set(group)))
                 for k in group:
                     problems.setdefault(k, f"the names {names} are the same {how}: rename the folders so each "
                                            "student has exactly one")
@@ -959,6 +977,22 @@ def escape_undecodable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+# Outputs hold every student's grades and feedback: the folder 0700 and its files 0600 unless a run asks
+# for --shared-output (then new files and folders follow the umask).
+PRIVATE = [True]
+
+
+def _private_dirs(path: Path, top: Path) -> None:
+    """``path`` and every folder between it and ``top`` made and, when private, mode 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    if PRIVATE[0]:
+        for d in [path, *path.parents]:
+            if d == top.parent or len(d.parts) < len(top.parts):
+                break
+            with contextlib.suppress(OSError):
+                os.chmod(d, 0o700)
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a reader (or a
     full disk) never sees a half-written file, and the old file stays whole if writing fails. A
@@ -969,7 +1003,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary new file (mkstemp makes it 0600)
+        os.fchmod(fd, 0o600 if PRIVATE[0] else 0o666 & ~umask)  # shared: as an ordinary new file
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -1010,7 +1044,10 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     text the student's code or name could influence is in a fenced code block."""
     lines = ["# Feedback", "", "Student:", "", fenced(student["student"]), ""]
     for r in rows:
-        title = f"{r['notebook']}: {r['assignment']}"
+        # the file's name, in characters Markdown leaves alone (a name an LMS prefixed could hold any)
+        handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", Path(r["path"]).name)[:200] if r.get("path") else ""
+        title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
+            f"{handed} (graded as {r['notebook']}): {r['assignment']}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
         lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
                   + (f"; {r['passed']} of {r['total']} cases passed" if r["status"] in ("graded", "not implemented")
@@ -1084,7 +1121,7 @@ def score_row(row: dict, course, submitted) -> dict:
     row["max_points"] = spec.points
     for c in row.get("cases", []):
         c["weight"] = spec.weight(c)
-    if row["status"] in ("not submitted", "refused", "grader error", "flagged"):
+    if row["status"] in ("not submitted", "misnamed file", "refused", "grader error", "flagged"):
         row.update(score=0.0, points=None, late_days=0, penalty=0.0)
         return row
     weights = sum(c["weight"] for c in row.get("cases", []))
@@ -1099,14 +1136,17 @@ def score_row(row: dict, course, submitted) -> dict:
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
           seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
           jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None,
-          fallback_user: str | None = None) -> list[dict]:
+          fallback_user: str | None = None, shared_output: bool = False) -> list[dict]:
     """Grade the class; see :func:`main`. Returns the rows of grades.csv. ``submitted`` gives a
     student folder's submission time (an aware datetime) directly, as Gradescope's metadata does."""
     course = load_course(course_file)
     check_weight_keys(course)
     out_dir = out_csv.parent
-    out_dir.mkdir(parents=True, exist_ok=True)
+    PRIVATE[0] = not shared_output
+    _private_dirs(out_dir, out_dir)
     lock = open(out_dir / ".grade.lock", "a+")
+    if PRIVATE[0]:
+        os.chmod(out_dir / ".grade.lock", 0o600)
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -1161,9 +1201,11 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     key, key_from = grading_secret(secret, course, out_dir)
     key_id = secret_id(key)
     references = reference_assignments(reference)
-    found, ignored = find_submissions(submissions, references)
+    misnamed: dict[tuple[str, str], str] = {}
+    found, ignored = find_submissions(submissions, references, misnamed)
+    misnamed = {k: v for k, v in misnamed.items() if k[0] not in {s.key for s in found if s.reference == k[1]}}
     roster = course.roster
-    keys = sorted({s.key for s in found} | set(roster or {}))
+    keys = sorted({s.key for s in found} | set(roster or {}) | {k for k, _ in misnamed})
     refused = identity_problems(keys)
     students = {}
     for k in keys:
@@ -1219,13 +1261,19 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     rows = [r for r in rows if "key" in r]
     # every student × assignment without a row: not submitted
     columns = sorted({(ref.split("_")[0], n) for ref, names in references.items() for n in names
-                      if any(r["assignment"] == n for r in rows) or n in course.assignments})
+                      if any(r["assignment"] == n for r in rows) or n in course.assignments
+                      or any(ref == mine for _, mine in misnamed)})
     have = {(r["key"], r["assignment"]) for r in rows}
     for k in keys:
         for ch, n in columns:
             if (k, n) not in have and not partial:
-                rows.append(dict(student=students[k]["student"], key=k, notebook="", assignment=n, passed=0,
-                                 total=case_count(n, extras.get(n)), cases=[], status="not submitted", reason="",
+                wrong = next((rel for (who, ref), rel in misnamed.items() if who == k and n in references[ref]), "")
+                ref = next((ref for (who, ref) in misnamed if who == k and n in references[ref]), "")
+                rows.append(dict(student=students[k]["student"], key=k, notebook=ref, assignment=n, passed=0,
+                                 total=case_count(n, extras.get(n)), cases=[],
+                                 status="misnamed file" if wrong else "not submitted",
+                                 reason=(f"handed in {display_name(wrong)!r}, which is not named {ref}: rename the "
+                                         "file and hand it in again") if wrong else "",
                                  sha256="", seed=""))
     def submitted_at(r):
         if submitted and r["key"] in submitted:
@@ -1304,6 +1352,8 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
         mode = "a"
     try:
         with open(journal, mode, encoding="utf-8") as log:
+            if PRIVATE[0]:
+                os.chmod(journal, 0o600)
             def done(task, found):
                 who, k, path = task[0], task[1], task[2]
                 for r in found:
@@ -1409,12 +1459,15 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
         write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
+    for folder in (feedback, scope):
+        _private_dirs(folder, out_dir)
     for s in students:
         mine = [r for r in rows if r["key"] == s["key"] and r["status"] != "not submitted"]
         if not mine:
             continue
         text = feedback_markdown(s, mine)
         write_atomic(feedback / f"{slug(s['key'])}.md", text)
+        _private_dirs(scope / slug(s["key"]), out_dir)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
             lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine],
                                           feedback_markdown(s, mine, hidden_details=False))))
@@ -1437,6 +1490,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=None,
                         help="one hidden seed for every student (tests and demonstrations; default: a seed per "
                              "student and assignment derived from the secret)")
+    parser.add_argument("--shared-output", action="store_true", help="new output files follow the umask "
+                        "(default: the output folder 0700 and its files 0600, readable only by you)")
     parser.add_argument("--user", default=None, metavar="NAME", help="where bubblewrap cannot start, run each "
                         "notebook as this unprivileged user (grading as root), and never without isolation: "
                         "if neither is possible, nothing is run")
@@ -1460,7 +1515,8 @@ def main(argv=None) -> None:
         parser.error("--jobs must be at least 1")
     try:
         grade(args.submissions, args.out, args.timeout, args.reference, args.memory_gb, args.seed, args.disk_mb,
-              args.course, args.secret, args.jobs, args.resume, args.regrade, fallback_user=args.user)
+              args.course, args.secret, args.jobs, args.resume, args.regrade, fallback_user=args.user,
+              shared_output=args.shared_output)
     except KeyboardInterrupt:
         print(f"grade.py: interrupted; what was graded is kept (gradebook.partial.csv in {args.out.parent}); "
               "run again with --resume to finish", file=sys.stderr)

@@ -558,3 +558,50 @@ def test_one_mistake_across_cases_is_named_once_and_no_unrelated_hint_is_given(t
     reasons = [why for _, ok, why in report.results if not ok]
     assert reasons and all("temperature is left out" in w and "overflow" not in w and "in place" not in w
                            for w in reasons)
+
+
+# --------------------------------------------------------------------------- small things an instructor meets
+
+
+def test_a_misnamed_file_is_said_in_the_students_row_and_the_output_is_private(tmp_path):
+    """``hal/ch 03 exercises.ipynb`` is not graded, and hal's gradebook status and feedback say why (not
+    only ignored.csv); the output folder is 0700 and its files 0600 (--shared-output: the umask)."""
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    (subs / "hal").mkdir(parents=True)
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (subs / "hal" / "ch 03 exercises.ipynb").write_text(json.dumps(notebook(GOOD)))
+    out = tmp_path / "out" / "grades.csv"
+    rows = grade.grade(subs, out, 10, reference, secret="s")
+    (row,) = [r for r in rows if r["assignment"] == "masked_softmax"]
+    assert row["status"] == "misnamed file" and "ch 03 exercises.ipynb" in row["reason"], row
+    assert row["points"] is None
+    book = (out.parent / "gradebook.csv").read_text()
+    assert "misnamed file" in book
+    (feedback,) = (out.parent / "feedback").iterdir()
+    assert "ch 03 exercises.ipynb" in feedback.read_text() and "rename" in feedback.read_text()
+    assert (out.parent.stat().st_mode & 0o777) == 0o700
+    for path in out.parent.rglob("*"):
+        assert (path.stat().st_mode & 0o777) == (0o700 if path.is_dir() else 0o600), path
+    old = os.umask(0o022)
+    try:
+        grade.grade(subs, tmp_path / "shared" / "grades.csv", 10, reference, secret="s", shared_output=True)
+    finally:
+        os.umask(old)
+    assert ((tmp_path / "shared" / "gradebook.csv").stat().st_mode & 0o777) == 0o644
+
+
+def test_names_that_differ_only_in_their_code_points_are_told_apart():
+    nfc, nfd = "Jos\u00e9", "Jose\u0301"
+    why = grade.identity_problems([nfc, nfd])[nfc]
+    assert "Jos\\xe9" in why and "Jose\\u0301" in why
+
+
+def test_feedback_names_the_file_that_was_graded():
+    row = dict(student="ada", key="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+               status="graded", points=10.0, max_points=10.0, passed=8, total=8, reason="", late_days=0,
+               penalty=0.0, cases=[], path="/x/ada/ch03_exercises-1.ipynb")
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert "## ch03_exercises-1.ipynb (graded as ch03_exercises.ipynb): masked_softmax" in text
+    row["path"] = "/x/ada/`<b>`_1_2_ch03_exercises.ipynb"
+    assert "<b>" not in grade.feedback_markdown({"student": "ada"}, [row])
