@@ -19,7 +19,7 @@ D2L_SPEC := "d2l==1.0.3"
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Not under _build/: nbmake skips every path with a "_build" part, and would find no notebooks.
 STAGE := _stage
-STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt 2>/dev/null | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.stamp-$(shell cat pyproject.toml requirements.txt $(LOCK) 2>/dev/null | sha1sum | cut -c1-12)
 JOBS ?= 2
 # With JOBS test processes on a 2-core machine, each torch process gets one intra-op thread:
 # several processes each spinning several threads slow one another down many times over.

@@ -90,3 +90,5 @@ def test_the_lock_pins_the_cpu_build_of_torch_that_the_makefile_installs_first()
     assert not [name for name in pins if name.startswith("nvidia-")], "CUDA libraries in the lock"
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "--require-hashes -r $(LOCK)" in makefile and "--no-deps" in makefile
+    assert "$(LOCK)" in makefile.split("STAMP :=", 1)[1].splitlines()[0], (
+        "the venv stamp must change with the lock, or `make venv` keeps an environment the lock no longer describes")
