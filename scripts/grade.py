@@ -667,9 +667,9 @@ class Grader:
         os.chmod(self.run_dir, 0o711 if self.sandbox.kind == "user" else 0o700)
         self.missing: set[str] = set(self.sandbox.missing)
         self.references = reference_assignments(reference)
-        # the judge loads every checker now, before any notebook runs, and never reads them again
+        # the judge loads every checker before the first notebook runs (grade_notebook starts it), and never
+        # reads them again
         self.judge = JudgeServer([(n, self.extras.get(n)) for names in self.references.values() for n in names])
-        self.judge.start()
         books = {name: json.loads((reference / name).read_text(encoding="utf-8")) for name in self.references}
         self.reference_names = {name: graded_names(nb) for name, nb in books.items()}
         # the code cells as the chapter gives them: an error in one of these is not the student's
@@ -723,6 +723,7 @@ class Grader:
             nb, problem, digest = None, f"{type(err).__name__}: {err}", ""
         if problem:
             return rows("unreadable", f"not a valid notebook: {clean(problem, 300)}", sha256=digest)
+        self.judge.start()  # before any notebook runs: its checkers are in memory from now on
         names = dict(self.reference_names[reference])
         names.update({k: v for k, v in graded_names(nb).items() if k in expected})
         targets = {n: names.get(n, "") for n in expected}
@@ -1366,7 +1367,9 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                 log.flush()
                 rows.extend(found)
 
-            if jobs <= 1 or len(todo) <= 1:
+            if not todo:  # nothing to run (every notebook graded before, or none handed in): no sandbox needed
+                note.update(kind="not needed, no notebook to run", missing=set())
+            elif jobs <= 1 or len(todo) <= 1:
                 grader = Grader(reference, timeout, memory_gb, disk_mb, extras, fallback_user)
                 note.update(kind=grader.sandbox.kind, missing=grader.missing)
                 _announce(grader)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,11 +50,11 @@ def setup(tmp_path_factory):
     return base
 
 
-def run(base: Path, out: str, *extra: str, wait: bool = True):
+def run(base: Path, out: str, *extra: str, wait: bool = True, tmp: Path | None = None):
     argv = [sys.executable, str(ROOT / "scripts" / "grade.py"), str(base / "subs"), "--out",
             str(base / out / "grades.csv"), "--reference", str(base / "ref"), "--timeout", "120", "--memory-gb", "3",
             "--course", str(base / "course.toml"), "--secret", SECRET, *extra]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **({"TMPDIR": str(tmp)} if tmp else {}))
     if not wait:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -115,7 +116,10 @@ def test_a_regrade_gives_the_same_score(setup, serial):
 
 @pytest.mark.slow
 def test_an_interrupted_run_is_marked_partial_leaves_nothing_behind_and_resumes(setup, serial):
-    proc = run(setup, "three", wait=False)
+    # two notebooks at once: SIGTERM reaches the pool's workers too, and each removes its run folder
+    scratch = Path(tempfile.mkdtemp(prefix="grade-scratch-", dir="/tmp"))
+    scratch.chmod(0o755)
+    proc = run(setup, "three", "--jobs", "2", wait=False, tmp=scratch)
     journal = setup / "three" / "grades.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (journal.exists() and journal.read_text().strip()):
@@ -126,9 +130,11 @@ def test_an_interrupted_run_is_marked_partial_leaves_nothing_behind_and_resumes(
     assert proc.returncode == 130, (out[-2000:], err[-2000:])
     assert (setup / "three" / "PARTIAL.txt").exists() and (setup / "three" / "gradebook.partial.csv").exists()
     assert not (setup / "three" / "canvas.csv").exists(), "a partial run must not write an LMS upload"
-    assert not list(Path(tempfile.gettempdir()).glob(f"grade-run-{proc.pid}-*")), "run folder left behind"
+    left = list(scratch.glob("grade-run-*"))
+    shutil.rmtree(scratch, ignore_errors=True)
+    assert not left, f"run folders left behind: {left}"
     graded_before = len(journal.read_text().splitlines())
-    resumed = run(setup, "three", "--resume")
+    resumed = run(setup, "three", "--resume", "--jobs", "2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     graded_lines = [line for line in resumed.stdout.splitlines() if "/ch03_exercises.ipynb" in line]
     assert len(graded_lines) == len(CLASS) - graded_before, resumed.stdout[-2000:]

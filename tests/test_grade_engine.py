@@ -96,13 +96,12 @@ def my_masked_softmax(scores, mask, temperature=1.0):
 def test_the_package_and_its_other_routes_earn_nothing(tmp_path, route, called):
     """A masked softmax that wraps ab.tiled_attention, attend's fused path or the sampler's softmax passes
     with the whole package, and earns 0 in the grader's copy, where the feedback names the route."""
-    TILED = route  # noqa: N806
-    outside = sum(c["passed"] for c in results(tmp_path, function(TILED)))
+    outside = sum(c["passed"] for c in results(tmp_path, function(route)))
     assert outside > 0, "the attack is real: with the package's route the wrapper passes"
     package_without(["masked_softmax"], tmp_path / "pkg")
     (tmp_path / "cases.bin").write_bytes(dump_data(hidden_arguments("masked_softmax", SEED, "n")))
     code = (f"import torch, attention_book as ab\nfrom attention_book.assignments.grading import run_hidden\n"
-            f"{TILED}\nrun_hidden('masked_softmax', my_masked_softmax, {str(tmp_path / 'cases.bin')!r}, "
+            f"{route}\nrun_hidden('masked_softmax', my_masked_softmax, {str(tmp_path / 'cases.bin')!r}, "
             f"{str(tmp_path / 'r.bin')!r})\n"
             "import attention_book.assignments.ch03 as c\nprint(sorted(k for k, v in vars(c).items() "
             "if callable(v) and getattr(v, '__blocked_answer__', False)))")
