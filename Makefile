@@ -107,7 +107,7 @@ stage: venv
 ## not as a prerequisite: after test-notebooks, this staging marks what it executed.)
 book: venv
 	$(PY) scripts/stage.py $(STAGE)
-	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=300 --skip-executed --notebook-times $(NB_TIMES) $(STAGE)/notebooks
+	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=600 --skip-executed --notebook-times $(NB_TIMES) $(STAGE)/notebooks
 	$(PY) scripts/stage.py $(STAGE)
 	$(SITE_ENV) $(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
 	$(PY) scripts/explorers.py $(FRAMES)
@@ -149,7 +149,7 @@ test-unit: venv
 ## Execute every staged notebook once with nbmake (JOBS at a time), writing outputs into the
 ## staged copy, so the site build (`book`) reuses them instead of executing again.
 test-notebooks: stage
-	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=300 --notebook-times $(NB_TIMES) $(STAGE)/notebooks
+	$(SITE_ENV) $(NOTEBOOK_RUN) --overwrite --nbmake-timeout=600 --notebook-times $(NB_TIMES) $(STAGE)/notebooks
 
 ## The site from the executed notebooks, then the browser check (tests/test_site.py:
 ## Debian's Chromium, installed here by scripts/ensure_debian_package.sh if missing and root).
