@@ -12,8 +12,9 @@ What is checked here:
 - every case checks the whole shape and the dtype of a tensor answer;
 - case names and labels carry no parameter of the seed (they are the same for every seed);
 - every case counts: a case that raises is a failed case, and the report says "k of n cases passed";
-- the three assignments that vary what their chapter writes (ch03 masked softmax with a mask and a
-  temperature, ch05 per-head attention, ch06 encodings of any positions) reject plausible wrong answers.
+- the assignments that vary what their chapter writes (ch03 masked softmax with a mask and a
+  temperature, ch05 per-head attention, ch06 encodings of any positions, ch09 masking with exactly k
+  tokens per sequence) reject plausible wrong answers.
 """
 
 from __future__ import annotations
@@ -364,3 +365,24 @@ def uses_j_not_2j(positions, num_hiddens, base=10000.0):
 def test_the_encode_positions_checker_rejects_plausible_wrong_answers(wrong, passes):
     report = ab.assignments.check_encode_positions(wrong, verbose=False)
     assert not report and report.passed <= passes, report.results
+
+
+def first_k_masked(tokens, mask_id, vocab_size, special_ids, select_prob=0.15, generator=None):
+    """The exact count per row, but always the first k ordinary tokens, and always <mask>."""
+    eligible = ~torch.isin(tokens, torch.tensor([*special_ids, mask_id]))
+    k = torch.round(select_prob * eligible.sum(-1, keepdim=True).double())
+    selected = eligible & (eligible.long().cumsum(-1) <= k)
+    return torch.where(selected, mask_id, tokens), torch.where(selected, tokens, -100)
+
+
+@pytest.mark.parametrize("wrong, passes", [(ab.mask_for_mlm, 3), (first_k_masked, 7)])
+def test_the_mlm_masking_checker_rejects_the_chapters_masking_and_the_first_k(wrong, passes):
+    """The chapter's page selects each token independently (``ab.mask_for_mlm``): the assignment asks for
+    exactly round(select_prob * n) per row, so the page's code passes only the cases where the two agree
+    (select_prob 0 or 1, padding only); selecting the first k of a row fails the spread cases."""
+    for offset in (0, HIDDEN[1]):
+        report = run("mlm_masking", wrong, offset)
+        failed = [name for name, ok, _ in report.results if not ok]
+        assert not report and report.passed <= passes, report.results
+        if wrong is first_k_masked:
+            assert sum("spread" in name or "another select_prob" in name for name in failed) == 2, failed

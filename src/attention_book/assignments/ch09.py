@@ -1,11 +1,14 @@
-"""Chapter 9 checker: BERT's masked-language-model corruption.
+"""Chapter 9 checker: BERT's masked-language-model corruption, with an exact count per sequence.
 
 The learner writes ``fn(tokens, mask_id, vocab_size, special_ids, select_prob=0.15,
-generator=None) -> (inputs, labels)``, the contract of
-:func:`attention_book.mask_for_mlm`. Because the answer is random, most cases are
-statistical: on tens of thousands of tokens the observed fractions must lie within
-a few standard deviations of 15 % (selection) and 80 / 10 / 10 (what happens to a
-selected token). Special tokens (``<pad>``, ``<cls>``, …) must never be selected.
+generator=None) -> (inputs, labels)``. It varies what the chapter's page writes
+(:func:`attention_book.mask_for_mlm` selects each token independently, so a sequence
+gets about 15 % of its tokens): here each sequence (a row of ``tokens``) gets EXACTLY
+``k = round(select_prob * n)`` of its ``n`` ordinary tokens, drawn without replacement.
+Every case checks that count and the (inputs, labels) contract; the cases on a large
+batch are statistical too: the selected positions spread over the whole row, and the
+80 / 10 / 10 split of the selected tokens lies within a few standard deviations.
+Special tokens (``<pad>``, ``<cls>``, …) must never be selected.
 """
 
 from __future__ import annotations
@@ -74,18 +77,36 @@ def _sigma_ok(observed: float, p: float, n: int, name: str, k: float = 5.0) -> s
     return None
 
 
-def _unpacked(tokens):
-    """Turn ``check(inputs, labels)`` into a Case check on the pair, shape-checked first."""
+def _eligible(tokens):
+    return ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+
+
+def _count_problem(tokens, labels, p) -> str | None:
+    """Each row must select exactly round(p * n) of its n ordinary tokens (either side of an exact tie)."""
+    eligible = _eligible(tokens)
+    n = eligible.sum(-1)
+    got = ((labels != IGNORE) & eligible).sum(-1)
+    off = (got.double() - p * n.double()).abs() > 0.5 + 1e-6
+    if not off.any():
+        return None
+    r = int(off.nonzero()[0, 0])
+    return (f"a row with {int(n[r])} ordinary tokens should have exactly {round(p * int(n[r]))} selected "
+            f"(select_prob={p}), got {int(got[r])}; {int(off.sum())} of {len(n)} rows have the wrong count")
+
+
+def _unpacked(tokens, p):
+    """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then the exact count per row."""
     def wrap(check):
         def on_pair(out):
             inputs, labels = out
-            return _shape_problem(tokens, inputs, labels) or check(inputs, labels)
+            return (_shape_problem(tokens, inputs, labels) or _count_problem(tokens, labels, p)
+                    or check(inputs, labels))
         return on_pair
     return wrap
 
 
-def _check_contract(tokens):
-    @_unpacked(tokens)
+def _check_contract(tokens, p=0.15):
+    @_unpacked(tokens, p)
     def check(inputs, labels):
         selected = labels != IGNORE
         if not torch.equal(labels[selected], tokens[selected]):
@@ -98,9 +119,9 @@ def _check_contract(tokens):
 
 
 def _check_specials(tokens):
-    special = torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+    special = ~_eligible(tokens)
 
-    @_unpacked(tokens)
+    @_unpacked(tokens, 0.15)
     def check(inputs, labels):
         bad = special & (labels != IGNORE)
         if bad.any():
@@ -112,19 +133,24 @@ def _check_specials(tokens):
     return check
 
 
-def _check_selection_rate(tokens, p):
-    eligible = ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+def _check_spread(tokens, p):
+    """Drawn uniformly without replacement: the first half of each row's ordinary tokens gets its share."""
+    eligible = _eligible(tokens)
+    rank = eligible.long().cumsum(-1) - 1
+    first = eligible & (2 * rank < eligible.sum(-1, keepdim=True))
 
-    @_unpacked(tokens)
+    @_unpacked(tokens, p)
     def check(inputs, labels):
-        selected = labels != IGNORE
-        n = int(eligible.sum())
-        return _sigma_ok(int((selected & eligible).sum()) / n, p, n, "the fraction of ordinary tokens selected")
+        selected = (labels != IGNORE) & eligible
+        overall = int(selected.sum()) / max(int(eligible.sum()), 1)
+        n = int(first.sum())
+        return _sigma_ok(int((selected & first).sum()) / n, overall, n,
+                         "the fraction selected among the first half of each row's ordinary tokens")
     return check
 
 
 def _check_split(tokens):
-    @_unpacked(tokens)
+    @_unpacked(tokens, 0.15)
     def check(inputs, labels):
         selected = labels != IGNORE
         n = int(selected.sum())
@@ -149,9 +175,9 @@ def _check_split(tokens):
 
 
 def _check_extreme(tokens, p):
-    eligible = ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
+    eligible = _eligible(tokens)
 
-    @_unpacked(tokens)
+    @_unpacked(tokens, p)
     def check(inputs, labels):
         selected = labels != IGNORE
         if p == 0 and (selected.any() or not torch.equal(inputs, tokens)):
@@ -178,7 +204,7 @@ def _same_twice(tokens):
 
 
 def _unchanged(tokens):
-    contract = _check_contract(tokens)
+    contract = _check_contract(tokens, 0.5)
 
     def check(out):
         before, after, pair = out
@@ -195,11 +221,13 @@ def _unchanged(tokens):
 def check_mlm_masking(fn, verbose: bool = True):
     """Check a learner's BERT masking function ``fn(tokens, mask_id, vocab_size, special_ids, select_prob, generator)``.
 
-    Cases: the (inputs, labels) contract; special tokens (``<pad>``, ``<cls>``,
-    ``<unk>``) never selected; about 15 % of ordinary tokens selected; of those,
-    about 80 % ``<mask>``, 10 % random ordinary tokens, 10 % unchanged; the edge
-    cases ``select_prob`` = 0 and 1 and an all-padding batch; the same generator
-    seed gives the same answer; the input tensor is not modified.
+    Every case checks the shapes and that each row selects exactly ``round(select_prob * n)``
+    of its ``n`` ordinary tokens. Then: the (inputs, labels) contract; special tokens
+    (``<pad>``, ``<cls>``, ``<unk>``) never selected; the selected positions spread over
+    the whole row (drawn uniformly, not the first ``k``), at 0.15 and at another
+    ``select_prob``; of the selected tokens about 80 % ``<mask>``, 10 % random ordinary
+    tokens, 10 % unchanged; the edge cases ``select_prob`` = 0 and 1 and an all-padding
+    batch; the same generator seed gives the same answer; the input tensor is not modified.
     """
     g = case_generator(9)
     big = _batch(g, draw(g, 200, 300), draw(g, 80, 110))
@@ -207,18 +235,20 @@ def check_mlm_masking(fn, verbose: bool = True):
     all_pad = torch.full((draw(g, 2, 5), draw(g, 6, 12)), PAD)
     other_p = round(0.2 + 0.3 * float(torch.rand(1, generator=g)), 3)
     cases = [
-        Case("returns (inputs, labels) with labels = original token where selected, -100 elsewhere",
+        Case("returns (inputs, labels): labels = original token where selected, -100 elsewhere",
              (small,), _check_contract(small), label="the (inputs, labels) contract",
              hint="labels = torch.where(selected, tokens, -100); change inputs only where selected"),
         Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big),
-             hint="eligible = ~torch.isin(tokens, special ids); selected = eligible & (random < select_prob)"),
-        Case("about 15% of ordinary tokens are selected", (big,), _check_selection_rate(big, 0.15),
-             hint="select each eligible token independently with probability select_prob"),
+             hint="rank only the ordinary tokens of a row: give the special ones a score that sorts last"),
+        Case("the selected positions spread over the whole row", (big,), _check_spread(big, 0.15),
+             label="exactly k per row, drawn uniformly",
+             hint="one uniform score per token, sorted within its row (argsort of argsort gives ranks); "
+                  "select the ranks below k"),
         Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
              label="the 80/10/10 split of the selected tokens",
              hint="draw a second uniform number per token: < 0.8 → <mask>, 0.8–0.9 → random ordinary id, else keep"),
-        Case("another select_prob", (big,), _check_selection_rate(big, other_p), {"select_prob": other_p},
-             hint="use the select_prob argument instead of a hard-coded 0.15"),
+        Case("another select_prob", (big,), _check_spread(big, other_p), {"select_prob": other_p},
+             hint="k = round(select_prob * number of ordinary tokens in the row), from the argument"),
         Case("select_prob=0 changes nothing", (small,), _check_extreme(small, 0), {"select_prob": 0.0}),
         Case("select_prob=1 selects every ordinary token", (small,), _check_extreme(small, 1), {"select_prob": 1.0}),
         Case("a batch of padding only: nothing selected", (all_pad,), _check_extreme(all_pad, 0)),
