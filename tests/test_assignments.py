@@ -215,7 +215,8 @@ def test_the_pairs_and_numbers_are_checked_whole():
 
     assert run("mlm_masking", int32).passed == 0
     merge = REFERENCES["merge_softmax"][1]
-    assert run("merge_softmax", lambda a, b: tuple(t.float() for t in merge(a, b))).passed == 0
+    assert run("merge_softmax", lambda states: tuple(t.float() for t in merge(states))).passed == 0
+    assert run("merge_softmax", lambda states: merge(states)[::-1]).passed == 0
 
 
 # --- every case counts ------------------------------------------------------------------------
@@ -386,3 +387,23 @@ def test_the_mlm_masking_checker_rejects_the_chapters_masking_and_the_first_k(wr
         assert not report and report.passed <= passes, report.results
         if wrong is first_k_masked:
             assert sum("spread" in name or "another select_prob" in name for name in failed) == 2, failed
+
+
+def fold_with_the_package(states):
+    """A fold of the chapter's pairwise merge: right except for rows that saw no key (0 / 0)."""
+    m, l, acc = states[0]
+    for other in states[1:]:
+        m, l, acc = ab.merge_softmax((m, l, acc), other)
+    return acc / l[:, None], m + torch.log(l)
+
+
+@pytest.mark.parametrize("wrong, passes", [(ab.merge_softmax, 0), (fold_with_the_package, 8)])
+def test_the_merge_checker_rejects_the_chapters_pairwise_merge_and_a_fold_without_empty_rows(wrong, passes):
+    """The chapter's page writes merge_softmax(a, b); the assignment takes a list of states and returns the
+    output and the log-sum-exp, so the page's code renamed passes no case."""
+    for offset in (0, HIDDEN[1]):
+        report = run("merge_softmax", wrong, offset)
+        assert not report and report.passed <= passes, report.results
+        if wrong is fold_with_the_package:
+            failed = [name for name, ok, _ in report.results if not ok]
+            assert any("empty" in name for name in failed), failed

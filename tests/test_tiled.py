@@ -210,44 +210,59 @@ def test_tiled_memory_grows_linearly_explicit_quadratically():
 
 # --- the assignment's checker ------------------------------------------------------------------
 
-def test_checker_accepts_the_package_and_rejects_wrong_merges(capsys):
-    assert ch10.check_merge_softmax(ab.merge_softmax)
+def _package_fold(states):
+    """The assignment's answer built from the package: fold the pairwise merge, then finish."""
+    state = states[0]
+    for other in states[1:]:
+        state = ab.merge_softmax(state, other)
+    m, l, _ = state
+    return ab.finish_softmax(state), torch.where(l > 0, m + torch.log(l), torch.full_like(m, float("-inf")))
 
-    def no_rescaling(a, b):
-        return torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]
 
-    def nan_when_both_empty(a, b):
-        m = torch.maximum(a[0], b[0])
-        x, y = torch.exp(a[0] - m), torch.exp(b[0] - m)
-        return m, a[1] * x + b[1] * y, a[2] * x[..., None] + b[2] * y[..., None]
+def test_checker_accepts_the_package_fold_and_rejects_wrong_merges(capsys):
+    assert ch10.check_merge_softmax(_package_fold)
 
-    def rescales_only_l(a, b):
-        m = torch.maximum(a[0], b[0])
-        safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-        x, y = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
-        return m, a[1] * x + b[1] * y, a[2] + b[2]
+    def no_rescaling(states):
+        l, acc = sum(s[1] for s in states), sum(s[2] for s in states)
+        return acc / l[:, None], torch.log(l)
 
-    def todo(a, b):
+    def nan_when_all_empty(states):
+        m, l, acc = states[0]
+        for m_b, l_b, acc_b in states[1:]:
+            new = torch.maximum(m, m_b)
+            x, y = torch.exp(m - new), torch.exp(m_b - new)
+            m, l, acc = new, l * x + l_b * y, acc * x[..., None] + acc_b * y[..., None]
+        return acc / l[:, None], m + torch.log(l)
+
+    def forgets_lse(states):
+        return _package_fold(states)[0]
+
+    def todo(states):
         raise NotImplementedError
 
     assert ch10.check_merge_softmax(no_rescaling, verbose=False).score < 0.5
-    report = ch10.check_merge_softmax(nan_when_both_empty, verbose=False)
+    report = ch10.check_merge_softmax(nan_when_all_empty, verbose=False)
     assert not report and any("NaN" in why for _, ok, why in report.results if not ok)
-    assert not ch10.check_merge_softmax(rescales_only_l, verbose=False)
+    assert ch10.check_merge_softmax(forgets_lse, verbose=False).score == 0
     assert ch10.check_merge_softmax(todo, verbose=False).not_implemented
     with ab.assignments.hidden_cases(7):
-        assert ch10.check_merge_softmax(ab.merge_softmax, verbose=False)
-    assert math.isclose(ch10.check_merge_softmax(ab.merge_softmax, verbose=False).score, 1.0)
+        assert ch10.check_merge_softmax(_package_fold, verbose=False)
+    assert math.isclose(ch10.check_merge_softmax(_package_fold, verbose=False).score, 1.0)
 
 
 def test_hidden_grading_round_trip_and_the_package_merge_is_blocked(tmp_path):
     from attention_book.assignments import grading
 
-    def student(a, b):
-        m = torch.maximum(a[0], b[0])
-        ref = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-        x, y = torch.exp(a[0] - ref), torch.exp(b[0] - ref)
-        return m, a[1] * x + b[1] * y, a[2] * x[:, None] + b[2] * y[:, None]
+    def student(states):
+        m, l, acc = states[0]
+        for m_b, l_b, acc_b in states[1:]:
+            new = torch.maximum(m, m_b)
+            ref = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+            x, y = torch.exp(m - ref), torch.exp(m_b - ref)
+            m, l, acc = new, l * x + l_b * y, acc * x[:, None] + acc_b * y[:, None]
+        seen = l > 0
+        out = acc / torch.where(seen, l, torch.ones_like(l))[:, None]
+        return out, torch.where(seen, m + torch.log(l), torch.full_like(m, float("-inf")))
 
     def graded(fn, offset):
         """The grader's round trip: arguments in, the student's outputs out, judged outside."""
@@ -258,7 +273,7 @@ def test_hidden_grading_round_trip_and_the_package_merge_is_blocked(tmp_path):
         return grading.judge("merge_softmax", offset, "nonce", data).score
 
     assert graded(student, 12345) == 1.0
-    assert graded(ab.merge_softmax, 7) == 0.0  # handing in the package's own function earns nothing
+    assert graded(ab.merge_softmax, 7) == 0.0  # the chapter's pairwise merge answers another question
     # In the sandbox's copy of the package the answer does not exist, so wrapping it fails too.
     grading.package_without(["merge_softmax"], tmp_path / "copy")
     run = subprocess.run([sys.executable, "-c", "import torch, attention_book as ab\n"
@@ -266,4 +281,4 @@ def test_hidden_grading_round_trip_and_the_package_merge_is_blocked(tmp_path):
                           "    print('not available' in str(e))"],
                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(tmp_path / "copy")))
     assert run.stdout.strip() == "True", run.stderr[-2000:]
-    assert ab.assignments.check_merge_softmax(ab.merge_softmax, verbose=False)  # unblocked again afterwards
+    assert ab.assignments.check_merge_softmax(_package_fold, verbose=False)  # unblocked again afterwards
