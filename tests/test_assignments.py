@@ -13,7 +13,7 @@ What is checked here:
 - case names and labels carry no parameter of the seed (they are the same for every seed);
 - every case counts: a case that raises is a failed case, and the report says "k of n cases passed";
 - the assignments that vary what their chapter writes (ch03 masked softmax with a mask and a
-  temperature, ch05 per-head attention, ch06 encodings of any positions, ch09 masking with exactly k
+  temperature, ch05 grouped-query attention per head, ch06 encodings of any positions, ch09 masking with exactly k
   tokens per sequence) reject plausible wrong answers.
 """
 
@@ -321,27 +321,55 @@ def test_the_masked_softmax_checker_explains_uniform_and_nan_rows():
     assert "NaN" in why
 
 
-def interleaved_heads(queries, keys, values, num_heads):
-    """Right shape, but head h takes every num_heads-th column instead of a block."""
-    def split(X):
-        b, n, d = X.shape
-        return X.reshape(b, n, d // num_heads, num_heads).permute(0, 3, 1, 2)
-    Q, K, V = split(queries), split(keys), split(values)
+def _grouped(split, scale_by_width=False):
+    """Grouped-query attention with ``split`` cutting (batch, n, width) into heads: the shape of an answer."""
+    def attention(queries, keys, values, num_heads, num_kv_heads):
+        group = num_heads // num_kv_heads
+        Q = split(queries, num_heads)
+        K = split(keys, num_kv_heads).repeat_interleave(group, dim=1)
+        V = split(values, num_kv_heads).repeat_interleave(group, dim=1)
+        size = queries.shape[-1] if scale_by_width else Q.shape[-1]
+        return torch.softmax(Q @ K.transpose(-1, -2) / size ** 0.5, dim=-1) @ V
+    return attention
+
+
+def _blocks(X, heads):
+    b, n, d = X.shape
+    return X.reshape(b, n, heads, d // heads).transpose(1, 2)
+
+
+def _every_heads_th(X, heads):
+    b, n, d = X.shape
+    return X.reshape(b, n, d // heads, heads).permute(0, 3, 1, 2)
+
+
+interleaved_heads = _grouped(_every_heads_th)  # head h takes every heads-th column instead of a block
+scaled_by_full_size = _grouped(_blocks, scale_by_width=True)
+
+
+def _tiled(queries, keys, values, num_heads, num_kv_heads):
+    group = num_heads // num_kv_heads
+    Q = _blocks(queries, num_heads)
+    K, V = (_blocks(X, num_kv_heads).repeat(1, group, 1, 1) for X in (keys, values))
     return torch.softmax(Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5, dim=-1) @ V
 
 
-def scaled_by_full_size(queries, keys, values, num_heads):
-    def split(X):
-        b, n, d = X.shape
-        return X.reshape(b, n, num_heads, d // num_heads).transpose(1, 2)
-    Q, K, V = split(queries), split(keys), split(values)
-    return torch.softmax(Q @ K.transpose(-1, -2) / queries.shape[-1] ** 0.5, dim=-1) @ V
+def _page_per_head(queries, keys, values, num_heads):
+    """The chapter's attention per head (transpose_qkv, then scaled dot products), renamed."""
+    Q, K, V = (_blocks(X, num_heads) for X in (queries, keys, values))
+    return torch.softmax(Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5, dim=-1) @ V
 
 
-@pytest.mark.parametrize("wrong", [interleaved_heads, scaled_by_full_size])
-def test_the_per_head_attention_checker_rejects_plausible_wrong_answers(wrong):
-    report = ab.assignments.check_per_head_attention(wrong, verbose=False)
-    assert not report and report.passed <= report.total - 3
+def _page_ignoring_kv_heads(queries, keys, values, num_heads, num_kv_heads):
+    return _page_per_head(queries, keys, values, num_heads)
+
+
+@pytest.mark.parametrize("wrong, passes", [(interleaved_heads, 4), (scaled_by_full_size, 4), (_tiled, 4),
+                                           (_page_per_head, 0), (_page_ignoring_kv_heads, 1)])
+def test_the_per_head_attention_checker_rejects_plausible_wrong_answers(wrong, passes):
+    for offset in (0, HIDDEN[1]):
+        report = run("per_head_attention", wrong, offset)
+        assert not report and report.passed <= passes, report.results
 
 
 def integer_table(positions, num_hiddens, base=10000.0):
