@@ -413,9 +413,9 @@ def patch_grid_figure(image, patch_size=16, num_hiddens: int = 512, max_shown: i
     cax = fig.add_subplot(grid[1, :])
     cax.loglog(tokens, costs, "o-", color="C0", markersize=3)
     cost = attention_cost(m + 1, num_hiddens)
-    cax.loglog([m], [cost], "o", color="C3", markersize=9, label=f"{m} + 1 tokens: {cost:.2e} mult-adds")
+    cax.loglog([m], [cost], "o", color="C3", markersize=9, label=f"{m} + 1 tokens: {cost:.2e} multiply-adds")
     cax.set_xlabel("tokens (patches)")
-    cax.set_ylabel(f"self-attention mult-adds (d={num_hiddens})")
+    cax.set_ylabel(f"self-attention multiply-adds (d={num_hiddens})")
     cax.set_title("cost grows with the square of the tokens")
     cax.legend(loc="upper left", fontsize=8)
     return fig
