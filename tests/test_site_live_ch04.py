@@ -79,7 +79,9 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
             cells = view.locator("svg.ab-live-heatmap rect").count()
             assert cells == len(want["rows"]) * len(want["source"])
         # the heatmap fits the column at 1280 px
-        svg = view.locator("svg.ab-live-heatmap").bounding_box()
+        heatmap = view.locator("svg.ab-live-heatmap")
+        heatmap.wait_for(state="visible")  # laid out (a loaded machine may lag a frame)
+        svg = heatmap.bounding_box()
         column = view.bounding_box()
         assert svg["x"] + svg["width"] <= column["x"] + column["width"] + 1
         # an empty sentence gets a message, not an error or a stale map
