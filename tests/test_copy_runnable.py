@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_notebook_layout import visible_code_lines
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-HIDDEN_TAGS = {"remove-cell", "remove-input"}
 # Names IPython puts in every session.
 IPYTHON_BUILTINS = ["display", "get_ipython"]
 
@@ -39,18 +39,10 @@ def ruff() -> str:
 
 
 def visible_script(nb: dict) -> str:
-    """The visible code cells joined in page order, magics and shell lines left out."""
-    cells = []
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        if HIDDEN_TAGS & set(cell.get("metadata", {}).get("tags", [])):
-            continue
-        source = "".join(cell.get("source", ""))
-        lines = [line for line in source.splitlines()
-                 if not line.lstrip().startswith(("%", "!"))]
-        cells.append("\n".join(lines))
-    return "\n\n".join(cells) + "\n"
+    """The visible code lines in page order, magics and shell lines left out."""
+    lines = [line for _, _, line in visible_code_lines(nb)
+             if not line.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines) + "\n"
 
 
 def undefined_names(script: str) -> list[str]:
