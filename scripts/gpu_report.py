@@ -198,12 +198,17 @@ def _value(value) -> str:
     return "" if value is None else str(value)
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell (an error message may hold a '|' or a newline)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def render(data: dict) -> str:
     """The report as Markdown: a table per chapter, then each chapter's claims and values."""
     entries = data["notebooks"]
     if not entries:
         return ""
-    lines = []
+    lines = [str(data["note"]), ""] if data.get("note") else []
     chapters = sorted({name[:4] for name in entries})
     for chapter in chapters:
         rows = [entries[name] for name in sorted(entries) if name.startswith(chapter)]
@@ -213,7 +218,7 @@ def render(data: dict) -> str:
         for e in rows:
             peak = e.get("peak_gpu_mib")
             lines.append(
-                f"| {e['notebook']} | {e['status']} | {e['wall_s']:.0f} s | "
+                f"| {e['notebook']} | {_cell(e['status'])} | {e['wall_s']:.0f} s | "
                 f"{'n/a' if peak is None else f'{peak:,.0f} MiB'} | {e.get('precision', '?')} | "
                 f"{e.get('device', '?')} | {e.get('torch', '?')} ({e.get('cuda') or 'none'}) | {e['measured']} |")
         claims = [(e["notebook"], c) for e in rows for c in e["claims"]]

@@ -132,3 +132,13 @@ def test_timings_summary_lists_each_run(tmp_path):
     missing = tmp_path / "none.json"
     with pytest.raises(SystemExit, match="does not exist"):
         timings.read_run(missing)
+
+
+def test_render_states_the_note_and_keeps_error_text_inside_its_cell():
+    entry = {"notebook": "ch07_transformer", "status": "error: ValueError: a | b\nc", "wall_s": 3.0,
+             "claims": [], "measured": "2026-11-26 21:40 UTC"}
+    text = gpu_report.render({"note": "Run on one GPU, 8 notebooks at a time.",
+                              "notebooks": {"ch07_transformer": entry}})
+    assert text.startswith("Run on one GPU, 8 notebooks at a time.\n")
+    row = next(line for line in text.splitlines() if line.startswith("| ch07_transformer"))
+    assert "a \\| b c" in row and row.count(" | ") == 7  # eight cells, the error's bar escaped
