@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.checks import check_int, check_positive_int
-from ..core.train import accuracy, evaluating, warmup_cosine_schedule
+from ..core.train import accuracy, evaluating, model_device, warmup_cosine_schedule
 from ..models.attention import record_attention
 from ..models.transformer import TransformerEncoder, init_small_embeddings
 
@@ -94,10 +94,14 @@ class SequencePredictor(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, X: torch.Tensor) -> list[torch.Tensor]:
-        """One (batch, heads, length, length) map per layer, from an eval-mode pass."""
+        """One (batch, heads, length, length) map per layer, from an eval-mode pass.
+
+        ``X`` may sit on any device: it is moved to the model's, and the maps come
+        back on the CPU, ready to plot.
+        """
         with evaluating(self), record_attention(self) as maps:
-            self(X)
-        return maps.tensors()
+            self(X.to(model_device(self)))
+        return [m.float().cpu() for m in maps.tensors()]
 
 
 def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: int = 0, figsize=(4.6, 4.0)):
