@@ -355,20 +355,25 @@ def test_position_variants_keep_the_plain_layers_weights_and_change_only_the_sco
 
 def test_chapter_5_writes_its_layer_on_the_page():
     """Chapter 5 writes MultiHeadAttention itself, one screen without checks or later chapters'
-    options, and checks it once against the package's class (copied weights, assert_close); the
-    package's class leaves chapter 10's options to its subclasses."""
+    options, and checks it once against the package's class: a visible cell copies the weights
+    into ``ab.MultiHeadAttention`` and prints the largest difference, and a hidden cell asserts
+    it (assert_close); the package's class leaves chapter 10's options to its subclasses."""
     import json
     from pathlib import Path
 
     notebook = Path(__file__).resolve().parents[1] / "notebooks" / "ch05_multihead_attention.ipynb"
-    cells = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
-             if c["cell_type"] == "code"]
+    code_cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    cells = ["".join(c["source"]) for c in code_cells]
+    hidden = ["".join(c["source"]) for c in code_cells
+              if "remove-cell" in c.get("metadata", {}).get("tags", [])]
     (cell,) = [c for c in cells if "class MultiHeadAttention(" in c]
     taught = cell[cell.index("class MultiHeadAttention("):]
     assert len(taught.splitlines()) <= 40
     for word in ("check_", "raise", "rotary", "alibi", "kv_", "cache", "scaled_dot_product_attention", "need_weights"):
         assert word not in taught, word
-    assert any("load_state_dict" in c and "ab.MultiHeadAttention(" in c and "assert_close" in c for c in cells)
+    assert any("load_state_dict" in c and "ab.MultiHeadAttention(" in c and "largest difference" in c
+               and c not in hidden for c in cells)
+    assert any("assert_close(package(" in c for c in hidden)
     code = ab.show_source(ab.MultiHeadAttention).parts[0][1]
     for word in ("rotary", "alibi", "num_kv_heads", "project_kv", "kv="):
         assert word not in code, word
