@@ -93,6 +93,19 @@ def test_long_input_experiment_trains_both_models_on_the_same_batches():
         ab.experiments.long_inputs.copy_alignment_figure(runs[0].models["no attention"], length=5, vocab_size=4)
 
 
+def test_attention_steps_train_the_attention_model_on_the_first_batches_only():
+    config = dict(vocab_size=4, min_len=2, max_len=6, embed_size=8, num_hiddens=16, steps=30, batch_size=8)
+    (run,) = ab.experiments.long_inputs.long_input_experiment(num_seeds=1, seed=3, per_length=5, progress=False,
+                                                              attention_steps=10, **config)
+    assert run.histories["no attention"].steps == 30 and run.histories["attention"].steps == 10
+    # the attention model of the run is the one trained on the first 10 of the 30 batches
+    model, _ = ab.experiments.long_inputs.train_copy_model("additive", seed=3, progress=False, train_steps=10, **config)
+    for p, q in zip(model.parameters(), run.models["attention"].parameters()):
+        torch.testing.assert_close(p, q)
+    with pytest.raises(ValueError, match="attention_steps"):
+        ab.experiments.long_inputs.long_input_experiment(num_seeds=1, attention_steps=0, **config)
+
+
 @pytest.mark.slow
 def test_attention_copies_long_sources_the_plain_model_cannot():
     config = dict(vocab_size=8, min_len=2, max_len=30, embed_size=32, num_hiddens=64, steps=450)
