@@ -64,15 +64,21 @@ def check_masked_cross_entropy(fn, verbose: bool = True):
     big = torch.randn(batch, steps, vocab, generator=g) * 50
     cases = [
         _case("no padding: plain cross-entropy", logits, no_pad, 0,
-              "without padding the answer is F.cross_entropy over all positions"),
+              "compared with F.cross_entropy averaged over all batch × steps positions; count is batch × steps"),
         _case("sentences of different lengths", logits, padded(0), 0,
-              "average over the real tokens of the whole batch, not over all positions "
-              "and not sentence by sentence"),
-        _case("the padding index is not 0", logits, padded(other_pad), other_pad, "use pad_id, not a hard-coded 0"),
+              "compared with the cross-entropy summed over the positions whose label is not pad_id, "
+              "divided by their number: one average over the whole batch (a mean per sentence, then "
+              "over sentences, gives another number when the lengths differ)"),
+        _case("the padding index is not 0", logits, padded(other_pad), other_pad,
+              "pad_id is not 0 here; compared with the cross-entropy summed over the positions whose "
+              "label is not pad_id, divided by their number (one average over the whole batch, not per "
+              "sentence)"),
         _case("a batch of padding only", logits, torch.full((batch, steps), other_pad), other_pad,
               "with no real token, return a mean of 0 (divide by max(count, 1))"),
         _case("large logits at padded positions", big, padded(0, empty_rows=True), 0,
-              "padded positions must not contribute, however large their logits"),
+              "compared with the cross-entropy summed over the positions whose label is not pad_id, "
+              "divided by their number (one average over the whole batch, not per sentence); padded "
+              "positions must add nothing, however large their logits"),
     ]
     return run_checks("masked_cross_entropy", fn, cases, verbose=verbose)
 
