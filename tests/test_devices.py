@@ -70,6 +70,24 @@ def test_head_importance_moves_cpu_inputs_to_the_models_device(input_device):
     assert input_device(call) == torch.device("meta")
 
 
+def test_vit_attention_maps_move_cpu_inputs_to_the_models_device(input_device):
+    torch.manual_seed(0)
+    model = ab.ViT(
+        img_size=16,
+        patch_size=8,
+        num_hiddens=16,
+        mlp_num_hiddens=32,
+        num_heads=2,
+        num_blks=1,
+        emb_dropout=0.0,
+        blk_dropout=0.0,
+    )
+    X = torch.randn(2, 1, 16, 16)
+    assert input_device(lambda: model.to("meta").attention_maps(X)) == torch.device(
+        "meta"
+    )
+
+
 def test_reversal_maps_come_back_on_the_cpu_as_recorded():
     """The maps are the recorded attention weights, as float32 CPU tensors ready to plot."""
     model, X = reverser_on("cpu"), torch.randint(0, 10, (2, 16))

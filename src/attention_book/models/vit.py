@@ -37,7 +37,7 @@ from .attention import record_attention
 from .transformer import PositionWiseFFN, TransformerEncoderBlock
 from ..core.checks import (check_divisible, check_dropout, check_heads, check_positive_int, check_same_device,
                             check_size_pair)
-from ..core.train import evaluating
+from ..core.train import evaluating, model_device
 
 __all__ = [
     "patchify",
@@ -225,10 +225,11 @@ class ViT(nn.Module):
         """Every layer's attention: (num_blks, batch, heads, tokens, tokens), from one eval-mode pass.
 
         With ``pool='cls'`` token 0 is ``<cls>`` and tokens 1.. are the patches row by row.
-        The model's train/eval mode is restored afterwards.
+        The model's train/eval mode is restored afterwards. ``X`` may sit on any device: it
+        is moved to the model's, where the maps stay.
         """
         with evaluating(self), record_attention(self) as maps:
-            self(X)
+            self(X.to(model_device(self)))
         return maps.stacked("self")
 
 
