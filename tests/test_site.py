@@ -202,6 +202,13 @@ JS_OVERFLOW = """() => {
 }"""
 
 
+def by_page(docnames) -> list:
+    """``docnames`` as parameters that keep every browser test of one page on one xdist worker
+    (`make test-site` runs --dist loadgroup): a worker's Crawler and layout checks load each page
+    once, instead of both workers loading most pages (pytest spreads a test's pages over both)."""
+    return [pytest.param(d, marks=pytest.mark.xdist_group(f"page:{d}")) for d in docnames]
+
+
 def _slug(docname: str) -> str:
     return docname.replace("/", "__")
 
@@ -311,14 +318,14 @@ def test_toc_lists_pages():
     assert len(PAGES) == len(set(PAGES)), f"a page is listed twice in _toc.yml: {PAGES}"
 
 
-@pytest.mark.parametrize("docname", PAGES)
+@pytest.mark.parametrize("docname", by_page(PAGES))
 def test_page_has_no_javascript_errors(crawler, docname):
     visit = crawler.visit(docname)
     assert not visit.errors, f"{visit.url}:\n  " + "\n  ".join(visit.errors)
     assert not visit.broken_images, f"{visit.url}: images that did not load: {visit.broken_images}"
 
 
-@pytest.mark.parametrize("docname", [p for p in PAGES if CHAPTER.match(p)])
+@pytest.mark.parametrize("docname", by_page([p for p in PAGES if CHAPTER.match(p)]))
 def test_chapter_shows_a_figure(crawler, docname):
     visit = crawler.visit(docname)
     assert visit.figures >= 1, (
@@ -333,7 +340,7 @@ def explorer_names(docname: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r'ab\.explore\((?:[^()]|\([^()]*\))*?name="([^"]+)"', code, re.S)]
 
 
-@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
+@pytest.mark.parametrize("docname", by_page([p for p in PAGES if p.startswith("notebooks/")]))
 def test_no_page_shows_a_dead_widget(crawler, docname):
     """A page has no kernel: an ipywidgets control there would move nothing. Every control is
     an explorer (``ab.explore``), which the site build turns into a player of precomputed frames."""
@@ -392,7 +399,7 @@ def _check_explorer_shows(page, name: str, manifest: dict, where: str) -> dict:
     return state
 
 
-@pytest.mark.parametrize("docname", [p for p in PAGES if explorer_names(p)])
+@pytest.mark.parametrize("docname", by_page([p for p in PAGES if explorer_names(p)]))
 def test_every_explorer_control_moves_its_frame(crawler, docname):
     """Move every control of every explorer to two other values (sliders with the keyboard),
     and compare the shown frame with the build's record of what the kernel drew."""
@@ -454,7 +461,7 @@ JS_ANSWERS = """() => Array.from(document.querySelectorAll('details.sd-dropdown'
   .map(d => ({open: d.open, text: d.textContent.trim().length}))"""
 
 
-@pytest.mark.parametrize("docname", [p for p in PAGES if EXERCISES.match(p)])
+@pytest.mark.parametrize("docname", by_page([p for p in PAGES if EXERCISES.match(p)]))
 def test_worked_answers_are_folded_under_show_answer(crawler, docname):
     """The public site shows every worked answer, closed under "Show answer" until clicked."""
     visit = crawler.visit(docname)
@@ -511,7 +518,7 @@ def test_page_weight_with_its_frames_stays_under_3_mb(docname):
     assert total <= 3_000_000, f"{page}: {total / 1e6:.2f} MB with its images (at most 3 MB)"
 
 
-@pytest.mark.parametrize("docname", PAGES)
+@pytest.mark.parametrize("docname", by_page(PAGES))
 def test_internal_links_and_anchors_resolve(crawler, site, docname):
     visit = crawler.visit(docname)
     bad = []
@@ -530,7 +537,7 @@ def test_internal_links_and_anchors_resolve(crawler, site, docname):
     assert not bad, f"{visit.url}: broken internal links:\n  " + "\n  ".join(bad)
 
 
-@pytest.mark.parametrize("docname", PAGES)
+@pytest.mark.parametrize("docname", by_page(PAGES))
 def test_math_is_typeset(crawler, docname):
     visit = crawler.visit(docname)
     assert visit.math_errors == 0, f"{visit.url}: MathJax reported {visit.math_errors} errors"
@@ -554,7 +561,7 @@ def expected_colab(docname: str) -> str:
     return f"{colab}/github/{owner_repo}/blob/{repo.get('branch', 'main')}/{path}"
 
 
-@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")])
+@pytest.mark.parametrize("docname", by_page([p for p in PAGES if p.startswith("notebooks/")]))
 def test_colab_link_points_at_this_notebook(crawler, docname):
     visit = crawler.visit(docname)
     expected = expected_colab(docname)
@@ -581,7 +588,7 @@ def test_search_finds_pages(browser, site):
     assert hits > 0
 
 
-@pytest.mark.parametrize("index", range(len(PAGES)), ids=PAGES)
+@pytest.mark.parametrize("index", [pytest.param(i, id=p, marks=by_page([p])[0].marks) for i, p in enumerate(PAGES)])
 def test_previous_and_next_follow_the_toc(crawler, site, index):
     visit = crawler.visit(PAGES[index])
     want_prev = PAGES[index - 1] if index > 0 else None
@@ -611,7 +618,7 @@ def test_exercises_pages_are_in_the_table_of_contents(crawler, site):
     assert not unreachable, f"exercises pages missing from the site's navigation: {unreachable}"
 
 
-@pytest.mark.parametrize("docname", PAGES)
+@pytest.mark.parametrize("docname", by_page(PAGES))
 def test_phone_width_has_no_horizontal_overflow(crawler, docname):
     visit = crawler.visit(docname)
     o = visit.phone_overflow

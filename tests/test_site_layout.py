@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import io
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from test_site import CHAPTER, DESKTOP, EXERCISES, HTML, PAGES, browser, site  # noqa: F401 (fixtures)
+from test_site import CHAPTER, DESKTOP, EXERCISES, HTML, PAGES, browser, by_page, site  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -34,8 +35,10 @@ MIN_TICK_PX = 9.0
 MAP_DRAWERS = {"imshow", "matshow", "pcolormesh", "heatmaps_figure"}
 
 
-def map_functions(package: Path = PACKAGE) -> set[str]:
-    """Names of the package's functions that draw a matrix as an image (an attention map)."""
+@functools.cache
+def map_functions(package: Path = PACKAGE) -> frozenset[str]:
+    """Names of the package's functions that draw a matrix as an image (an attention map).
+    Parsed once per process (about 2 s), not once per chapter page."""
     names = set()
     for path in package.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -45,7 +48,7 @@ def map_functions(package: Path = PACKAGE) -> set[str]:
                          for c in ast.walk(node) if isinstance(c, ast.Call)}
                 if calls & MAP_DRAWERS:
                     names.add(node.name)
-    return names
+    return frozenset(names)
 
 
 def tick_label_points() -> float:
@@ -101,15 +104,6 @@ JS_CELL_IMAGES = """() => Array.from(document.querySelectorAll('#main-content di
 }).filter(c => c.images.length)"""
 
 
-@pytest.fixture(scope="module")
-def desktop(browser):  # noqa: F811 (the fixture imported from test_site)
-    page = browser.new_page(viewport=DESKTOP)
-    page.set_default_timeout(30_000)
-    page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
-    yield page
-    page.close()
-
-
 def _open(page, url: str) -> None:
     page.goto(url, wait_until="load")
     page.evaluate("""() => (window.MathJax && MathJax.startup && MathJax.startup.promise)
@@ -117,10 +111,43 @@ def _open(page, url: str) -> None:
     page.wait_for_timeout(150)
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
-def test_no_code_or_output_scrolls_sideways(desktop, site, docname):  # noqa: F811
-    _open(desktop, f"{site}{docname}.html")
-    wide = desktop.evaluate(JS_SIDEWAYS)
+# Every check below only reads the laid-out page (no script here changes it), so each page is
+# loaded once at 1280 px and once at 390 px, all the checks of that width run on that load, and
+# each test reads its own results from the record (a test fails alone, with its own message),
+# instead of one load per check (ten per page). by_page keeps the tests of one page on one
+# xdist worker, so no page is loaded by both workers.
+_RECORDS: dict[tuple[str, int], dict] = {}
+
+
+def _measured(browser, site: str, docname: str, viewport: dict, name: str):  # noqa: F811
+    """What script ``name`` of _SCRIPTS[width] returned on ``docname`` loaded at ``viewport``
+    (the page is loaded on the first call for that page and width); a script's error is raised."""
+    key = (docname, viewport["width"])
+    if key not in _RECORDS:
+        page = browser.new_page(viewport=viewport)
+        try:
+            page.set_default_timeout(30_000)
+            page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+            _open(page, f"{site}{docname}.html")
+            record = {}
+            for script_name, js in _SCRIPTS[viewport["width"]].items():
+                try:
+                    record[script_name] = page.evaluate(js)
+                except Exception as error:  # noqa: BLE001 - raised again in the test that reads it
+                    record[script_name] = error
+        finally:
+            page.close()
+        _RECORDS[key] = record
+    # A result is read by one test only: dropping it keeps the explorers' frames out of memory.
+    found = _RECORDS[key].pop(name)
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_no_code_or_output_scrolls_sideways(browser, site, docname):  # noqa: F811
+    wide = _measured(browser, site, docname, DESKTOP, "sideways")
     assert not wide, (
         f"{docname} at {DESKTOP['width']} px: {len(wide)} blocks scroll sideways (content px / "
         "box px):\n  " + "\n  ".join(f"{w['kind']} {w['scroll']}/{w['client']}: {w['text']!r}" for w in wide))
@@ -133,14 +160,13 @@ def _image_bytes(src: str, docname: str) -> bytes:
     return path.resolve().read_bytes()
 
 
-@pytest.mark.parametrize("docname", [p for p in LAYOUT_PAGES if CHAPTER.match(p)])
-def test_attention_maps_have_legible_tick_labels(desktop, site, docname):  # noqa: F811
+@pytest.mark.parametrize("docname", by_page([p for p in LAYOUT_PAGES if CHAPTER.match(p)]))
+def test_attention_maps_have_legible_tick_labels(browser, site, docname):  # noqa: F811
     maps = map_functions()
     called = re.compile(r"\bab\.(" + "|".join(sorted(maps)) + r")\b")
     points = tick_label_points()
-    _open(desktop, f"{site}{docname}.html")
     small = []
-    for cell in desktop.evaluate(JS_CELL_IMAGES):
+    for cell in _measured(browser, site, docname, DESKTOP, "cell images"):
         found = called.search(cell["code"])
         if not found:
             continue
@@ -179,11 +205,10 @@ JS_INNER_SCROLL = """() => {
 }"""
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
-def test_no_code_block_has_a_scroll_box_of_its_own(desktop, site, docname):  # noqa: F811
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_no_code_block_has_a_scroll_box_of_its_own(browser, site, docname):  # noqa: F811
     """Shown code is whole at 1280 px: no code block, shown source or output scrolls inside itself."""
-    _open(desktop, f"{site}{docname}.html")
-    boxed = desktop.evaluate(JS_INNER_SCROLL)
+    boxed = _measured(browser, site, docname, DESKTOP, "inner scroll")
     assert not boxed, (
         f"{docname} at {DESKTOP['width']} px: {len(boxed)} blocks have a scroll box of their own "
         "(content px / box px):\n  " + "\n  ".join(
@@ -214,36 +239,22 @@ JS_WRAPPED_OUT_OF_INDENT = """() => {
 }"""
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+JS_LINES_SPLIT = ("() => document.querySelectorAll('#main-content div.cell_input pre').length === 0 "
+                  "|| document.querySelectorAll('#main-content div.cell_input pre .ab-line').length > 0")
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
 def test_a_wrapped_code_line_keeps_its_indentation_on_a_phone(browser, site, docname):  # noqa: F811
     """At 390 px code lines wrap; the rest of a wrapped line hangs under its own indentation."""
-    page = browser.new_page(viewport=PHONE)
-    try:
-        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
-        _open(page, f"{site}{docname}.html")
-        assert page.evaluate("() => document.querySelectorAll('#main-content div.cell_input pre').length === 0 "
-                             "|| document.querySelectorAll('#main-content div.cell_input pre .ab-line').length > 0"), (
-            f"{docname}: code cells are not split into lines (book_site.py's script did not run)")
-        bad = page.evaluate(JS_WRAPPED_OUT_OF_INDENT)
-    finally:
-        page.close()
+    assert _measured(browser, site, docname, PHONE, "lines split"), (
+        f"{docname}: code cells are not split into lines (book_site.py's script did not run)")
+    bad = _measured(browser, site, docname, PHONE, "wrapped out of indent")
     assert not bad, (f"{docname} at {PHONE['width']} px: wrapped lines continue left of their indentation:\n  "
                      + "\n  ".join(f"{b['text']!r} (indent {b['indent']}, continues at {b['left']:.0f} px)"
                                    for b in bad))
 
 
 JS_PAGE_WIDER = "() => document.documentElement.scrollWidth > window.innerWidth + 1"
-
-
-def _evaluate_at(browser, url: str, viewport: dict, *scripts: str) -> list:  # noqa: F811
-    """Open ``url`` in a fresh page of that size (offline but for the site) and run ``scripts``."""
-    page = browser.new_page(viewport=viewport)
-    try:
-        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
-        _open(page, url)
-        return [page.evaluate(js) for js in scripts]
-    finally:
-        page.close()
 
 
 JS_MID_TOKEN_WRAPS = """() => {
@@ -282,11 +293,12 @@ JS_MID_TOKEN_WRAPS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
 def test_code_wraps_only_between_words_on_a_phone(browser, site, docname):  # noqa: F811
     """Issue 38: at 390 px a code line that wraps breaks at a space, never inside a name or a
     number (`attention_weig|hts`); a word too long for the column scrolls in the code's box."""
-    found, page_wider = _evaluate_at(browser, f"{site}{docname}.html", PHONE, JS_MID_TOKEN_WRAPS, JS_PAGE_WIDER)
+    found = _measured(browser, site, docname, PHONE, "mid-token wraps")
+    page_wider = _measured(browser, site, docname, PHONE, "page wider (code)")
     assert not found["bad"], (f"{docname} at {PHONE['width']} px: code lines wrapped inside a word "
                               f"(of {found['wrapped']} wraps):\n  " + "\n  ".join(
                                   f"{b['at']!r} in {b['text']!r}" for b in found["bad"]))
@@ -337,18 +349,14 @@ def test_the_equation_check_catches_cut_and_wide_equations():
     assert _equation_problems([scrolls], False) == [], "on a phone a wide equation may scroll in its box"
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
 @pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
 def test_display_equations_are_never_cut(browser, site, docname, width):  # noqa: F811
     """At 1280 px every display equation fits its column; at 390 px one too wide scrolls inside
     its own box (book.css) and is never cut or pushed past the screen."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    try:
-        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
-        _open(page, f"{site}{docname}.html")
-        problems = _equation_problems(page.evaluate(JS_EQUATIONS), width == DESKTOP["width"])
-    finally:
-        page.close()
+    viewport = DESKTOP if width == DESKTOP["width"] else PHONE
+    problems = _equation_problems(_measured(browser, site, docname, viewport, "equations"),
+                                  width == DESKTOP["width"])
     assert not problems, (f"{docname} at {width} px: split the equation (aligned lines or several "
                           "$$ blocks):\n  " + "\n  ".join(problems))
 
@@ -369,12 +377,11 @@ JS_TABLES_AND_RAW_PIPES = """() => {
 }"""
 
 
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
-def test_tables_fit_the_column_and_none_is_raw_text(desktop, site, docname):  # noqa: F811
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_tables_fit_the_column_and_none_is_raw_text(browser, site, docname):  # noqa: F811
     """At 1280 px no table is wider than the column; no paragraph shows a raw `| a | b |` row (a
     markdown table needs a blank line before it)."""
-    _open(desktop, f"{site}{docname}.html")
-    found = desktop.evaluate(JS_TABLES_AND_RAW_PIPES)
+    found = _measured(browser, site, docname, DESKTOP, "tables")
     problems = [f"table {t['width']} px wide in a {t['box']} px column: {t['text']!r}" for t in found["wide"]]
     problems += [f"raw markdown table in a paragraph: {text!r}" for text in found["raw"]]
     assert not problems, f"{docname} at {DESKTOP['width']} px:\n  " + "\n  ".join(problems)
@@ -478,13 +485,14 @@ def _explorer_image_widths(explorer: dict) -> list[tuple[bytes, float]]:
 
 
 @pytest.mark.parametrize("width", [DESKTOP["width"], PHONE["width"]])
-@pytest.mark.parametrize("docname", LAYOUT_PAGES)
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
 def test_figure_and_explorer_text_is_at_least_9_px(browser, site, docname, width):  # noqa: F811
     """At 1280 and at 390 px the smallest text of every figure and of every explorer frame renders
     at least 9 px high: the PNG's recorded text size (core/plot.py writes it) × shown width /
     natural width. On a phone a figure keeps the width its text needs and scrolls in its box."""
     viewport = DESKTOP if width == DESKTOP["width"] else PHONE
-    found, page_wider = _evaluate_at(browser, f"{site}{docname}.html", viewport, JS_FIGURES, JS_PAGE_WIDER)
+    found = _measured(browser, site, docname, viewport, "figures")
+    page_wider = _measured(browser, site, docname, viewport, "page wider (figures)")
     images = [(f"figure {i + 1} ({c['src'][:40]})", _image_bytes(c["src"], docname), c["shown"])
               for i, c in enumerate(found["cells"])]
     for explorer in found["explorers"]:
@@ -494,3 +502,14 @@ def test_figure_and_explorer_text_is_at_least_9_px(browser, site, docname, width
     assert not problems, (f"{docname} at {width} px: figure text below {MIN_TEXT_PX:g} px "
                           "(draw the figure narrower or its text larger):\n  " + "\n  ".join(problems))
     assert not page_wider, f"{docname} at {width} px: a figure pushes the page sideways"
+
+
+# What each test reads from the one load of a page at each width (see _measured).
+_SCRIPTS = {
+    DESKTOP["width"]: {"sideways": JS_SIDEWAYS, "cell images": JS_CELL_IMAGES, "inner scroll": JS_INNER_SCROLL,
+                       "equations": JS_EQUATIONS, "tables": JS_TABLES_AND_RAW_PIPES, "figures": JS_FIGURES,
+                       "page wider (figures)": JS_PAGE_WIDER},
+    PHONE["width"]: {"lines split": JS_LINES_SPLIT, "wrapped out of indent": JS_WRAPPED_OUT_OF_INDENT,
+                     "mid-token wraps": JS_MID_TOKEN_WRAPS, "page wider (code)": JS_PAGE_WIDER,
+                     "equations": JS_EQUATIONS, "figures": JS_FIGURES, "page wider (figures)": JS_PAGE_WIDER},
+}
