@@ -167,12 +167,18 @@ test-site: test-notebooks book
 ## before a GPU reader meets it; its numbers mean nothing. Its own staged copy, never published.
 ## ATTENTION_BOOK_DATA is dropped: the offline copies hold only the ci size's sentence pairs, so the
 ## run uses the downloaded data, or offline the generated stand-ins (large enough for any size).
+## SMOKE_SAME_AS_CI: notebooks whose full size is their ci size (no size setting, no explorer, no
+## data; tests/test_smoke_skip.py keeps the list honest). test-notebooks already executes exactly
+## that configuration, every training run to its end, so the smoke run skips them and says so.
 SMOKE_STAGE := _stage_smoke
 SMOKE_STEPS ?= 2
+SMOKE_SAME_AS_CI := ch03_exercises ch05_exercises
 test-smoke: venv
 	$(PY) scripts/stage.py $(SMOKE_STAGE)
+	@echo "test-smoke skips $(SMOKE_SAME_AS_CI): their full size is their ci size, which test-notebooks executes in full"
 	env -u ATTENTION_BOOK_DATA ATTENTION_BOOK_SIZE=full ATTENTION_BOOK_MAX_STEPS=$(SMOKE_STEPS) ATTENTION_BOOK_EXPLORERS=live \
-		$(NOTEBOOK_RUN) --nbmake-timeout=600 --notebook-times $(SMOKE_STAGE)/_notebook_times.json $(SMOKE_STAGE)/notebooks
+		$(NOTEBOOK_RUN) --nbmake-timeout=600 --notebook-times $(SMOKE_STAGE)/_notebook_times.json \
+		$(foreach n,$(SMOKE_SAME_AS_CI),--ignore=$(SMOKE_STAGE)/notebooks/$(n).ipynb) $(SMOKE_STAGE)/notebooks
 
 test: test-unit test-site test-smoke
 	@$(PY) scripts/timings.py --summary $(NB_TIMES) $(SMOKE_STAGE)/_notebook_times.json
