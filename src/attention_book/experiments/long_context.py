@@ -219,8 +219,13 @@ class LinearAttention(nn.Module):
         inner = self.inner
         check_projection_inputs(inner, queries, keys, values)
         q, k, v = (transpose_qkv(t, inner.num_heads) for t in inner._project(queries, keys, values))
-        out = linear_attention(q, k, v, causal=causal)
-        return inner.W_o(out.transpose(1, 2).flatten(2))
+        # In float32 even under bfloat16 autocast: elu(x) + 1 rounds to exactly 0 in bfloat16 once x < -6.5
+        # or so, and a query whose features all meet zeros makes the normaliser 0, so 0 / 0 = NaN (training
+        # at lr 3e-3 diverged that way on a GPU). float32 keeps the features positive down to x = -17.
+        wide = torch.promote_types(q.dtype, torch.float32)
+        with torch.autocast(q.device.type, enabled=False):
+            out = linear_attention(q.to(wide), k.to(wide), v.to(wide), causal=causal)
+        return inner.W_o(out.to(v.dtype).transpose(1, 2).flatten(2))
 
 
 # --- the model ----------------------------------------------------------------------------------

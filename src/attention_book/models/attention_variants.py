@@ -141,7 +141,11 @@ def _check_cache(module: GroupedQueryAttention, queries, kv) -> None:
     if queries.shape[-1] != module.W_q.in_features:
         raise ValueError(f"queries have {queries.shape[-1]} features (shape {tuple(queries.shape)}) but this layer "
                          f"expects {module.W_q.in_features}")
-    if not queries.is_floating_point() or queries.dtype != kv.dtype:
+    # Under torch.autocast the cache holds the projections in the autocast dtype (bfloat16, say) while the
+    # queries arrive in float32 (a layer norm's output): the mix is what autocast is for, as W_q(queries)
+    # then comes out in the autocast dtype too. Outside autocast the two must agree.
+    same = queries.dtype == kv.dtype or (kv.is_floating_point() and torch.is_autocast_enabled(queries.device.type))
+    if not queries.is_floating_point() or not same:
         raise ValueError(f"queries and kv need one floating-point dtype, got {queries.dtype} and {kv.dtype}")
 
 
