@@ -422,7 +422,11 @@ def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
         mask = (labels != pad_id).float()
         return ((per * mask).sum(1) / mask.sum(1).clamp(min=1)).mean(), int(mask.sum())
 
+    capsys.readouterr()
     assert not ch04.check_masked_cross_entropy(mean_of_sentence_means)
+    hints = [line for line in capsys.readouterr().out.splitlines() if "✘" in line]
+    # every failed case's hint says what it compares: one average over the batch, not per sentence
+    assert hints and all("one average over the whole batch" in line for line in hints), hints
 
     def todo(logits, labels, pad_id):
         raise NotImplementedError
