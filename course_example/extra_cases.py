@@ -12,8 +12,12 @@ import torch
 from attention_book.assignments import Case, compare
 
 
-def _softmax_over_allowed(scores, mask, temperature):
-    weights = torch.softmax((scores.double() / temperature).masked_fill(~mask, float("-inf")), dim=-1)
+def _window_softmax(scores, valid_lens, window):
+    """Causal sliding-window attention weights over padded sequences, written another way: -inf, then 0/0 -> 0."""
+    n = scores.shape[-1]
+    distance = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # query position - key position
+    keep = (distance >= 0) & (distance < window) & (torch.arange(n) < valid_lens[:, None, None])
+    weights = torch.softmax(scores.double().masked_fill(~keep, float("-inf")), dim=-1)
     return weights.nan_to_num(0.0).to(scores.dtype)
 
 
@@ -21,11 +25,10 @@ def cases(name: str, seed: int) -> list[Case]:
     if name != "masked_softmax":
         return []
     g = torch.Generator().manual_seed(seed)
-    scores = torch.randn(3, 4, 7, generator=g) * 4
-    mask = torch.rand(3, 1, 7, generator=g) < 0.5
-    mask[..., 0] = True  # at least one allowed key in every row
-    temperature = 0.5 + float(torch.rand(1, generator=g))
-    expected = _softmax_over_allowed(scores, mask.expand(scores.shape), temperature)
-    return [Case("a batch of three with a low temperature", (scores, mask, temperature), compare(expected),
-                 label="a low temperature and a shared mask",
-                 hint="divide by the temperature, mask, then take the softmax over the keys")]
+    scores = torch.randn(3, 7, 7, generator=g) * 40
+    valid_lens = torch.randint(2, 8, (3,), generator=g)
+    window = int(torch.randint(2, 5, (1,), generator=g))
+    expected = _window_softmax(scores, valid_lens, window)
+    return [Case("a batch of three with large scores", (scores, valid_lens, window), compare(expected),
+                 label="large scores and a short window",
+                 hint="build the mask from the positions (causal, the window, the padding), then the softmax")]

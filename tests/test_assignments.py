@@ -12,8 +12,8 @@ What is checked here:
 - every case checks the whole shape and the dtype of a tensor answer;
 - case names and labels carry no parameter of the seed (they are the same for every seed);
 - every case counts: a case that raises is a failed case, and the report says "k of n cases passed";
-- the assignments that vary what their chapter writes (ch03 masked softmax with a mask and a
-  temperature, ch05 grouped-query attention per head, ch06 encodings of any positions, ch09 masking with exactly k
+- the assignments that vary what their chapter writes (ch01 pooling with a temperature per query down
+  to T = 0, ch03 masked softmax for a causal sliding window over padded sequences, ch05 grouped-query attention per head, ch06 encodings of any positions, ch09 masking with exactly k
   tokens per sequence) reject plausible wrong answers.
 """
 
@@ -175,8 +175,8 @@ def test_names_and_labels_carry_no_parameter_of_the_seed(name):
 
 def _reshaped(fn, how):
     def wrong(*args, **kwargs):
-        got = fn(*args, **kwargs)
-        return how(got)
+        got = fn(*args, **kwargs)  # a pair (softmax_pool's): each of its tensors reshaped
+        return tuple(how(t) for t in got) if isinstance(got, tuple) else how(got)
     return wrong
 
 
@@ -277,32 +277,43 @@ def test_the_checker_prints_not_done_yet_for_a_stub(capsys):
 # --- the variations of what the chapters write --------------------------------------------------
 
 
-def _masked(scores, mask, temperature=1.0):
-    return REFERENCES["masked_softmax"][1](scores, mask, temperature)
+def _masked(scores, valid_lens, window):
+    return REFERENCES["masked_softmax"][1](scores, valid_lens, window)
 
 
-def ignores_temperature(scores, mask, temperature=1.0):
-    return _masked(scores, mask)
+def _window_keep(scores, valid_lens, window):
+    i, j = torch.arange(scores.shape[-1])[:, None], torch.arange(scores.shape[-1])[None, :]
+    return (j <= i) & (j > i - window) & (j < valid_lens[:, None, None])
 
 
-def fills_minus_1e6(scores, mask, temperature=1.0):
-    return torch.softmax((scores / temperature).masked_fill(~mask, -1e6), dim=-1)
+def fills_minus_1e6(scores, valid_lens, window):
+    return torch.softmax(scores.masked_fill(~_window_keep(scores, valid_lens, window), -1e6), dim=-1)
 
 
-def minus_inf(scores, mask, temperature=1.0):
-    return torch.softmax((scores / temperature).masked_fill(~mask, float("-inf")), dim=-1)
+def minus_inf(scores, valid_lens, window):
+    return torch.softmax(scores.masked_fill(~_window_keep(scores, valid_lens, window), float("-inf")), dim=-1)
 
 
-def in_place(scores, mask, temperature=1.0):
-    scores /= temperature
-    return _masked(scores, mask)
+def in_place(scores, valid_lens, window):
+    scores[~_window_keep(scores, valid_lens, window)] = torch.finfo(scores.dtype).min
+    return _masked(scores, valid_lens, window)
+
+
+def the_pages_masked_softmax(X, valid_lens=None, *rest):
+    """The chapter's masked softmax (valid lengths only), pasted as the answer: the window is ignored."""
+    positions = torch.arange(X.shape[-1])
+    keep = positions < valid_lens[:, None, None]
+    return torch.softmax(X.masked_fill(~keep, torch.finfo(X.dtype).min), dim=-1) * keep
+
+
+def window_one_too_wide(scores, valid_lens, window):
+    return _masked(scores, valid_lens, window + 1)
 
 
 @needs_solutions
 @pytest.mark.parametrize("wrong, failing", [
-    (ignores_temperature, {"temperature"}),
-    (fills_minus_1e6, {"no allowed key", "below -1e6", "float16"}),
-    (minus_inf, {"no allowed key", "float16"}),
+    (fills_minus_1e6, {"far past the end", "below -1e6", "float16"}),
+    (minus_inf, {"far past the end", "no real token", "float16"}),
     (in_place, {"in place"}),
 ])
 def test_the_masked_softmax_checker_rejects_plausible_wrong_answers(wrong, failing):
@@ -319,6 +330,60 @@ def test_the_masked_softmax_checker_explains_uniform_and_nan_rows():
     assert "uniform" in why
     why = " ".join(w for _, ok, w in run("masked_softmax", minus_inf).results)
     assert "NaN" in why
+
+
+@needs_solutions
+@pytest.mark.parametrize("wrong, cause", [(the_pages_masked_softmax, "as in the chapter's masked softmax"),
+                                          (window_one_too_wide, "one key too wide")])
+def test_copying_the_chapters_masked_softmax_earns_nothing_and_a_wrong_window_is_named(wrong, cause):
+    """The chapter's page writes the masked softmax of valid lengths; the assignment asks for a causal
+    sliding window over padded sequences, so the page's code passes no case (and is told what it misses);
+    a window one key too wide passes only the cases where the window covers the sequence."""
+    for offset in (0, HIDDEN[1]):
+        report = run("masked_softmax", wrong, offset)
+        failed = [why for _, ok, why in report.results if not ok]
+        assert report.passed <= (0 if wrong is the_pages_masked_softmax else 1), report.results
+        assert sum(cause in why for why in failed) >= len(failed) - 2, failed
+
+
+def _pool(scores, values, temperature):
+    return REFERENCES["softmax_pool"][1](scores, values, temperature)
+
+
+def the_pages_soft_lookup(scores, values, temperature):
+    """The chapter's softmax(scores / temperature) pooled with attention_pool, pasted as the answer."""
+    exp = torch.exp((scores / temperature) - (scores / temperature).max(-1, keepdim=True).values)
+    weights = exp / exp.sum(-1, keepdim=True)
+    return weights @ values
+
+
+def first_best_at_zero(scores, values, temperature):
+    """Right for T > 0; at T = 0 a one-hot on the first best key (argmax), also where keys tie."""
+    t = temperature[..., None]
+    hard = F.one_hot(scores.argmax(-1), scores.shape[-1]).to(scores.dtype)
+    weights = torch.where(t > 0, torch.softmax(scores / torch.where(t > 0, t, 1.0), dim=-1), hard)
+    return weights @ values, weights
+
+
+def divides_by_zero(scores, values, temperature):
+    weights = torch.softmax(scores / temperature[..., None], dim=-1)
+    return weights @ values, weights
+
+
+@needs_solutions
+@pytest.mark.parametrize("wrong, passes, cause", [
+    (the_pages_soft_lookup, 0, ""), (lambda s, v, t: _pool(s, v, t)[::-1], 0, "wrong order"),
+    (first_best_at_zero, 6, "tie for the highest score"), (divides_by_zero, 3, "scores / 0"),
+])
+def test_the_softmax_pool_checker_rejects_the_chapters_code_and_names_the_misconceptions(wrong, passes, cause):
+    """The chapter's page pools with softmax(scores / T) for one T; the assignment asks for one T per query,
+    T = 0 included, and the weights too: the page's code passes no case, and a T = 0 handled by argmax
+    (ignoring ties) or by dividing by zero is named in the feedback."""
+    for offset in (0, HIDDEN[1]):
+        report = run("softmax_pool", wrong, offset)
+        failed = [why for _, ok, why in report.results if not ok]
+        assert not report and report.passed <= passes, report.results
+        assert all(cause in why for why in failed), failed
 
 
 def _grouped(split, scale_by_width=False):

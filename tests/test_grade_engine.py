@@ -77,17 +77,21 @@ def test_a_function_that_raises_on_some_cases_never_beats_honest_code(tmp_path):
 
 # attend's fused path (need_weights=False): the identity as keys and values gives the softmax weights
 FUSED = """
-def my_masked_softmax(scores, mask, temperature=1.0):
+def my_masked_softmax(scores, valid_lens, window):
     n = scores.shape[-1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = (j <= i) & (j > i - window) & (j < valid_lens[:, None, None])
     eye = torch.eye(n, dtype=scores.dtype).expand(*scores.shape[:-2], n, n)
-    return ab.attend(scores, eye, eye, mask.expand(scores.shape), scale=1.0 / temperature)[0]
+    return ab.attend(scores, eye, eye, keep, scale=1.0)[0]
 """
 # a softmax with a temperature by another name: the sampler's next-token distribution
 SAMPLER = """
-def my_masked_softmax(scores, mask, temperature=1.0):
-    keep = mask.expand(scores.shape)
+def my_masked_softmax(scores, valid_lens, window):
+    n = scores.shape[-1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = (j <= i) & (j > i - window) & (j < valid_lens[:, None, None])
     filled = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
-    return ab.models.decoding.next_token_distribution(filled, temperature) * keep
+    return ab.models.decoding.next_token_distribution(filled, 1.0) * keep
 """
 
 
@@ -327,9 +331,9 @@ def test_an_instructors_extra_cases_are_graded(tmp_path):
         "def cases(name, seed):\n"
         "    if name != 'masked_softmax':\n        return []\n"
         "    g = torch.Generator().manual_seed(seed)\n"
-        "    s = torch.randn(1, 2, 3, generator=g)\n"
-        "    m = torch.ones(1, 2, 3, dtype=torch.bool)\n"
-        "    return [Case('instructor: all allowed', (s, m, 1.0), compare(torch.softmax(s, -1)), label='all keys')]\n")
+        "    s = torch.randn(1, 3, 3, generator=g)\n"
+        "    lens = torch.tensor([3])\n"
+        "    return [Case('instructor: a window of one', (s, lens, 1), compare(torch.eye(3)[None]), label='all keys')]\n")
     base = len(grading_cases("masked_softmax", SEED)[1])
     with_extra = results(tmp_path, function(GOOD), extra=str(extra))
     assert len(with_extra) == base + 1 and all(c["passed"] for c in with_extra)
@@ -511,7 +515,7 @@ def test_odd_names_missing_times_and_missing_notebooks_in_a_class(tmp_path):
     ("out = []\n    for _ in range(200_000):\n        out = [out]\n    return out", "nested more than"),
 ])
 def test_a_result_too_large_to_send_back_is_said_so(tmp_path, body, words):
-    fn = function(f"def my_masked_softmax(scores, mask, temperature=1.0):\n    {body}\n")
+    fn = function(f"def my_masked_softmax(scores, valid_lens, window):\n    {body}\n")
     found = results(tmp_path, fn)
     assert all(c["status"] == "too_large" and words in c["why"] and not c["passed"] for c in found), found[0]
 
@@ -530,19 +534,20 @@ def test_no_results_feedback_lists_only_the_cells_the_student_wrote():
 
 # --------------------------------------------------------------------------- hints only where they apply
 
-NO_TEMPERATURE = GOOD + '''
+NO_WINDOW = GOOD + '''
 _right = my_masked_softmax
-def my_masked_softmax(scores, mask, temperature=1.0):
-    return _right(scores, mask, 1.0)
+def my_masked_softmax(scores, valid_lens, window):
+    return _right(scores, valid_lens, scores.shape[-1])
 '''
 
 
 def test_one_mistake_across_cases_is_named_once_and_no_unrelated_hint_is_given(tmp_path):
-    """A student who only left out the temperature fails every case with a temperature: the feedback says
-    that, first and once, and gives none of the other cases' hints (NaN rows, float16, in-place writes)."""
-    cases = results(tmp_path, function(NO_TEMPERATURE))
+    """A student who only left out the window (causal attention over the real tokens) fails every case with a
+    window shorter than the sequence: the feedback says that, first and once, and gives none of the other
+    cases' hints (NaN rows, float16, in-place writes)."""
+    cases = results(tmp_path, function(NO_WINDOW))
     failed = [c for c in cases if not c["passed"]]
-    assert len(failed) >= 3 and all("temperature is left out" in c["why"] for c in failed), failed
+    assert len(failed) >= 3 and all("the window is ignored" in c["why"] for c in failed), failed
     row = dict(student="ada", key="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
                status="graded", points=1.0, max_points=10.0, passed=len(cases) - len(failed), total=len(cases),
                reason="", late_days=0, penalty=0.0, cases=cases)
@@ -553,9 +558,9 @@ def test_one_mistake_across_cases_is_named_once_and_no_unrelated_hint_is_given(t
     for unrelated in ("NaN", "float16", "in place", "-1e6", "uniform"):
         assert unrelated not in hints, unrelated
     # the student's own checker says the same, case by case
-    report = ab.assignments.check_masked_softmax(function(NO_TEMPERATURE), verbose=False)
+    report = ab.assignments.check_masked_softmax(function(NO_WINDOW), verbose=False)
     reasons = [why for _, ok, why in report.results if not ok]
-    assert reasons and all("temperature is left out" in w and "overflow" not in w and "in place" not in w
+    assert reasons and all("the window is ignored" in w and "overflow" not in w and "in place" not in w
                            for w in reasons)
 
 

@@ -76,7 +76,7 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     assert data["score"] > 0 and data["tests"] and all(t["status"] in ("passed", "failed") for t in data["tests"])
     # the example course gives masked_softmax 20 points and one extra hidden case of the instructor's
     assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(20.0, abs=0.01)  # each rounded to 4 places
-    assert any("low temperature" in t["name"] for t in data["tests"])
+    assert any("large scores" in t["name"] for t in data["tests"])
     assert "Feedback" in data["output"]
     assert data["score"] == pytest.approx(16.0)  # every case passed, 20 points less 2 late days of 10 %
     assert "2 day(s) late" in data["output"]
@@ -107,7 +107,7 @@ for path, what in (({secret!r}, "secret"), ({results!r}, "results")):
     except OSError:
         pass
 pathlib.Path({leak!r}, "ran").write_text(str(os.getuid()) + " " + repr(forged))
-def my_masked_softmax(scores, mask, temperature=1.0):
+def my_masked_softmax(scores, valid_lens, window):
     return torch.zeros_like(scores)
 '''
 

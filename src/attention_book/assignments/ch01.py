@@ -1,77 +1,180 @@
-"""Chapter 1 assignment: attention pooling with softmax over scores.
+"""Chapter 1 assignment: attention pooling with one temperature per query, down to T = 0.
 
-The learner writes ``softmax_pool(scores, values)``: scores (..., num_queries, m)
-and values (..., m, value_size) -> (..., num_queries, value_size), the values
-pooled with the weights ``softmax(scores)`` taken over the m keys.
+The chapter pools values with the weights ``softmax(scores)`` and shows that a temperature
+``T`` moves the weights between the average of the values (large T) and a lookup of the best
+key (T -> 0). The learner writes ``softmax_pool(scores, values, temperature)``: scores
+(..., num_queries, m), values (..., m, value_size) and temperature (..., num_queries), one
+``T >= 0`` per query. It returns ``(pooled, weights)``: weights (..., num_queries, m) equal to
+``softmax(scores / T)`` over the m keys of each query's row, and for ``T = 0`` the limit of
+that softmax, equal weight on every key tied for the highest score; pooled (..., num_queries,
+value_size) the values pooled with those weights.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import Case, case_generator, compare, draw, run_checks
+from . import Case, _describe, case_generator, draw, run_checks
 
 __all__ = ["check_softmax_pool"]
 
 
-def _reference(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    weights = torch.softmax(scores.double(), dim=-1)
-    return (weights @ values.double()).to(values.dtype)
+def reference(scores, values, temperature):
+    """``(pooled, weights)``, computed in float64 and returned in the inputs' dtype."""
+    s, t = scores.double(), temperature.double()[..., None]  # one temperature per row
+    best = s.max(dim=-1, keepdim=True).values
+    ties = (s == best).double()  # the T -> 0 limit: the best keys share the weight
+    weights = torch.where(t > 0, torch.softmax(s / torch.where(t > 0, t, 1.0), dim=-1),
+                          ties / ties.sum(dim=-1, keepdim=True))
+    return (weights @ values.double()).to(values.dtype), weights.to(scores.dtype)
 
 
-def _convex(scores: torch.Tensor, values: torch.Tensor):
-    """A check: the reference's shape and values, with a sentence on convexity when an output
-    lies outside the range of the values."""
-    expected = _reference(scores, values)
-    inner = compare(expected)
-    low, high = values.min(dim=-2, keepdim=True).values, values.max(dim=-2, keepdim=True).values
+class Diagnosis(str):
+    """A reason (with values) that carries ``cause``, words holding no value of the case (the grader shows
+    the cause for hidden cases too)."""
+
+    def __new__(cls, text: str, cause: str):
+        obj = super().__new__(cls, text)
+        obj.cause = cause
+        return obj
+
+
+def _weights(scores, temperature, hard):
+    """Weights with one temperature per row; rows of T = 0 get ``hard(scores)``."""
+    s, t = scores.double(), temperature.double()[..., None]
+    return torch.where(t > 0, torch.softmax(s / torch.where(t > 0, t, 1.0), dim=-1), hard(s))
+
+
+def _first_best(s):
+    return torch.nn.functional.one_hot(s.argmax(dim=-1), s.shape[-1]).double()
+
+
+# Common mistakes: (cause, the weights a function with that mistake gives, or None where it does not apply).
+MISTAKES = [
+    (("at T = 0 one key gets all the weight although several keys tie for the highest score: as T -> 0 the "
+     "softmax shares its weight equally among every tied best key (argmax keeps only the first)"),
+     lambda s, t: _weights(s, t, _first_best) if bool((t == 0).any()) else None),
+    (("the temperature divides the scores along the keys axis: there is one temperature per query (per row), "
+     "so divide by temperature[..., None]"),
+     lambda s, t: torch.softmax(s.double() / t.double()[..., None, :], dim=-1)
+     if t.shape[-1] == s.shape[-1] and bool((t > 0).all()) else None),
+    (("the scores are multiplied by T instead of divided: use scores / T"),
+     lambda s, t: torch.softmax(s.double() * t.double()[..., None], dim=-1)),
+    (("the temperature is left out: the weights are softmax(scores); divide each row by its temperature"),
+     lambda s, t: torch.softmax(s.double(), dim=-1)),
+]
+
+
+def _case(name: str, scores, values, temperature, hint: str) -> Case:
+    pooled, weights = reference(scores, values, temperature)
+    values_low = values.double().min(dim=-2, keepdim=True).values
+    values_high = values.double().max(dim=-2, keepdim=True).values
+
+    def close(got, want):
+        return got.shape == want.shape and torch.allclose(got.detach().double().cpu(), want.double(), atol=1e-5, rtol=1e-4)
 
     def check(got):
-        problem = inner(got)
-        if problem and isinstance(got, torch.Tensor) and got.shape == expected.shape:
-            if ((got < low - 1e-5) | (got > high + 1e-5)).any():
-                return ("an output lies outside the range of the values: softmax weights are nonnegative and "
-                        "sum to one, so every output must be a convex combination of the values")
-        return problem
+        if isinstance(got, torch.Tensor):
+            return ("expected a tuple (pooled, weights) of two tensors, got one tensor: return the weights "
+                    "too, after the pooled values")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return f"expected a tuple (pooled, weights) of two tensors, got {_describe(got)}"
+        if not all(isinstance(t, torch.Tensor) for t in got):
+            return "expected (pooled, weights) to be tensors, got " + ", ".join(type(t).__name__ for t in got)
+        got_pooled, got_weights = got
+        if tuple(got_pooled.shape) == tuple(weights.shape) and tuple(got_weights.shape) == tuple(pooled.shape) \
+                and tuple(pooled.shape) != tuple(weights.shape):
+            return "the two results come in the wrong order: return (pooled, weights)"
+        for what, t, want in (("pooled", got_pooled, pooled), ("weights", got_weights, weights)):
+            if tuple(t.shape) != tuple(want.shape):
+                return f"expected {what} of shape {tuple(want.shape)}, got shape {tuple(t.shape)}"
+            if t.dtype != want.dtype:
+                return f"expected {what} in the inputs' dtype {want.dtype}, got dtype {t.dtype}"
+        if not torch.isfinite(got_weights).all() or not torch.isfinite(got_pooled).all():
+            why = "the result holds NaN or infinity"
+            if bool((temperature == 0).any()):
+                cause = ("scores / 0 gives infinities and NaN: handle the rows with T = 0 apart, weight 1/c on "
+                         "each of the c keys tied for the highest score")
+            else:
+                cause = ("exp of a large score / T overflows: subtract each row's maximum before exp (or use "
+                         "torch.softmax)")
+            return Diagnosis(f"{why} — {cause}", cause)
+        if close(got_weights, weights) and close(got_pooled, pooled):
+            return None
+        if close(got_pooled, weights) and close(got_weights, pooled):
+            return "the two results come in the wrong order: return (pooled, weights)"
+        worst = max((got_weights.detach().double().cpu() - weights.double()).abs().max().item(),
+                    (got_pooled.detach().double().cpu() - pooled.double()).abs().max().item())
+        why = (f"expected weights {_describe(weights)} and pooled {_describe(pooled)}, got weights "
+               f"{_describe(got_weights)} and pooled {_describe(got_pooled)} (largest difference {worst:.3g})")
+        for cause, wrong in MISTAKES:
+            answer = wrong(scores, temperature)
+            if answer is not None and answer.shape == weights.shape and not torch.allclose(answer, weights.double(), atol=1e-5, rtol=1e-4) \
+                    and close(got_weights, answer):
+                return Diagnosis(f"{why} — {cause}", cause)
+        if close(got_weights, weights):
+            cause = "the weights are right but the pooled values are not: pooled = weights @ values"
+            return Diagnosis(f"{why} — {cause}", cause)
+        outside = (got_pooled.detach().double().cpu() < values_low - 1e-5) | \
+            (got_pooled.detach().double().cpu() > values_high + 1e-5)
+        if bool(outside.any()):
+            cause = ("a pooled value lies outside the range of the values: weights are nonnegative and sum to "
+                     "one over the keys, so every output is a convex combination of the values")
+            return Diagnosis(f"{why} — {cause}", cause)
+        return f"{why} — a possible cause (what this case tests): {hint}"
 
-    return check
+    return Case(name, (scores, values, temperature), check)
 
 
 def check_softmax_pool(fn, verbose: bool = True):
-    """Check ``fn(scores, values)`` against softmax attention pooling on six cases, every input
-    (shapes included) drawn from the case seed."""
+    """Check ``fn(scores, values, temperature) -> (pooled, weights)`` on seven cases, every input (shapes
+    included) drawn from the case seed."""
     g = case_generator(11)
 
     def randn(*shape, scale=1.0):
         return scale * torch.randn(*shape, generator=g)
 
-    q, m, d = draw(g, 2, 4), draw(g, 3, 6), draw(g, 2, 3)
-    s1, v1 = randn(q, m, scale=2.0), randn(m, d)
-    b, q, m, d = draw(g, 2, 3), draw(g, 2, 5), draw(g, 3, 6), draw(g, 2, 4)
-    s2, v2 = randn(b, q, m), randn(b, m, d)
-    q, m, d = draw(g, 4, 7), draw(g, 5, 8), draw(g, 2, 4)
-    s3, v3 = randn(q, m, scale=8.0), randn(m, d)
-    q, m, d = draw(g, 2, 4), draw(g, 3, 6), draw(g, 2, 3)
-    pick = torch.randint(0, m, (q,), generator=g)
-    s4 = randn(q, m)
-    s4[torch.arange(q), pick] += 1000.0
-    v4 = randn(m, d)
-    q, m, d = draw(g, 2, 4), draw(g, 3, 6), draw(g, 2, 3)
-    s5, v5 = torch.full((q, m), float(randn(1, scale=3.0))), randn(m, d)
+    def temperatures(*shape, low=0.3, high=3.0):
+        return low + (high - low) * torch.rand(*shape, generator=g)
+
+    def sizes():
+        return draw(g, 2, 4), draw(g, 3, 6), draw(g, 2, 4)
+
+    q, m, d = sizes()
+    c1 = randn(q, m, scale=2.0), randn(m, d), temperatures(q)
+    b = draw(g, 2, 3)
+    q, m, d = sizes()
+    c2 = randn(b, q, m), randn(b, m, d), temperatures(b, q)
+    q, m, d = sizes()
+    s3 = randn(q, m)
+    c3 = s3, randn(m, d), torch.zeros(q)
+    q, m, d = draw(g, 3, 5), draw(g, 4, 7), draw(g, 2, 4)
+    s4 = torch.randint(-2, 2, (q, m), generator=g).float()  # few distinct scores: the best ones tie
+    s4[0, :2] = 5.0  # at least one row with a tie at the top
+    c4 = s4, randn(m, d), torch.zeros(q)
+    q, m, d = sizes()
+    c5 = randn(q, m, scale=3.0), randn(m, d), temperatures(q, low=1e-3, high=3e-3)
+    b = draw(g, 2, 3)
+    q, m, d = draw(g, 3, 5), draw(g, 3, 6), draw(g, 2, 4)
+    t6 = temperatures(b, q, low=20.0, high=100.0)
+    t6[:, ::2] = 0.0  # every other query looks up, the others average
+    c6 = randn(b, q, m), randn(b, m, d), t6
     q, d = draw(g, 2, 4), draw(g, 2, 4)
-    s6, v6 = randn(q, 1, scale=5.0), randn(1, d)
+    t7 = temperatures(q)
+    t7[0] = 0.0
+    c7 = randn(q, 1, scale=5.0), randn(1, d), t7
     cases = [
-        Case("a small example", (s1, v1), compare(_reference(s1, v1)),
-             hint="weights = softmax of the scores over the keys (last axis), then a weighted sum of the values"),
-        Case("a batch of examples", (s2, v2), compare(_reference(s2, v2)),
-             hint="torch.matmul (or @) pools every batch at once; take the softmax over dim=-1"),
-        Case("outputs stay inside the values' range (convexity)", (s3, v3), _convex(s3, v3),
-             hint="the weights must be nonnegative and sum to one over the keys"),
-        Case("one huge score picks one value (database lookup)", (s4, v4), compare(v4[pick]),
-             hint="exp(1000) overflows; subtract each row's maximum score first, or use torch.softmax"),
-        Case("equal scores give the average of the values", (s5, v5), compare(v5.mean(0).expand(s5.shape[0], -1)),
-             hint="equal scores mean uniform weights 1/m"),
-        Case("a single key returns its value", (s6, v6), compare(v6.expand(s6.shape[0], -1)),
-             hint="with one key its weight is 1 whatever the score"),
+        _case("a small example, one temperature per query", *c1,
+              "row i of the weights is softmax(scores[i] / T[i]) over the keys (last axis)"),
+        _case("a batch of examples", *c2, "leading batch axes: softmax over dim=-1, then weights @ values"),
+        _case("T = 0 gives the value of the best key (database lookup)", *c3,
+              "at T = 0 all the weight goes to the key with the highest score"),
+        _case("T = 0 with tied best scores shares the weight", *c4,
+              "as T -> 0 the softmax gives weight 1/c to each of the c keys tied for the highest score"),
+        _case("tiny temperatures do not overflow", *c5,
+              "scores / T is huge for a tiny T: subtract each row's maximum before exp, or use torch.softmax"),
+        _case("T = 0 for some queries, large T for the others", *c6,
+              "a large T flattens the weights towards the average; handle the T = 0 rows apart from the others"),
+        _case("a single key returns its value", *c7, "with one key its weight is 1 whatever the score and T"),
     ]
     return run_checks("softmax_pool", fn, cases, verbose=verbose)

@@ -1,13 +1,15 @@
-"""Chapter 3 assignment: a masked softmax with a boolean mask and a temperature.
+"""Chapter 3 assignment: a masked softmax for causal sliding-window attention over padded sequences.
 
-The chapter writes the masked softmax that takes valid lengths. The assignment
-asks for its general form: ``fn(scores, mask, temperature=1.0)`` with scores of
-shape (..., queries, keys), a boolean ``mask`` that broadcasts to the scores'
-shape (True: the key may be attended to) and a temperature ``T > 0``. It returns
-``softmax(scores / T)`` over the allowed keys of each row, 0 at every masked
-key, and an all-zero row (not a uniform row, not NaN) where no key is allowed;
-in the scores' dtype, finite in float16, whatever the scores' scale, without
-writing into ``scores``.
+The chapter writes the masked softmax that takes valid lengths: the first ``valid_lens``
+keys of each row count. The assignment asks for a mask the learner builds from positions:
+``fn(scores, valid_lens, window)`` with self-attention scores of shape (batch, n, n) (query i
+and key j are both positions of one sequence of n tokens), ``valid_lens`` (batch,) the number
+of real tokens of each sequence (the rest is padding) and a window size ``w >= 1``. Query i
+may attend key j when ``i - w < j <= i`` (itself and the w - 1 tokens before it) and
+``j < valid_lens[b]``. It returns the softmax over the allowed keys of each row, 0 at every
+other key, and an all-zero row (not uniform, not NaN) where no key is allowed; in the
+scores' dtype, finite in float16, whatever the scores' scale, without writing into
+``scores``.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from . import Case, Report, case_generator, compare, draw, run_checks
 __all__ = ["check_masked_softmax"]
 
 
-def reference(scores: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def reference(scores, valid_lens, window):
     """The answer, computed in float64 and returned in the scores' dtype."""
-    x = scores.double() / temperature
-    keep = mask.expand(x.shape)
-    weights = torch.softmax(x.masked_fill(~keep, torch.finfo(torch.float64).min), dim=-1) * keep
-    return weights.to(scores.dtype)
+    n = scores.shape[-1]
+    i = torch.arange(n, device=scores.device)[:, None]  # query positions, a column
+    j = torch.arange(n, device=scores.device)[None, :]  # key positions, a row
+    lens = valid_lens.to(scores.device).reshape(-1, 1, 1)
+    keep = (j <= i) & (j > i - window) & (j < lens)  # (batch, n, n)
+    x = scores.double().masked_fill(~keep, torch.finfo(torch.float64).min)
+    return (torch.softmax(x, dim=-1) * keep).to(scores.dtype)
 
 
 class Diagnosis(str):
@@ -37,40 +42,61 @@ class Diagnosis(str):
         return obj
 
 
-IN_PLACE = ("your function changed its input scores in place (scores[~mask] = ... or scores /= T): use "
-            "scores / T and masked_fill, which return new tensors")
+IN_PLACE = ("your function changed its input scores in place (scores[~keep] = ...): use masked_fill or "
+            "torch.where, which return new tensors")
 FLOAT16 = ("the result is infinite or NaN in float16: -1e6 and -1e9 overflow float16 to -inf; fill with "
            "torch.finfo(scores.dtype).min, the most negative finite number of any dtype")
 EMPTY_NAN = ("a row with no allowed key is NaN: filling with -inf gives 0/0; multiply the softmax by the mask so "
              "such rows become exactly 0")
 EMPTY_UNIFORM = ("a row with no allowed key is uniform; it should be all zeros: multiply the softmax by the mask")
+
+
+def _keep(n, valid_lens, behind, ahead=0, pad=True):
+    """Allowed where -behind < j - i <= ahead (and j < valid_lens when ``pad``): (batch, n, n)."""
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = (j - i <= ahead) & (j - i > -behind)
+    lens = valid_lens.reshape(-1, 1, 1) if pad else torch.full((len(valid_lens), 1, 1), n)
+    return keep & (j < lens)
+
+
+def _softmax_where(scores, keep, fill=None):
+    fill = torch.finfo(torch.float64).min if fill is None else fill
+    return (torch.softmax(scores.double().masked_fill(~keep, fill), dim=-1) * keep).to(scores.dtype)
+
+
 # Common mistakes: (cause, the answer a function with that mistake gives). Tried in this order.
 MISTAKES = [
-    ("the temperature is left out: the result is softmax(scores) over the allowed keys; divide the scores by T "
-     "before the softmax", lambda s, m, t: reference(s, m, 1.0) if t != 1.0 else None),
-    ("the scores are multiplied by T instead of divided: use scores / T",
-     lambda s, m, t: reference(s, m, 1.0 / t) if t != 1.0 else None),
-    ("the mask is ignored: masked keys get weight; fill the scores where mask is False before the softmax",
-     lambda s, m, t: torch.softmax(s.double() / t, dim=-1).to(s.dtype) if not bool(m.all()) else None),
-    ("the mask is used the wrong way round: True means the key may be attended to",
-     lambda s, m, t: reference(s, ~m, t) if not bool(m.all()) else None),
-    ("masked keys still get weight where the scores are very negative: a fixed fill value such as -1e6 is not "
-     "'very negative' when the real scores are lower; fill with torch.finfo(scores.dtype).min",
-     lambda s, m, t: _filled(s, m, t, -1e6)),
+    (("only the padding is masked, as in the chapter's masked softmax: also hide the keys after the query "
+     "(j > i) and those w or more places before it (j <= i - w)"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, s.shape[-1] + 1, ahead=s.shape[-1]))),
+    (("the window is one key too wide: query i sees w keys, itself and the w - 1 before it, so keep "
+     "j > i - w, not j >= i - w"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w + 1))),
+    (("the window is one key too narrow: query i sees w keys, itself and the w - 1 before it (j > i - w "
+     "and j <= i)"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w - 1))),
+    (("the window also reaches ahead of the query: attention here is causal, so a key after the query "
+     "(j > i) gets weight 0"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w, ahead=w - 1))),
+    (("the window is ignored: the mask is causal and hides the padding, but a query must not see keys w or "
+     "more places before it"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, s.shape[-1] + 1))),
+    (("the padding is ignored: keys at positions j >= valid_lens[b] are padding and get weight 0"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w, pad=False))),
+    (("the mask is transposed: rows are queries and columns keys, so query i (row i) sees keys j <= i"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w).transpose(-1, -2))),
+    (("masked keys still get weight where the scores are very negative: a fixed fill value such as -1e6 is not "
+     "'very negative' when the real scores are lower; fill with torch.finfo(scores.dtype).min"),
+     lambda s, lens, w: _softmax_where(s, _keep(s.shape[-1], lens, w), fill=-1e6)),
 ]
 
 
-def _filled(scores, mask, temperature, value):
-    x = (scores.double() / temperature).masked_fill(~mask.expand(scores.shape), value)
-    return (torch.softmax(x, dim=-1) * mask.expand(scores.shape)).to(scores.dtype)
-
-
-def _case(name: str, scores, mask, temperature, focus: str, atol: float = 1e-5) -> Case:
+def _case(name: str, scores, valid_lens, window, focus: str, atol: float = 1e-5, label: str = "") -> Case:
     """A case whose failure is explained by its cause when a common mistake matches the result exactly;
     otherwise by ``focus``, what this case tests, given as a possible cause."""
-    expected = reference(scores, mask, temperature)
+    expected = reference(scores, valid_lens, window)
     check = compare(expected, atol=atol, rtol=1e-3)
-    empty = ~mask.expand(scores.shape).any(dim=-1)  # rows with no allowed key
+    empty = ~_keep(scores.shape[-1], valid_lens, window).any(dim=-1)  # rows with no allowed key
     original = scores.clone()
 
     def full_check(got):
@@ -80,7 +106,7 @@ def _case(name: str, scores, mask, temperature, focus: str, atol: float = 1e-5) 
         if why is None or not (isinstance(got, torch.Tensor) and got.shape == expected.shape
                                and got.dtype == expected.dtype):
             return why
-        rows = got.detach().double()
+        rows = got.detach().double().cpu()
         if not torch.isfinite(rows).all():
             if empty.any() and torch.isnan(rows[empty]).any():
                 return Diagnosis(f"{why} — {EMPTY_NAN}", EMPTY_NAN)
@@ -90,70 +116,73 @@ def _case(name: str, scores, mask, temperature, focus: str, atol: float = 1e-5) 
                                           atol=1e-3):
             return Diagnosis(f"{why} — {EMPTY_UNIFORM}", EMPTY_UNIFORM)
         for cause, wrong in MISTAKES:
-            answer = wrong(scores, mask, temperature)
-            if answer is not None and not torch.allclose(answer.double(), expected.double(), atol=atol, rtol=1e-3) \
-                    and torch.allclose(rows, answer.double(), atol=atol, rtol=1e-3):
+            answer = wrong(scores, valid_lens, window).double()
+            if not torch.allclose(answer, expected.double(), atol=atol, rtol=1e-3) \
+                    and torch.allclose(rows, answer, atol=atol, rtol=1e-3):
                 return Diagnosis(f"{why} — {cause}", cause)
         possible = f"a possible cause (what this case tests): {focus}"
         return Diagnosis(f"{why} — {possible}", possible)
 
-    return Case(name, (scores, mask, temperature), full_check)
+    return Case(name, (scores, valid_lens, window), full_check, label=label)
 
 
 def check_masked_softmax(fn, verbose: bool = True) -> Report:
-    """Check the learner's ``fn(scores, mask, temperature)``; every input is drawn from the case seed."""
+    """Check the learner's ``fn(scores, valid_lens, window)``; every input is drawn from the case seed."""
     g = case_generator(0)
 
-    def shape():
-        return draw(g, 2, 3), draw(g, 2, 4), draw(g, 3, 6)
+    def sizes(low=4, high=8):
+        return draw(g, 2, 3), draw(g, low, high)
 
-    def scores(*s, scale=1.0, shift=0.0):
-        return torch.randn(*s, generator=g) * scale + shift
+    def scores(b, n, scale=1.0, shift=0.0):
+        return torch.randn(b, n, n, generator=g) * scale + shift
 
-    def bools(*s, p=0.6):
-        m = torch.rand(*s, generator=g) < p
-        m[..., 0] |= ~m.any(dim=-1)  # at least one allowed key per row
-        return m
+    def lengths(b, n, low=1):
+        lens = torch.randint(low, n + 1, (b,), generator=g)
+        lens[draw(g, 0, b - 1)] = n  # one sequence without padding
+        return lens
 
-    def temperature():
-        return round(0.25 + 2.75 * float(torch.rand(1, generator=g)), 3)
-
-    b, q, k = shape()
-    per_example = bools(b, 1, k)  # one mask per example, shared by its queries
-    b2, q2, k2 = shape()
-    per_query = bools(b2, q2, k2)
-    b3, q3, k3 = shape()
-    s3 = scores(b3, q3, k3, scale=3.0)
-    b4, q4, k4 = shape()
-    with_empty = bools(b4, q4, k4)
-    with_empty[draw(g, 0, b4 - 1), draw(g, 0, q4 - 1)] = False
-    b5, q5, k5 = shape()
-    b6, q6, k6 = shape()
-    half_mask = bools(b6, q6, k6)
-    half_mask[0, 0] = False
-    b7, q7, k7 = shape()
+    b1, n1 = sizes()
+    b2, n2 = sizes()
+    b3, n3 = sizes()
+    b4, n4 = sizes()
+    b5, n5 = sizes(5, 8)
+    lens5 = torch.randint(1, 3, (b5,), generator=g)  # short sequences, long padding
+    lens5[draw(g, 0, b5 - 1)] = n5  # and one without padding
+    b6, n6 = sizes()
+    lens6 = lengths(b6, n6)
+    lens6[draw(g, 0, b6 - 1)] = 0  # a sequence with no real token
+    b7, n7 = sizes()
+    b8, n8 = sizes()
+    lens8 = torch.randint(1, 3, (b8,), generator=g)  # short sequences, long padding: empty rows
+    lens8[draw(g, 0, b8 - 1)] = n8  # and one without padding
+    b9, n9 = sizes()
+    # windows of at most n - 2 keys: one key too many is then not the whole causal mask (told apart)
+    window_focus = "query i sees the keys j with i - w < j <= i: itself and the w - 1 tokens before it"
     cases = [
-        _case("one mask per example, shared by its queries", scores(b, q, k), per_example, 1.0,
-              focus="the mask broadcasts to the scores' shape: use masked_fill (or torch.where), which broadcasts"),
-        _case("one mask per query", scores(b2, q2, k2), per_query, 1.0,
-              focus="key j of query i in example b is allowed where mask[b, i, j] is True"),
-        _case("every key allowed, a temperature: softmax(scores / T)", s3, torch.ones(b3, q3, k3, dtype=torch.bool),
-              temperature(), focus="divide the scores by the temperature before the softmax (T > 1 flattens)"),
-        _case("a temperature and a mask", scores(b3, q3, k3, scale=2.0), bools(b3, q3, k3), temperature(),
-              focus="divide by T first, then mask, then softmax over the last axis"),
-        _case("rows with no allowed key", scores(b4, q4, k4), with_empty, temperature(),
+        _case("a window and padding", scores(b1, n1), lengths(b1, n1), draw(g, 2, n1 - 2), focus=window_focus),
+        _case("a window as long as the sequence: causal attention over the real tokens", scores(b2, n2),
+              lengths(b2, n2), n2 + draw(g, 0, 2),
+              focus="with w >= n only the causal rule (j <= i) and the padding hide keys"),
+        _case("a window of one: each token sees only itself", scores(b3, n3), lengths(b3, n3), 1,
+              focus="with w = 1 a real token's weight on itself is 1, and a padding token sees nothing"),
+        _case("no padding", scores(b4, n4, scale=3.0), torch.full((b4,), n4), draw(g, 2, n4 - 2),
+              focus=window_focus),
+        _case("padding queries far past the end see no key", scores(b5, n5), lens5, draw(g, 1, 2),
+              label="rows with no allowed key",
               focus="a row with no allowed key has nothing to attend to: filling its scores with one large "
-                   "negative number makes the softmax uniform, and -inf gives NaN (0/0); multiply the softmax "
-                   "by the mask so such rows become exactly 0"),
-        _case("scores far below -1e6", scores(b5, q5, k5, shift=-1e7), bools(b5, q5, k5), 1.0,
+                    "negative number makes the softmax uniform, and -inf gives NaN (0/0); multiply the softmax "
+                    "by the mask so such rows become exactly 0"),
+        _case("a sequence with no real token", scores(b6, n6), lens6, draw(g, 2, n6 - 2),
+              focus="valid_lens 0 means every key is padding: every row of that sequence is 0"),
+        _case("scores far below -1e6", scores(b7, n7, shift=-1e7), lengths(b7, n7), draw(g, 2, n7 - 2),
               focus="a fixed fill value such as -1e6 is not 'very negative' when the real scores are even "
-                   "lower: fill with torch.finfo(scores.dtype).min, the most negative number of the dtype"),
-        _case("float16 scores stay finite, with an empty row", scores(b6, q6, k6, scale=8.0).half(), half_mask,
-              temperature(), atol=2e-3,
+                    "lower: fill with torch.finfo(scores.dtype).min, the most negative number of the dtype"),
+        _case("float16 scores stay finite, with empty rows", scores(b8, n8, scale=8.0).half(),
+              lens8, draw(g, 1, 2), atol=2e-3,
               focus="-1e6 and -1e9 overflow float16 to -inf; torch.finfo(scores.dtype).min is the most negative "
-                   "finite number of any dtype; return the scores' dtype"),
-        _case("the scores are not modified in place", scores(b7, q7, k7), bools(b7, q7, k7), temperature(),
-              focus="scores[~mask] = value or scores /= T write into the caller's tensor; "
-                   "use scores / T and masked_fill, which return new tensors"),
+                    "finite number of any dtype; return the scores' dtype"),
+        _case("the scores are not modified in place", scores(b9, n9), lengths(b9, n9), draw(g, 2, n9 - 2),
+              focus="scores[~keep] = value writes into the caller's tensor; use masked_fill or torch.where, "
+                    "which return new tensors"),
     ]
     return run_checks("masked_softmax", fn, cases, verbose=verbose)
