@@ -7,7 +7,8 @@ Usage::
     make gpu-report GPU_NOTEBOOKS="ch05"         # the same through make
 
 Each notebook is one piece: it runs in a fresh kernel, from the repository's ``notebooks/``
-(nothing is written into them), at ``ATTENTION_BOOK_SIZE=full`` with the explorers live, and
+(nothing is written into them; an exercises notebook runs as the instructor edition, its graded
+parts solved), at ``ATTENTION_BOOK_SIZE=full`` with the explorers live, and
 stops at ``--timeout`` seconds (570 by default, so that a piece fits a 10-minute slot on a
 shared GPU machine). A piece records, in ``book/_gpu_report.json``:
 
@@ -114,7 +115,14 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str]) -> dict:
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
     import kernel_poll  # noqa: F401  (a missed socket wake-up must not stall a piece)
 
-    nb = nbformat.read(path, as_version=4)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from editions import load_solutions, make_edition
+
+    # The instructor edition: an exercises notebook's graded parts hold their solutions (the committed
+    # notebook holds the students' stubs, which raise NotImplementedError), so the solutions run too.
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    solutions = load_solutions(path.name) if path.parent.resolve() == NOTEBOOKS.resolve() else {}
+    nb = nbformat.reads(json.dumps(make_edition(raw, "instructor", solutions)), as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = []
