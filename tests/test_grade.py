@@ -31,7 +31,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 grade = importlib.import_module("grade")
 
 SEED = 424242
-TIMEOUT = 60  # seconds per notebook: generous, so that a loaded machine still grades the honest ones
+TIMEOUT = 45  # seconds per notebook: generous, so that a loaded machine still grades the honest ones
+# notebooks graded at once: at least 2 (the hostile class also attacks the parallel grader), up to 4 cores
+JOBS = max(2, min(4, os.cpu_count() or 2))
 
 # A right answer: the checker's own reference, pasted into the notebook under the student's name
 # (the assignment's contract lives in assignments/ch03.py; this follows it wherever it goes).
@@ -198,11 +200,12 @@ def my_masked_softmax(*args, **kwargs):
 """
 # Attention with the identity as keys and values returns the softmax weights themselves.
 TILED = """
-def my_masked_softmax(scores, mask=None, temperature=1.0):
+def my_masked_softmax(scores, valid_lens, window):
     n = scores.shape[-1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = (j <= i) & (j > i - window) & (j < valid_lens[:, None, None])
     eye = torch.eye(n, dtype=scores.dtype).expand(*scores.shape[:-2], n, n)
-    m = None if mask is None or mask.dtype != torch.bool else mask.expand(scores.shape)
-    return ab.tiled_attention(scores / temperature, eye, eye, m, scale=1.0)
+    return ab.tiled_attention(scores, eye, eye, keep, scale=1.0)
 """
 # Honest on the first two cases, then NotImplementedError: it earns what those two cases earn, no more.
 STOPS = GOOD + """
@@ -263,11 +266,12 @@ def graded(tmp_path_factory):
                                    "open('results.pt', 'w').write('forged')"),
         "hal-own-checks": notebook(SCAFFOLD, checker="from attention_book.assignments import Case, run_checks\n"
                                    "report = run_checks('masked_softmax', lambda *a: 0, [Case('x')])"),
-        "ivy-extra-name": notebook(GOOD, checker=CHECK + "\nab.assignments.check_softmax_pool(lambda s, v: v)\n"
+        "ivy-extra-name": notebook(GOOD, checker=CHECK + "\nab.assignments.check_softmax_pool(lambda s, v, t: v)\n"
                                    "check_=ab.assignments.check_masked_softmax\n"
                                    "# check_=HYPERLINK(\"http://x\")(1)"),
-        "aaa-rewrites-bob": notebook(WRONG, f"open({str(victim)!r}, 'w').write('[]')"),
-        "jo-edits-package": notebook(WRONG, f"open({str(package_file)!r}, 'a').write('\\nraise SystemExit\\n')"),
+        # rewrites another student's notebook, then edits the package (each attack checked on its own)
+        "aaa-rewrites-bob": notebook(WRONG, f"open({str(victim)!r}, 'w').write('[]')",
+                                     f"open({str(package_file)!r}, 'a').write('\\nraise SystemExit\\n')"),
         "kim-background": notebook(GOOD, "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
                                    f"'import time; time.sleep(600)  # {marker}'], start_new_session=True)"),
         "lea-prints-100mb": notebook(GOOD, "print('x' * 100_000_000)"),
@@ -313,11 +317,11 @@ def graded(tmp_path_factory):
     scratch = Path(tempfile.mkdtemp(prefix="grade-scratch-", dir="/tmp"))
     scratch.chmod(0o755)
     start = time.monotonic()
-    # two notebooks at once (--jobs 2): the hostile class also attacks the parallel grader, and takes half the time
+    # several notebooks at once (--jobs JOBS): the hostile class also attacks the parallel grader
     proc = subprocess.Popen([str(clone / ".venv" / "bin" / "python"), str(clone / "scripts" / "grade.py"), str(subs),
                              "--out", str(out / "grades.csv"), "--timeout", str(TIMEOUT), "--reference",
                              str(reference), "--memory-gb", "3", "--disk-mb", "256", "--seed", str(SEED),
-                             "--jobs", "2"],
+                             "--jobs", str(JOBS)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(clone / "src"), TMPDIR=str(scratch)), cwd=clone)
     stdout, stderr = proc.communicate()
@@ -362,7 +366,7 @@ def test_every_student_gets_what_their_outputs_earn(graded):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (total, total, "graded"), r
         assert r["points"] == 10.0
-    for who in ("carl-wrong", "aaa-rewrites-bob", "jo-edits-package"):
+    for who in ("carl-wrong", "aaa-rewrites-bob"):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (*wrong, "graded"), r
     r = row(graded, "dana-raises")
