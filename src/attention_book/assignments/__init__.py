@@ -164,7 +164,7 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 3, 6, 6, 6, 60, 60
 
 
-def _describe(x: Any) -> str:
+def describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         if x.numel() <= 12:
             vals = [round(v, 4) if isinstance(v, float) else v for v in x.detach().cpu().flatten().tolist()]
@@ -182,22 +182,22 @@ def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[
     def check(got: Any) -> str | None:
         if isinstance(expected, torch.Tensor):
             if not isinstance(got, torch.Tensor):
-                return f"expected a tensor, got {type(got).__name__}: {_describe(got)}"
+                return f"expected a tensor, got {type(got).__name__}: {describe(got)}"
             if tuple(got.shape) != tuple(expected.shape):
                 return f"expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
             if got.dtype != expected.dtype:
                 return f"expected dtype {expected.dtype} (that of the inputs), got dtype {got.dtype}"
             if got.is_floating_point() and torch.isnan(got).any():
-                return f"the result contains NaN: {_describe(got)}"
+                return f"the result contains NaN: {describe(got)}"
             if not torch.allclose(got.detach().to(expected.dtype).cpu(), expected.cpu(), atol=atol, rtol=rtol):
                 worst = (got.detach().to(expected.dtype).cpu() - expected.cpu()).abs().max().item()
-                return f"expected {_describe(expected)}, got {_describe(got)} (largest difference {worst:.3g})"
+                return f"expected {describe(expected)}, got {describe(got)} (largest difference {worst:.3g})"
             return None
         if isinstance(expected, float):
             if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
-                return f"expected {expected:.6g}, got {_describe(got)}"
+                return f"expected {expected:.6g}, got {describe(got)}"
             return None
-        return None if got == expected else f"expected {_describe(expected)}, got {_describe(got)}"
+        return None if got == expected else f"expected {describe(expected)}, got {describe(got)}"
 
     return check
 

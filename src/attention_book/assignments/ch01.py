@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, _describe, case_generator, draw, run_checks
+from . import Case, describe, case_generator, draw, run_checks
 
 __all__ = ["check_softmax_pool"]
 
@@ -78,7 +78,7 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
             return ("expected a tuple (pooled, weights) of two tensors, got one tensor: return the weights "
                     "too, after the pooled values")
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return f"expected a tuple (pooled, weights) of two tensors, got {_describe(got)}"
+            return f"expected a tuple (pooled, weights) of two tensors, got {describe(got)}"
         if not all(isinstance(t, torch.Tensor) for t in got):
             return "expected (pooled, weights) to be tensors, got " + ", ".join(type(t).__name__ for t in got)
         got_pooled, got_weights = got
@@ -105,8 +105,8 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
             return "the two results come in the wrong order: return (pooled, weights)"
         worst = max((got_weights.detach().double().cpu() - weights.double()).abs().max().item(),
                     (got_pooled.detach().double().cpu() - pooled.double()).abs().max().item())
-        why = (f"expected weights {_describe(weights)} and pooled {_describe(pooled)}, got weights "
-               f"{_describe(got_weights)} and pooled {_describe(got_pooled)} (largest difference {worst:.3g})")
+        why = (f"expected weights {describe(weights)} and pooled {describe(pooled)}, got weights "
+               f"{describe(got_weights)} and pooled {describe(got_pooled)} (largest difference {worst:.3g})")
         for cause, wrong in MISTAKES:
             answer = wrong(scores, temperature)
             if answer is not None and answer.shape == weights.shape and not torch.allclose(answer, weights.double(), atol=1e-5, rtol=1e-4) \
