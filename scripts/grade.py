@@ -457,6 +457,13 @@ class Sandbox:
                 if p not in seen and Path(p).exists() and not p.startswith(("/usr/", "/proc", "/sandbox", "/in")):
                     seen.add(p)
                     cmd += ["--ro-bind", p, p]
+        # an installed (non-editable) package under a bound prefix holds the checkers' answers: the sandbox
+        # sees the student copy there instead (an editable install keeps them under src/, which is not bound)
+        for installed in installed_packages():
+            for p in sorted({os.path.abspath(installed), os.path.realpath(installed)}):
+                if any(p == b or p.startswith(b.rstrip("/") + "/") for b in seen):
+                    copy = pkg / "attention_book"
+                    cmd += ["--ro-bind", str(copy), p] if copy.is_dir() else ["--tmpfs", p]
         for file in ("ld.so.cache", "ld.so.conf", "nsswitch.conf", "hosts", "host.conf", "localtime"):
             if Path("/etc", file).exists():
                 cmd += ["--ro-bind", str(Path("/etc", file).resolve()), f"/etc/{file}"]
@@ -487,6 +494,24 @@ class Sandbox:
                 os.setuid(uid)
 
         return apply
+
+
+def installed_packages() -> list[Path]:
+    """Every ``attention_book`` package directory this Python can import or has installed (the grader's
+    own, and one per ``sys.path`` entry and site directory): where a notebook could read the answers."""
+    import site
+
+    import attention_book
+
+    found = [Path(attention_book.__file__).parent]
+    dirs = list(sys.path)
+    with contextlib.suppress(AttributeError):
+        dirs += site.getsitepackages() + [site.getusersitepackages()]
+    for entry in dirs:
+        with contextlib.suppress(OSError):
+            if entry and (Path(entry) / "attention_book" / "__init__.py").is_file():
+                found.append(Path(entry) / "attention_book")
+    return list(dict.fromkeys(found))
 
 
 def _kill_user(uid: int, gid: int) -> None:

@@ -53,6 +53,9 @@ python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7"
 /autograder/venv/bin/pip install /autograder/source
 chmod -R go-rwx /autograder/source   # the answers and the secret: root only
+# the installed package holds the checkers' answers too: root only (the sandbox mounts a student copy over it;
+# a notebook run as ab-student imports the student copy the grader puts first on its path)
+chmod -R go-rwx "$(/autograder/venv/bin/python -c 'import attention_book, os; print(os.path.dirname(attention_book.__file__))')"
 # where bubblewrap cannot make its namespaces in this container, each notebook runs as this user, which
 # cannot write the installed package, the checkers or the results, nor read /autograder/source
 id -u ab-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin ab-student

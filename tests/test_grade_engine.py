@@ -609,3 +609,45 @@ def test_feedback_names_the_file_that_was_graded():
     assert "## ch03_exercises-1.ipynb (graded as ch03_exercises.ipynb): masked_softmax" in text
     row["path"] = "/x/ada/`<b>`_1_2_ch03_exercises.ipynb"
     assert "<b>" not in grade.feedback_markdown({"student": "ada"}, [row])
+
+
+def test_a_non_editable_install_does_not_hand_the_sandbox_the_answers(tmp_path):
+    """The package installed into a prefix the sandbox binds (``pip install .``, as Gradescope's setup.sh
+    does) holds the checkers' ``reference``; a notebook that loads that file by path and hands in its
+    ``reference`` earns 0 points: the sandbox sees the student copy there (simulated: the installed copy
+    lies under a folder the sandbox binds, and the grader imports the package from it)."""
+    if grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("no bubblewrap here")
+    import shutil
+
+    site = tmp_path / "data" / "site-packages"
+    shutil.copytree(ROOT / "src" / "attention_book", site / "attention_book",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    os.chmod(tmp_path, 0o755)
+    for p in (tmp_path / "data", site):
+        os.chmod(p, 0o755)
+    installed = site / "attention_book" / "assignments" / "ch03.py"
+    assert "def reference" in installed.read_text()
+    attack = ("import importlib.util\n"
+              f"_s = importlib.util.spec_from_file_location('attention_book.assignments._ref', {str(installed)!r})\n"
+              "_m = importlib.util.module_from_spec(_s)\n_s.loader.exec_module(_m)\n"
+              "my_masked_softmax = _m.reference\n")
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    (subs / "mal").mkdir(parents=True)
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (subs / "mal" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(attack)))
+    env = dict(os.environ, PYTHONPATH=str(site), ATTENTION_BOOK_DATA=str(tmp_path / "data"), OMP_NUM_THREADS="1")
+    out = tmp_path / "out" / "grades.csv"
+    done = subprocess.run([sys.executable, "-c", "import attention_book, sys; print(attention_book.__file__)"],
+                          env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == str(site / "attention_book" / "__init__.py"), "the grader uses the install"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(subs), "--out", str(out),
+                           "--reference", str(reference), "--timeout", "90", "--memory-gb", "3", "--secret",
+                           "a course secret for the tests, 32+ characters long"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sandbox: bubblewrap" in done.stdout, done.stdout + done.stderr[-3000:]
+    with out.open(newline="", encoding="utf-8") as f:
+        (row,) = [r for r in csv.DictReader(f) if r["assignment"] == "masked_softmax"]
+    assert int(row["total"]) > 0 and row["passed"] == "0", row

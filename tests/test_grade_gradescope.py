@@ -43,6 +43,9 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
     assert setup.startswith("#!/usr/bin/env bash") and "bubblewrap" in setup and "pip install /autograder/source" in setup
     assert "gradescope_bundle.py run" in run and len(settings["secret"]) >= 32
+    # the installed package (with the checkers' answers) is root's only, after the install
+    install = setup.index("pip install /autograder/source")
+    assert setup.index('chmod -R go-rwx "$(/autograder/venv/bin/python -c \'import attention_book') > install
     assert not any(n.startswith("source/notebooks/") and "ch03" not in n for n in names)
     # the tested torch, not whatever is newest; no roster or times of the class in the bundle
     assert 'pip install "torch==2.13.0"' in setup
