@@ -856,10 +856,12 @@ RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>\d+)\)|-(?P<again>\d+
 
 
 def match_reference(filename: str, references) -> tuple[str, int, str] | None:
-    """``(reference name, resubmission number, LMS login or '')`` for a submitted file's name, allowing
-    the renamings LMSs and browsers make: ``ch03_exercises (1).ipynb`` (a second download),
-    ``ch03_exercises-1.ipynb`` (Canvas's resubmission), ``login_12345_67890_ch03_exercises.ipynb``
-    (Canvas's bulk download, ``_LATE_`` included); None when it is none of the references."""
+    """``(reference name, resubmission number, LMS student key or '')`` for a submitted file's name,
+    allowing the renamings LMSs and browsers make: ``ch03_exercises (1).ipynb`` (a second download),
+    ``ch03_exercises-1.ipynb`` (Canvas's resubmission), ``namekey_12345_67890_ch03_exercises.ipynb``
+    (Canvas's bulk download ``<namekey>_<user id>_<submission id>_<file>``, ``_LATE_`` included); None
+    when it is none of the references. The LMS student key is ``<namekey>_<user id>``: two students
+    with one name key (two John Smiths) are two students, told apart by their LMS user id."""
     if not filename.endswith(".ipynb"):
         return None
     login, rest = "", filename[: -len(".ipynb")]
@@ -869,7 +871,7 @@ def match_reference(filename: str, references) -> tuple[str, int, str] | None:
     if rest + ".ipynb" in references:
         return rest + ".ipynb", 0, ""
     if lms:
-        login, rest = lms.group("login"), lms.group("rest")
+        login, rest = f"{lms.group('login')}_{lms.group('uid')}", lms.group("rest")
     found = _stem_match(rest, references)
     return (found[0], found[1], login) if found else None
 
@@ -885,10 +887,12 @@ def _stem_match(rest: str, references) -> tuple[str, int] | None:
 
 @dataclass
 class Submission:
-    key: str  # the student: folder name, or the LMS login of a file at the top level
+    key: str  # the student: folder name, or ``<namekey>_<user id>`` of an LMS file at the top level
     path: Path
     reference: str
     rel: str
+    lms_id: str = ""  # the LMS user id of an LMS-named file (Canvas's bulk download)
+    order: int = 0  # the LMS submission id: a later one is a later submission
 
 
 def _loose(name: str) -> str:
@@ -931,6 +935,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                                      "SUBMISSIONS/<student>/"))
                 continue
             key = match[2]
+            lms = LMS_PREFIX.match(rel.parts[-1][: -len(".ipynb")])
+            lms_id, order = (lms.group("uid"), int(lms.group("sub"))) if lms else ("", 0)
         elif len(rel.parts) == 2:
             if submissions.joinpath(rel.parts[0]).is_symlink():
                 ignored.append((rel, "the student's folder is a symbolic link"))
@@ -945,18 +951,46 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                 ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
                                      "assignment"))
                 continue
-            key = rel.parts[0]
+            key, lms_id, order = rel.parts[0], "", 0
         else:
             ignored.append((rel, "not in a student's folder directly (SUBMISSIONS/<student>/<notebook>)"))
             continue
-        found.setdefault((key, match[0]), []).append((match[1], Submission(key, path, match[0], str(rel))))
+        found.setdefault((key, match[0]), []).append(
+            (match[1], Submission(key, path, match[0], str(rel), lms_id, order)))
     graded = []
     for (key, ref), versions in sorted(found.items()):
-        versions.sort(key=lambda v: (v[0], v[1].rel))
+        versions.sort(key=lambda v: (v[0], v[1].order, v[1].rel))
         graded.append(versions[-1][1])
         for _, older in versions[:-1]:
             ignored.append((Path(older.rel), f"an earlier version: {versions[-1][1].rel} is graded instead"))
     return graded, sorted(ignored, key=lambda x: str(x[0]))
+
+
+def roster_keys(lms_ids: dict[str, str], roster) -> dict[str, str]:
+    """``{student key: roster folder}`` for the LMS-named students (``lms_ids``: key -> LMS user id,
+    '' for a folder): the roster row whose ``id`` is the user id; else the row whose folder is the whole
+    key (``namekey_userid``); else the row whose folder is the name key, when only one user id came
+    with that name key and the row names no other id. Students not listed keep their own key."""
+    out: dict[str, str] = {}
+    if not roster:
+        return out
+    by_id = {str(info.id).strip(): folder for folder, info in roster.items() if str(info.id).strip()}
+    uids_of: dict[str, set[str]] = {}
+    for key, uid in lms_ids.items():
+        if uid:
+            uids_of.setdefault(key[: -len(uid) - 1], set()).add(uid)
+    for key, uid in lms_ids.items():
+        if not uid:
+            continue
+        namekey = unicodedata.normalize("NFC", key[: -len(uid) - 1])
+        row = roster.get(namekey)
+        if uid in by_id:
+            out[key] = by_id[uid]
+        elif unicodedata.normalize("NFC", key) in roster:
+            out[key] = unicodedata.normalize("NFC", key)
+        elif row is not None and len(uids_of[key[: -len(uid) - 1]]) == 1 and str(row.id).strip() in ("", uid):
+            out[key] = namekey
+    return out
 
 
 def identity_problems(keys: list[str]) -> dict[str, str]:
@@ -1231,17 +1265,18 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     found, ignored = find_submissions(submissions, references, misnamed)
     misnamed = {k: v for k, v in misnamed.items() if k[0] not in {s.key for s in found if s.reference == k[1]}}
     roster = course.roster
-    keys = sorted({s.key for s in found} | set(roster or {}) | {k for k, _ in misnamed})
+    by_roster = roster_keys({s.key: s.lms_id for s in found}, roster)
+    keys = sorted({s.key for s in found} | (set(roster or {}) - set(by_roster.values())) | {k for k, _ in misnamed})
     refused = identity_problems(keys)
     students = {}
     for k in keys:
-        info = (roster or {}).get(unicodedata.normalize("NFC", k))
+        info = (roster or {}).get(by_roster.get(k, unicodedata.normalize("NFC", k)))
         students[k] = {"key": k, "student": display_name(k), "name": (info.name if info and info.name else
                                                                     display_name(k)),
                        "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
                        "login": info.login if info and info.login else display_name(k),
                        "section": info.section if info else "", "email": info.email if info else ""}
-    unmatched = sorted(k for k in {s.key for s in found} if roster is not None
+    unmatched = sorted(k for k in {s.key for s in found} if roster is not None and k not in by_roster
                        and unicodedata.normalize("NFC", k) not in roster)
     extras = {n: a.extra_cases for n, a in course.assignments.items() if a.extra_cases}
     journal = out_dir / "grades.jsonl"

@@ -237,8 +237,8 @@ def test_ids_are_never_cut_and_file_names_are_stable_and_distinct():
     ("ch03_exercises.ipynb", ("ch03_exercises.ipynb", 0, "")),
     ("ch03_exercises (1).ipynb", ("ch03_exercises.ipynb", 1, "")),
     ("ch03_exercises-2.ipynb", ("ch03_exercises.ipynb", 2, "")),
-    ("smithjohn_12345_67890_ch03_exercises.ipynb", ("ch03_exercises.ipynb", 0, "smithjohn")),
-    ("smithjohn_LATE_12345_67890_ch03_exercises-1.ipynb", ("ch03_exercises.ipynb", 1, "smithjohn")),
+    ("smithjohn_12345_67890_ch03_exercises.ipynb", ("ch03_exercises.ipynb", 0, "smithjohn_12345")),
+    ("smithjohn_LATE_12345_67890_ch03_exercises-1.ipynb", ("ch03_exercises.ipynb", 1, "smithjohn_12345")),
     ("ch03_exercises_final.ipynb", None), ("ch99_bonus.ipynb", None), ("ch03_exercises.py", None)])
 def test_common_renamings_are_matched(name, expected):
     assert grade.match_reference(name, {"ch03_exercises.ipynb": ["masked_softmax"]}) == expected
@@ -256,7 +256,7 @@ def test_submissions_found_in_every_layout_and_the_rest_listed(tmp_path):
     assert [(s.key, s.rel) for s in found] == [("ada", "ada/ch03_exercises.ipynb"),
                                                ("bea", "bea/ch03_exercises (1).ipynb"),
                                                ("cy", "cy/ch03_exercises-1.ipynb"),
-                                               ("dan", "dan_111_222_ch03_exercises.ipynb")]
+                                               ("dan_111", "dan_111_222_ch03_exercises.ipynb")]
     listed = {str(p) for p, _ in ignored}
     assert {".hidden", "eve/.ipynb_checkpoints", "cy/ch03_exercises.ipynb", "eve/notes.ipynb",
             "loose.ipynb"} <= listed, listed
@@ -651,3 +651,36 @@ def test_a_non_editable_install_does_not_hand_the_sandbox_the_answers(tmp_path):
     with out.open(newline="", encoding="utf-8") as f:
         (row,) = [r for r in csv.DictReader(f) if r["assignment"] == "masked_softmax"]
     assert int(row["total"]) > 0 and row["passed"] == "0", row
+
+
+def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
+    """Canvas's bulk download names files ``<namekey>_<user id>_<submission id>_<file>``: two John Smiths
+    (user ids 103 and 207) are two students, each with their own row in grades.csv, canvas.csv and
+    moodle.csv (matched to the roster by user id); one user id's later submission replaces its earlier."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    refs = {"ch03_exercises.ipynb": ["masked_softmax"]}
+    for name in ("smithjohn_103_501_ch03_exercises.ipynb", "smithjohn_207_502_ch03_exercises.ipynb",
+                 "smithjohn_LATE_207_1000_ch03_exercises.ipynb", "smithjohn_207_99_ch03_exercises.ipynb"):
+        (subs / name).write_text("not a notebook: graded 'unreadable', without running anything")
+    found, ignored = grade.find_submissions(subs, refs)
+    assert [(s.key, s.rel) for s in found] == [("smithjohn_103", "smithjohn_103_501_ch03_exercises.ipynb"),
+                                               ("smithjohn_207", "smithjohn_LATE_207_1000_ch03_exercises.ipynb")]
+    assert {str(p) for p, _ in ignored} == {"smithjohn_207_502_ch03_exercises.ipynb",
+                                            "smithjohn_207_99_ch03_exercises.ipynb"}
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (tmp_path / "roster.csv").write_text("name,id,sis_user_id,login,section\nJohn Smith,103,S103,jsmith1,A\n"
+                                         "John Smith,207,S207,jsmith2,B\n")
+    (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'canvas_id = "77"\n')
+    out = tmp_path / "out" / "grades.csv"
+    rows = grade.grade(subs, out, 10, tmp_path / "ref", secret="s" * 40, course_file=tmp_path / "c.toml")
+    graded = {r["key"]: Path(r["path"]).name for r in rows if r["assignment"] == "masked_softmax"}
+    assert graded == {"smithjohn_103": "smithjohn_103_501_ch03_exercises.ipynb",
+                      "smithjohn_207": "smithjohn_LATE_207_1000_ch03_exercises.ipynb"}, rows
+    for export, columns, want in (("canvas.csv", ("ID", "SIS Login ID"), [("103", "jsmith1"), ("207", "jsmith2")]),
+                                  ("moodle.csv", ("ID number", "Username"), [("S103", "jsmith1"), ("S207", "jsmith2")])):
+        with (out.parent / export).open(newline="", encoding="utf-8") as f:
+            table = list(csv.DictReader(f))
+        assert sorted(tuple(r[c] for c in columns) for r in table) == want, (export, table)
