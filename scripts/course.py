@@ -239,10 +239,13 @@ def secret_id(secret: bytes) -> str:
     return hashlib.sha256(b"grade-secret-id\0" + secret).hexdigest()[:12]
 
 
-def derive_seed(secret: bytes, assignment: str, student: str) -> int:
-    """The hidden-case seed of one student's assignment: HMAC-SHA256(secret, assignment NUL student),
-    first 4 bytes, below 2**31. The same inputs always give the same seed; without the secret the
-    seed cannot be guessed."""
+def derive_seed(secret: bytes, assignment: str, student: str, content: bytes = b"") -> int:
+    """The hidden-case seed of one student's assignment: HMAC-SHA256(secret, assignment NUL student NUL
+    SHA-256 of the submitted notebook's bytes), first 4 bytes, below 2**31. The same inputs always give
+    the same seed (a regrade of the same file, the same grade); a changed resubmission meets new cases,
+    so what one run revealed of its cases is worth nothing to the next; without the secret the seed
+    cannot be guessed."""
     # a folder name that is not UTF-8 arrives with surrogate escapes; its bytes are used as they are
-    message = f"{assignment}\0{unicodedata.normalize('NFC', student)}".encode("utf-8", "surrogateescape")
+    message = (f"{assignment}\0{unicodedata.normalize('NFC', student)}\0{hashlib.sha256(content).hexdigest()}"
+               .encode("utf-8", "surrogateescape"))
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:4], "big") % 2**31

@@ -704,11 +704,13 @@ class Grader:
 
     def _students_cell(self, nb, index: int, reference: str) -> bool:
         """Did the student write cell ``index`` of ``nb`` (a code cell that is not one of the reference
-        notebook's, as the chapter gives it), or is it a checker cell?"""
+        notebook's, as the chapter gives it)? A checker cell the student changed counts as theirs."""
         cell = _cells(nb)[index]
         tags = (cell.get("metadata") or {}).get("tags") or []
         source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
-        return "checker" in tags or source.strip() not in self.reference_sources.get(reference, set())
+        # a checker cell as the chapter gives it is the book's, not the student's: its errors (the package's
+        # own checker is blocked in the sandbox) are not shown as if the student caused them
+        return source.strip() not in self.reference_sources.get(reference, set())
 
     def close(self) -> None:
         self.judge.close()
@@ -783,11 +785,11 @@ class Grader:
             worker = json.loads(messages.get("worker", b"{}").decode("utf-8"))
             dead = bool(worker.get("dead"))
             crash = clean(worker.get("worker", ""), 300)
-            errors = [clean(e["error"], 400) for e in worker.get("errors", [])
+            errors = [short_error(e["error"]) for e in worker.get("errors", [])
                       if self._students_cell(nb, e["cell"], reference)][:3]
         except (ValueError, AttributeError, TypeError, RecursionError, KeyError, IndexError):
             errors, dead, crash = [], False, ""
-        raised = ("; cells you wrote (or your checker cell) that raised: " + " | ".join(errors)) if errors else ""
+        raised = ("; cells you wrote that raised: " + " | ".join(errors)) if errors else ""
         overflow = "overflow" in messages
         out = []
         for name in expected:
@@ -818,6 +820,22 @@ class Grader:
                                cases=verdict["cases"], reason=case_summary(verdict["cases"]))
             out.append(row)
         return out
+
+
+SHORT_ERROR = 100  # characters of an exception's message from a cell the student wrote, in the feedback
+
+
+def short_error(text: str) -> str:
+    """An error from a student's cell as the feedback shows it: the exception's type and at most
+    :data:`SHORT_ERROR` characters of the first line of its message, cut at a word. A cell can raise
+    any text (the hidden cases' inputs, read from the grader's files), so nothing longer comes back."""
+    kind, _, message = str(text).partition(": ")
+    kind = clean(kind, 60).split()[0] if clean(kind, 60).split() else "Error"
+    line = " ".join(clean(message.splitlines()[0] if message.splitlines() else "", 10**4).split())
+    if len(line) > SHORT_ERROR:
+        cut = line[:SHORT_ERROR + 1].rsplit(" ", 1)[0] if " " in line[:SHORT_ERROR + 1] else ""
+        line = (cut[:SHORT_ERROR] if len(cut) >= SHORT_ERROR // 2 else line[:SHORT_ERROR]).rstrip() + " …"
+    return f"{kind}: {line}" if line else kind
 
 
 def _code_sources(nb) -> set[str]:
@@ -1312,7 +1330,12 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                                           and all(r["status"] != "grader error" for r in old))):
             rows += old
             continue
-        seeds = {n: seed if seed is not None else derive_seed(key, n, sub.key) for n in references[sub.reference]}
+        try:  # the seed covers the notebook's content: a changed resubmission meets new hidden cases
+            content = read_regular(sub.path, NOTEBOOK_LIMIT)
+        except (OSError, ValueError):
+            content = b""  # graded "unreadable" without running
+        seeds = {n: seed if seed is not None else derive_seed(key, n, sub.key, content)
+                 for n in references[sub.reference]}
         todo.append((who, sub.key, sub.path, sub.reference, seeds))
     if regrade is not None:
         before = {(r["key"], r["assignment"]): r for rs in previous.values() for r in rs}

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 grade = importlib.import_module("grade")
 course = importlib.import_module("course")
 lms_export = importlib.import_module("lms_export")
-from test_grade import GOOD, SCAFFOLD, STOPS, TILED, WRONG, notebook  # noqa: E402
+from test_grade import CHECK, GOOD, SCAFFOLD, STOPS, TILED, WRONG, notebook  # noqa: E402
 
 SEED = 5
 
@@ -208,6 +208,12 @@ def test_seeds_derive_from_the_secret_the_assignment_and_the_student(tmp_path):
     assert s == course.derive_seed(b"k" * 32, "masked_softmax", "ada") and 0 <= s < 2**31
     assert s != course.derive_seed(b"k" * 32, "masked_softmax", "bea")
     assert s != course.derive_seed(b"k" * 32, "bleu", "ada") != course.derive_seed(b"j" * 32, "bleu", "ada")
+    # the submitted notebook's content too: the same file the same seed, a changed resubmission another
+    nb = json.dumps(notebook(GOOD)).encode()
+    assert course.derive_seed(b"k" * 32, "masked_softmax", "ada", nb) == course.derive_seed(
+        b"k" * 32, "masked_softmax", "ada", bytes(nb))
+    assert course.derive_seed(b"k" * 32, "masked_softmax", "ada", nb) != course.derive_seed(
+        b"k" * 32, "masked_softmax", "ada", nb + b" ")
     secret, where = course.grading_secret(None, course.Course(), tmp_path)
     assert (tmp_path / ".grade-secret").stat().st_mode & 0o777 == 0o600 and where.endswith(".grade-secret")
     assert course.grading_secret(None, course.Course(), tmp_path)[0] == secret  # reused: a regrade draws the same
@@ -522,14 +528,29 @@ def test_a_result_too_large_to_send_back_is_said_so(tmp_path, body, words):
 
 def test_no_results_feedback_lists_only_the_cells_the_student_wrote():
     """An error in a cell the chapter gives (it calls a function the grader blocks) is not the student's:
-    only cells the student wrote, and checker cells, are named in a notebook's reason."""
+    only cells the student wrote are named in a notebook's reason; the chapter's own checker cell is not
+    (the package's checker is blocked in the sandbox: not the honest student's error)."""
     reference = notebook(SCAFFOLD, "ms = ab.masked_softmax(torch.zeros(1, 2, 2))")
     grader = grade.Grader.__new__(grade.Grader)
     grader.reference_sources = {"ch03_exercises.ipynb": grade._code_sources(reference)}
     submitted = notebook(GOOD, "ms = ab.masked_softmax(torch.zeros(1, 2, 2))", "print(ms)")
     mine = [i for i in range(len(submitted["cells"]))
             if grader._students_cell(submitted, i, "ch03_exercises.ipynb")]
-    assert mine == [1, 3, 4]  # the student's function, their own print, the checker cell
+    assert mine == [1, 3]  # the student's function and their own print; not the book's checker cell
+    changed = notebook(GOOD, checker=CHECK + "\nprint(report)")
+    assert grader._students_cell(changed, 2, "ch03_exercises.ipynb")  # a checker the student rewrote is theirs
+
+
+def test_an_error_from_a_students_cell_comes_back_as_one_short_line():
+    """A cell can raise any text, e.g. every hidden case's inputs read from the grader's files: the
+    feedback gets the exception's type and at most about 100 characters of its first line."""
+    leak = "ValueError: " + "tensor([[0.1234, 0.5678, 0.9012]]) " * 40 + "\nsecond line " * 5
+    short = grade.short_error(leak)
+    assert short.startswith("ValueError: tensor([[0.1234,") and short.endswith(" …"), short
+    assert len(short) <= len("ValueError: ") + grade.SHORT_ERROR + 2 and "\n" not in short
+    assert "second line" not in short and short.count("0.1234") <= 3
+    assert grade.short_error("KeyError: 'x'") == "KeyError: 'x'" and grade.short_error("StopIteration: ") == (
+        "StopIteration")
 
 
 # --------------------------------------------------------------------------- hints only where they apply
@@ -679,6 +700,9 @@ def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
     graded = {r["key"]: Path(r["path"]).name for r in rows if r["assignment"] == "masked_softmax"}
     assert graded == {"smithjohn_103": "smithjohn_103_501_ch03_exercises.ipynb",
                       "smithjohn_207": "smithjohn_LATE_207_1000_ch03_exercises.ipynb"}, rows
+    key, _ = course.grading_secret("s" * 40, course.load_course(tmp_path / "c.toml"), out.parent)
+    for r in rows:  # each seed from the secret, the assignment, the student and the file's content
+        assert int(r["seed"]) == course.derive_seed(key, "masked_softmax", r["key"], (subs / graded[r["key"]]).read_bytes())
     for export, columns, want in (("canvas.csv", ("ID", "SIS Login ID"), [("103", "jsmith1"), ("207", "jsmith2")]),
                                   ("moodle.csv", ("ID number", "Username"), [("S103", "jsmith1"), ("S207", "jsmith2")])):
         with (out.parent / export).open(newline="", encoding="utf-8") as f:
