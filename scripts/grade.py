@@ -1,6 +1,6 @@
 """Grade a folder of submitted notebooks: each in a sandbox, judged by hidden tests outside it.
 
-Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 600] [--course course.toml]
+Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 120] [--course course.toml]
            [--jobs N] [--resume] [--regrade STUDENT] [--secret S] [--reference notebooks]
            [--memory-gb 8] [--disk-mb 512] [--seed N]
 
@@ -76,6 +76,7 @@ from course import CourseError, derive_seed, grading_secret, load_course, load_t
 CHECK_CALL = re.compile(r"check_(\w+)\s*\(")
 OUTPUT_LIMIT = 64 * 2**20  # bytes a sandboxed process may write to one file
 NOTEBOOK_LIMIT = 50 * 2**20  # bytes of a submitted notebook
+TIMEOUT = 120  # default seconds per notebook (--timeout)
 PROCESSES = 256  # processes and threads of one sandbox
 NOBODY = 65534
 JUDGE_SECONDS = 60
@@ -1246,7 +1247,7 @@ _POOL_GRADER: "Grader | None" = None
 def _pool_init(args) -> None:
     global _POOL_GRADER
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it ends the pool
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, _worker_term)
     _POOL_GRADER = Grader(*args)
     import atexit
     from multiprocessing.util import Finalize
@@ -1255,8 +1256,23 @@ def _pool_init(args) -> None:
     Finalize(None, _POOL_GRADER.close, exitpriority=10)  # also when the pool's process ends its own way
 
 
+_BUSY = [False]  # is this pool worker grading a notebook now?
+
+
+def _worker_term(signum, frame):
+    """SIGTERM in a pool worker: while it grades, stop that notebook (its sandbox ended, its folder
+    removed, by the finally clauses on the way out); while it waits for work, end quietly (no traceback)."""
+    if _BUSY[0]:
+        raise KeyboardInterrupt(f"signal {signum}")
+    raise SystemExit(0)
+
+
 def _pool_grade(task):
-    return _grade_one(_POOL_GRADER, *task)
+    _BUSY[0] = True
+    try:
+        return _grade_one(_POOL_GRADER, *task)
+    finally:
+        _BUSY[0] = False
 
 
 def _grade_one(grader: Grader, who: str, key: str, path: Path, reference: str, seeds: dict) -> list[dict]:
@@ -1478,17 +1494,20 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                                               initializer=_pool_init,
                                               initargs=((reference, timeout, memory_gb, disk_mb, extras,
                                                          fallback_user),))
+                finished = False
                 try:
                     futures = {pool.submit(_pool_grade, task): task for task in todo}
                     for future in cf.as_completed(futures):
                         done(futures[future], future.result())
+                    finished = True
                 except KeyboardInterrupt:
                     note["interrupted"] = True
                 finally:
-                    for proc in list(getattr(pool, "_processes", {}).values()):
-                        with contextlib.suppress(Exception):
-                            proc.terminate()  # SIGTERM: each worker ends its sandbox and removes its folder
-                    pool.shutdown(wait=True, cancel_futures=True)
+                    if not finished:  # interrupted: stop the notebooks being graded now
+                        for proc in list(getattr(pool, "_processes", {}).values()):
+                            with contextlib.suppress(Exception):
+                                proc.terminate()  # SIGTERM: each worker ends its sandbox and removes its folder
+                    pool.shutdown(wait=True, cancel_futures=True)  # done: the idle workers end on their own
     finally:
         signal.signal(signal.SIGTERM, old_term)
     return note
@@ -1565,7 +1584,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("submissions", type=Path)
     parser.add_argument("--out", type=Path, default=Path("grades.csv"))
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook")
+    parser.add_argument("--timeout", type=int, default=TIMEOUT,
+                        help=f"seconds per notebook (default {TIMEOUT}: a class's exercises notebook runs in well "
+                             "under a minute; raise it for slow chapters or machines)")
     parser.add_argument("--memory-gb", type=float, default=8.0,
                         help="memory of the whole sandbox (cgroup) and address space of each process")
     parser.add_argument("--disk-mb", type=int, default=512, help="size of each of the sandbox's two tmpfs")

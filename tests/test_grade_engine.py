@@ -708,3 +708,21 @@ def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
         with (out.parent / export).open(newline="", encoding="utf-8") as f:
             table = list(csv.DictReader(f))
         assert sorted(tuple(r[c] for c in columns) for r in table) == want, (export, table)
+
+
+def test_a_parallel_run_ends_without_tracebacks_and_the_default_timeout_suits_a_class(tmp_path):
+    """``--jobs 2``: the pool's idle workers end quietly after a successful run (they used to get
+    SIGTERM and print ``KeyboardInterrupt: signal 15``); the default time per notebook is 120 s."""
+    assert grade.TIMEOUT == 120 and "--timeout 120" in grade.__doc__
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    for who in ("ada", "bea", "cy"):
+        (tmp_path / "subs" / who).mkdir(parents=True)
+        (tmp_path / "subs" / who / "ch03_exercises.ipynb").write_text("not a notebook")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(tmp_path / "subs"), "--out",
+                           str(tmp_path / "out" / "grades.csv"), "--reference", str(tmp_path / "ref"), "--jobs", "2",
+                           "--secret", "s" * 40], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grading 3 notebooks, 2 at a time" in done.stdout
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr[-3000:]
