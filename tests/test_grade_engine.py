@@ -726,3 +726,30 @@ def test_a_parallel_run_ends_without_tracebacks_and_the_default_timeout_suits_a_
     assert done.returncode == 0, done.stderr[-3000:]
     assert "grading 3 notebooks, 2 at a time" in done.stdout
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr[-3000:]
+
+
+def test_hidden_cases_name_the_value_free_causes_of_a_single_tensor_and_a_float16_overflow(tmp_path):
+    """ch01: a function that returns one tensor instead of (pooled, weights) is told so on hidden cases
+    too (not only "the result is wrong"); ch03: a -1e9 fill that overflows float16 on a hidden case
+    names that cause (not only "raised RuntimeError"); neither shows a value of the case."""
+    def one_tensor(scores, values, temperature):
+        t = temperature[..., None]
+        return torch.softmax(scores / torch.where(t > 0, t, 1.0), dim=-1) @ values
+
+    cases = results(tmp_path, one_tensor, name="softmax_pool")
+    hidden = [c for c in cases if not c.get("visible")]
+    assert hidden and all("got one tensor" in c["why"] for c in hidden), [c["why"] for c in hidden]
+
+    def overflows(scores, valid_lens, window):
+        n = scores.shape[-1]
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        keep = (j <= i) & (j > i - window) & (j < valid_lens.reshape(-1, 1, 1))
+        out = torch.softmax(scores.masked_fill(~keep, -1e9), dim=-1)
+        return out.masked_fill(~keep.any(-1, keepdim=True), 0.0)
+
+    cases = results(tmp_path, overflows)
+    raised = [c for c in cases if not c.get("visible") and c["status"] == "raised"]
+    assert raised, [c["why"] for c in cases]
+    for c in raised:
+        assert c["why"].startswith("your function raised RuntimeError: ") and "65504" in c["why"], c["why"]
+        assert "c10::Half" not in c["why"]

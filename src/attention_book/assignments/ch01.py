@@ -65,6 +65,9 @@ MISTAKES = [
 ]
 
 
+ORDER = "the two results come in the wrong order: return (pooled, weights)"
+
+
 def _case(name: str, scores, values, temperature, hint: str) -> Case:
     pooled, weights = reference(scores, values, temperature)
     values_low = values.double().min(dim=-2, keepdim=True).values
@@ -74,9 +77,10 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
         return got.shape == want.shape and torch.allclose(got.detach().double().cpu(), want.double(), atol=1e-5, rtol=1e-4)
 
     def check(got):
-        if isinstance(got, torch.Tensor):
-            return ("expected a tuple (pooled, weights) of two tensors, got one tensor: return the weights "
-                    "too, after the pooled values")
+        if isinstance(got, torch.Tensor):  # value-free: the grader names this cause for hidden cases too
+            cause = ("expected a tuple (pooled, weights) of two tensors, got one tensor: return the weights "
+                     "too, after the pooled values")
+            return Diagnosis(cause, cause)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             return f"expected a tuple (pooled, weights) of two tensors, got {describe(got)}"
         if not all(isinstance(t, torch.Tensor) for t in got):
@@ -84,7 +88,7 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
         got_pooled, got_weights = got
         if tuple(got_pooled.shape) == tuple(weights.shape) and tuple(got_weights.shape) == tuple(pooled.shape) \
                 and tuple(pooled.shape) != tuple(weights.shape):
-            return "the two results come in the wrong order: return (pooled, weights)"
+            return Diagnosis(ORDER, ORDER)
         for what, t, want in (("pooled", got_pooled, pooled), ("weights", got_weights, weights)):
             if tuple(t.shape) != tuple(want.shape):
                 return f"expected {what} of shape {tuple(want.shape)}, got shape {tuple(t.shape)}"
@@ -102,7 +106,7 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
         if close(got_weights, weights) and close(got_pooled, pooled):
             return None
         if close(got_pooled, weights) and close(got_weights, pooled):
-            return "the two results come in the wrong order: return (pooled, weights)"
+            return Diagnosis(ORDER, ORDER)
         worst = max((got_weights.detach().double().cpu() - weights.double()).abs().max().item(),
                     (got_pooled.detach().double().cpu() - pooled.double()).abs().max().item())
         why = (f"expected weights {describe(weights)} and pooled {describe(pooled)}, got weights "

@@ -29,6 +29,7 @@ import importlib
 import json
 import math
 import os
+import re
 import reprlib
 import resource
 import select
@@ -678,6 +679,20 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
     return out
 
 
+# Exceptions whose cause can be named without any value of the case: (pattern in the error text, cause).
+RAISED_CAUSES = [
+    (re.compile(r"cannot be converted to type \S*(Half|BFloat16)\S* without overflow"),
+     "a constant too large for the half-precision dtype (float16 holds magnitudes up to 65504), such as a "
+     "fill of -1e9: fill with torch.finfo(scores.dtype).min or float('-inf') instead"),
+]
+
+
+def raised_cause(error: str) -> str:
+    """The cause of an exception a student's function raised, in words holding no value of the case
+    (shown for hidden cases too), or '' when it is not one the grader knows."""
+    return next((cause for pattern, cause in RAISED_CAUSES if pattern.search(str(error))), "")
+
+
 def _verdict(case: Case, record: dict, visible: bool) -> dict:
     """A case's outcome. For a hidden case the reason names only the kind of failure (never an input,
     an expected value, or the text of an exception, which could carry the inputs out)."""
@@ -692,8 +707,9 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
         if visible:
             return {"passed": False, "status": status, "why": f"raised {error[:2000]}"}
         kind = error.split(":", 1)[0] if error.split(":", 1)[0].isidentifier() else "an exception"
-        return {"passed": False, "status": status, "why": f"your function raised {kind}{hint}",
-                "detail": f"raised {error[:2000]}"}
+        cause = raised_cause(error)
+        return {"passed": False, "status": status, "why": f"your function raised {kind}" + (
+            f": {cause}" if cause else hint), "detail": f"raised {error[:2000]}", "cause": cause}
     got = record.get("got")
     has_expected, expected = _expected_of(case.check)
     why = _structure_problem(expected, got, tuple(case.args)) if has_expected else None
