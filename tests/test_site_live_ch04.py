@@ -96,6 +96,7 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
             "Type an English sentence" in view.locator(".ab-live-output").inner_text()
         )
         assert view.locator("svg.ab-live-heatmap").count() == 0
+        assert "Translated in your browser" not in view.locator(".ab-live-status").inner_text()
         assert live.events == []
 
 

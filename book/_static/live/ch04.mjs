@@ -181,6 +181,7 @@ export function mount(root, ctx) {
       reads.textContent = "";
       french.textContent = "Type an English sentence to translate (for example: i'm home .).";
       figure.replaceChildren();
+      ctx.status(""); // no line about an earlier sentence under an empty box
       return;
     }
     ctx.status("Translating…"); // said at once, so that every request is answered in words
