@@ -298,7 +298,7 @@ def head_maps_figure(run: HeadRun, num_examples: int = 200, importance: torch.Te
     mean = weights.mean(0).cpu()  # (heads, queries, keys)
     titles = [f"head {h}" for h in range(run.num_heads)]
     if importance is not None:
-        titles = [f"{t}\n(-{100 * float(d):.0f} pts)" for t, d in zip(titles, importance)]
+        titles = [f"{t}\n({-round(100 * float(d)):+d} pts)" for t, d in zip(titles, importance)]  # never "-0"
     n = mean.shape[-1]
     # More than four heads wrap onto rows of four, so each map stays readable on a narrow page;
     # one or two heads get larger maps, so that their labels are as large on the page as those
