@@ -702,9 +702,11 @@ def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
                       "smithjohn_207": "smithjohn_LATE_207_1000_ch03_exercises.ipynb"}, rows
     key, _ = course.grading_secret("s" * 40, course.load_course(tmp_path / "c.toml"), out.parent)
     for r in rows:  # each seed from the secret, the assignment, the student and the file's content
-        assert int(r["seed"]) == course.derive_seed(key, "masked_softmax", r["key"], (subs / graded[r["key"]]).read_bytes())
-    for export, columns, want in (("canvas.csv", ("ID", "SIS Login ID"), [("103", "jsmith1"), ("207", "jsmith2")]),
-                                  ("moodle.csv", ("ID number", "Username"), [("S103", "jsmith1"), ("S207", "jsmith2")])):
+        content = (subs / graded[r["key"]]).read_bytes()
+        assert int(r["seed"]) == course.derive_seed(key, "masked_softmax", r["key"], content)
+    for export, columns, want in (
+            ("canvas.csv", ("ID", "SIS Login ID"), [("103", "jsmith1"), ("207", "jsmith2")]),
+            ("moodle.csv", ("ID number", "Username"), [("S103", "jsmith1"), ("S207", "jsmith2")])):
         with (out.parent / export).open(newline="", encoding="utf-8") as f:
             table = list(csv.DictReader(f))
         assert sorted(tuple(r[c] for c in columns) for r in table) == want, (export, table)
@@ -753,3 +755,30 @@ def test_hidden_cases_name_the_value_free_causes_of_a_single_tensor_and_a_float1
     for c in raised:
         assert c["why"].startswith("your function raised RuntimeError: ") and "65504" in c["why"], c["why"]
         assert "c10::Half" not in c["why"]
+
+
+def test_a_cell_that_raises_the_hidden_inputs_gets_one_short_line_back(tmp_path):
+    """A cell after the checker reads the hidden cases' file, stops the hidden tests (no results) and
+    raises a ValueError holding every hidden input: the feedback names the error in one short line."""
+    if grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("no bubblewrap here")
+    leak = ("import glob, sys\nfrom attention_book.assignments.grading import load_data\n"
+            "_data = load_data(open(glob.glob('/in/cases-*.bin')[0], 'rb').read())\n"
+            "sys.modules['attention_book.assignments.grading'] = None  # the hidden tests cannot run\n"
+            "raise ValueError('HIDDEN ' + repr(_data) * 20)\n")
+    nb = notebook(GOOD)
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "source": leak, "outputs": [],
+                        "execution_count": None})
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (tmp_path / "subs" / "lee").mkdir(parents=True)
+    (tmp_path / "subs" / "lee" / "ch03_exercises.ipynb").write_text(json.dumps(nb))
+    out = tmp_path / "out" / "grades.csv"
+    rows = grade.grade(tmp_path / "subs", out, 90, tmp_path / "ref", memory_gb=3.0, secret="s" * 40)
+    (row,) = rows
+    assert row["status"] == "no results" and "cells you wrote that raised: ValueError: HIDDEN" in row["reason"], row
+    shown = row["reason"].split("cells you wrote that raised: ", 1)[1]
+    assert len(shown) <= len("ValueError: ") + grade.SHORT_ERROR + 2 and "\n" not in shown, shown
+    (feedback,) = (out.parent / "feedback").iterdir()
+    assert feedback.read_text().count("HIDDEN") == 1 and "tensor(" not in feedback.read_text()[
+        feedback.read_text().index("HIDDEN") + 150:]
