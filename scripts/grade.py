@@ -707,7 +707,6 @@ class Grader:
         """Did the student write cell ``index`` of ``nb`` (a code cell that is not one of the reference
         notebook's, as the chapter gives it)? A checker cell the student changed counts as theirs."""
         cell = _cells(nb)[index]
-        tags = (cell.get("metadata") or {}).get("tags") or []
         source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
         # a checker cell as the chapter gives it is the book's, not the student's: its errors (the package's
         # own checker is blocked in the sandbox) are not shown as if the student caused them

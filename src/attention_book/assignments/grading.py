@@ -682,8 +682,8 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
 # Exceptions whose cause can be named without any value of the case: (pattern in the error text, cause).
 RAISED_CAUSES = [
     (re.compile(r"cannot be converted to type \S*(Half|BFloat16)\S* without overflow"),
-     "a constant too large for the half-precision dtype (float16 holds magnitudes up to 65504), such as a "
-     "fill of -1e9: fill with torch.finfo(scores.dtype).min or float('-inf') instead"),
+     ("a constant too large for the half-precision dtype (float16 holds magnitudes up to 65504), such as a "
+      "fill of -1e9: fill with torch.finfo(scores.dtype).min or float('-inf') instead")),
 ]
 
 
