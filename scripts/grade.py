@@ -1,6 +1,6 @@
 """Grade a folder of submitted notebooks: each in a sandbox, judged by hidden tests outside it.
 
-Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 120] [--course course.toml]
+Usage: python scripts/grade.py SUBMISSIONS [--out grades.csv] [--timeout 300] [--course course.toml]
            [--jobs N] [--resume] [--regrade STUDENT] [--secret S] [--reference notebooks]
            [--memory-gb 8] [--disk-mb 512] [--seed N]
 
@@ -76,7 +76,7 @@ from course import CourseError, derive_seed, grading_secret, load_course, load_t
 CHECK_CALL = re.compile(r"check_(\w+)\s*\(")
 OUTPUT_LIMIT = 64 * 2**20  # bytes a sandboxed process may write to one file
 NOTEBOOK_LIMIT = 50 * 2**20  # bytes of a submitted notebook
-TIMEOUT = 120  # default seconds per notebook (--timeout)
+TIMEOUT = 300  # default seconds per notebook (--timeout); chapter 7's exercises take ~90 s on 2 cores
 PROCESSES = 256  # processes and threads of one sandbox
 NOBODY = 65534
 JUDGE_SECONDS = 60

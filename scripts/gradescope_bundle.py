@@ -202,7 +202,7 @@ def run(root: Path) -> dict:
             for ref, (_, p) in matched.items():
                 shutil.copyfile(p, folder / ref, follow_symlinks=False)
             course = source / settings["course"] if settings.get("course") else None
-            timeout = int(os.environ.get("GRADE_TIMEOUT", str(grader.TIMEOUT)))  # 120 s unless set
+            timeout = int(os.environ.get("GRADE_TIMEOUT", str(grader.TIMEOUT)))  # 300 s unless set
             grader.grade(work / "subs", work / "out" / "grades.csv", timeout, source / "notebooks",
                          course_file=course, secret=settings["secret"],
                          submitted={student: when} if (when := _submitted_at(meta)) else None,

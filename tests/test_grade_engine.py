@@ -714,8 +714,8 @@ def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
 
 def test_a_parallel_run_ends_without_tracebacks_and_the_default_timeout_suits_a_class(tmp_path):
     """``--jobs 2``: the pool's idle workers end quietly after a successful run (they used to get
-    SIGTERM and print ``KeyboardInterrupt: signal 15``); the default time per notebook is 120 s."""
-    assert grade.TIMEOUT == 120 and "--timeout 120" in grade.__doc__
+    SIGTERM and print ``KeyboardInterrupt: signal 15``); the default time per notebook is 300 s."""
+    assert grade.TIMEOUT == 300 and "--timeout 300" in grade.__doc__
     (tmp_path / "ref").mkdir()
     (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
     for who in ("ada", "bea", "cy"):
