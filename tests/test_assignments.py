@@ -500,3 +500,24 @@ def test_the_merge_checker_rejects_the_chapters_pairwise_merge_and_a_fold_withou
         if wrong is fold_with_the_package:
             failed = [name for name, ok, _ in report.results if not ok]
             assert any("empty" in name for name in failed), failed
+
+
+def _reshaped_straight(queries, keys, values, num_heads, num_kv_heads):
+    """Reshapes (batch, n, heads * p) straight to (batch, heads, n, p), without the transpose."""
+    group = num_heads // num_kv_heads
+    b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
+    Q = queries.reshape(b, num_heads, n_q, -1)
+    K, V = (X.reshape(b, num_kv_heads, n_k, -1).repeat_interleave(group, dim=1) for X in (keys, values))
+    return torch.softmax(Q @ K.transpose(-1, -2) / Q.shape[-1] ** 0.5, dim=-1) @ V
+
+
+@pytest.mark.parametrize("wrong, words", [(_tiled, "tiled"), (scaled_by_full_size, "whole width"),
+                                          (_reshaped_straight, "reshaped straight")])
+def test_the_per_head_attention_checker_names_the_common_mistakes(wrong, words):
+    """A fresh reader's tiled key/value heads were told 'the softmax runs over the keys': each common
+    mistake is now named on every case it fails, for the visible and the hidden cases (its cause
+    holds no value of a case), without the case's general hint beside it."""
+    for offset in (0, HIDDEN[1]):
+        report = run("per_head_attention", wrong, offset)
+        failed = [why for _name, ok, why in report.results if not ok]
+        assert failed and all(words in why and "hint:" not in why for why in failed), failed

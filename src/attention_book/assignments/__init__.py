@@ -175,6 +175,16 @@ def describe(x: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+class Diagnosis(str):
+    """A check's reason (with values) that carries ``cause``: what went wrong, in words that hold no value
+    of the case, so the grader's feedback may show it for a hidden case too."""
+
+    def __new__(cls, text: str, cause: str):
+        obj = super().__new__(cls, text)
+        obj.cause = cause
+        return obj
+
+
 def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[Any], str | None]:
     """A ``check`` that wants ``got`` equal to ``expected`` (tensors: same shape, same dtype, close
     values, no NaN)."""
@@ -250,7 +260,9 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
         except Exception as err:  # the learner's code raised: say where
             frame = traceback.extract_tb(err.__traceback__)[-1]
             why = f"raised {type(err).__name__}: {err} (line {frame.lineno} in {frame.name})"
-        hint = f" — hint: {case.hint}" if case.hint and why not in (None, NOT_DONE) else ""
+        # a check that names the mistake itself (a Diagnosis' cause) needs no general hint beside it
+        named = bool(getattr(why, "cause", ""))
+        hint = f" — hint: {case.hint}" if case.hint and why not in (None, NOT_DONE) and not named else ""
         results.append((case.name, why is None, "" if why is None else why + hint))
     report = Report(assignment, results, not_implemented)
     if verbose:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, describe, case_generator, draw, run_checks
+from . import Case, Diagnosis, case_generator, describe, draw, run_checks
 
 __all__ = ["check_softmax_pool"]
 
@@ -27,16 +27,6 @@ def reference(scores, values, temperature):
     weights = torch.where(t > 0, torch.softmax(s / torch.where(t > 0, t, 1.0), dim=-1),
                           ties / ties.sum(dim=-1, keepdim=True))
     return (weights @ values.double()).to(values.dtype), weights.to(scores.dtype)
-
-
-class Diagnosis(str):
-    """A reason (with values) that carries ``cause``, words holding no value of the case (the grader shows
-    the cause for hidden cases too)."""
-
-    def __new__(cls, text: str, cause: str):
-        obj = super().__new__(cls, text)
-        obj.cause = cause
-        return obj
 
 
 def _weights(scores, temperature, hard):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, Report, case_generator, compare, draw, run_checks
+from . import Case, Diagnosis, Report, case_generator, compare, draw, run_checks
 
 __all__ = ["check_masked_softmax"]
 
@@ -30,16 +30,6 @@ def reference(scores, valid_lens, window):
     keep = (j <= i) & (j > i - window) & (j < lens)  # (batch, n, n)
     x = scores.double().masked_fill(~keep, torch.finfo(torch.float64).min)
     return (torch.softmax(x, dim=-1) * keep).to(scores.dtype)
-
-
-class Diagnosis(str):
-    """A check's reason (with values) that carries ``cause``: what went wrong, in words that hold no value
-    of the case, so the grader's feedback may show it for a hidden case too."""
-
-    def __new__(cls, text: str, cause: str):
-        obj = super().__new__(cls, text)
-        obj.cause = cause
-        return obj
 
 
 IN_PLACE = ("your function changed its input scores in place (scores[~keep] = ...): use masked_fill or "

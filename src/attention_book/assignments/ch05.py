@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from . import Case, case_generator, compare, draw, run_checks
+from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_per_head_attention"]
 
@@ -36,6 +36,58 @@ def reference(queries, keys, values, num_heads: int, num_kv_heads: int) -> torch
     return torch.stack(heads, dim=1).to(queries.dtype)
 
 
+def _heads_attention(queries, keys, values, num_heads, num_kv_heads, kv_of, scale):
+    """Every query head attending with key/value head ``kv_of(h)``, scores divided by ``scale``."""
+    step, step_v = queries.shape[-1] // num_heads, values.shape[-1] // num_kv_heads
+    heads = []
+    for h in range(num_heads):
+        kv = kv_of(h)
+        q = queries[..., h * step:(h + 1) * step].double()
+        k = keys[..., kv * step:(kv + 1) * step].double()
+        v = values[..., kv * step_v:(kv + 1) * step_v].double()
+        heads.append(torch.softmax(q @ k.transpose(-1, -2) / scale, dim=-1) @ v)
+    return torch.stack(heads, dim=1)
+
+
+def _plain_reshape(queries, keys, values, num_heads, num_kv_heads):
+    """The answer of a learner who reshapes (batch, n, heads * p) straight to (batch, heads, n, p)."""
+    b, n_q, n_k = queries.shape[0], queries.shape[1], keys.shape[1]
+    q = queries.double().reshape(b, num_heads, n_q, -1)
+    k = keys.double().reshape(b, num_kv_heads, n_k, -1).repeat_interleave(num_heads // num_kv_heads, dim=1)
+    v = values.double().reshape(b, num_kv_heads, n_k, -1).repeat_interleave(num_heads // num_kv_heads, dim=1)
+    return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+
+# Common mistakes: (cause in words that hold no value of a case, the output a function with that mistake gives).
+MISTAKES = [
+    ("the key/value heads are tiled (torch.repeat or .expand then reshape) instead of repeated in place: query "
+     "heads 0 and 1 must share key/value head 0 (h // group, torch.repeat_interleave), not heads 0 and num_kv_heads",
+     lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i % kv, math.sqrt(Q.shape[-1] // h))),
+    ("the tensors are reshaped straight to (batch, heads, n, p): that gives one head whole tokens instead of its "
+     "slice of every token; reshape to (batch, n, heads, p) first, then move the heads axis forward (transpose)",
+     _plain_reshape),
+    ("the scores are divided by the square root of the whole width: divide by sqrt(p), the size of one head",
+     lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv), math.sqrt(Q.shape[-1]))),
+]
+
+
+def _diagnosing(base, args):
+    """``base``'s check, naming a common mistake when the answer is exactly what that mistake gives."""
+
+    def check(got):
+        why = base(got)
+        if why is None or not isinstance(got, torch.Tensor):
+            return why
+        for cause, wrong in MISTAKES:
+            bad = wrong(*args)
+            if tuple(got.shape) == tuple(bad.shape) and torch.allclose(got.detach().double().cpu(), bad,
+                                                                       atol=1e-7, rtol=1e-6):
+                return Diagnosis(f"{why}; {cause}", cause)
+        return why
+
+    return check
+
+
 def check_per_head_attention(fn, verbose: bool = True):
     """Check ``fn(queries, keys, values, num_heads, num_kv_heads)`` on cases whose every input is drawn from the case seed."""
     g = case_generator(5)
@@ -50,7 +102,8 @@ def check_per_head_attention(fn, verbose: bool = True):
         K = torch.randn(batch, n_k, kv_heads * d_head, generator=g, dtype=torch.float64) * scale
         V = torch.randn(batch, n_k, kv_heads * d_v_head, generator=g, dtype=torch.float64)
         want = reference(Q, K, V, heads, kv_heads)
-        return Case(name, (Q, K, V, heads, kv_heads), compare(want, atol=1e-9, rtol=1e-7), hint=hint)
+        args = (Q, K, V, heads, kv_heads)
+        return Case(name, args, _diagnosing(compare(want, atol=1e-9, rtol=1e-7), args), hint=hint)
 
     share = ("query head h uses key/value head h // (num_heads // num_kv_heads): split each tensor into its own "
              "number of heads, then repeat every key/value head for its group (torch.repeat_interleave)")
