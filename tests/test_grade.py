@@ -234,7 +234,9 @@ def my_masked_softmax(*args, **kwargs):
 """
 
 
-@pytest.fixture(scope="module")
+# Session scope: the xdist group keeps these tests on one worker, but that worker may run other
+# modules between them, which would tear a module-scoped class down and grade it again (230 s).
+@pytest.fixture(scope="session")
 def graded(tmp_path_factory):
     sandbox = grade.Sandbox.detect()
     if sandbox.kind == "none" and "cannot start Python" in sandbox.missing[0]:
