@@ -146,6 +146,33 @@ def test_skip_executed_and_longest_first(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:]
 
 
+def test_a_fresh_clone_orders_by_the_committed_times(tmp_path):
+    # no times file yet: the default orders the notebooks; once the file exists, it wins
+    tiny_notebook(tmp_path / "nb_a.ipynb", "print(1)")
+    tiny_notebook(tmp_path / "nb_b.ipynb", "print(2)")
+    default = tmp_path / "default.json"
+    default.write_text(json.dumps({"notebooks": {"nb_a.ipynb": 1.0, "nb_b.ipynb": 9.0}}))
+    times = tmp_path / "times.json"
+
+    def order():
+        done = run_pytest("--collect-only", "-q", "--notebook-times", str(times),
+                          "--notebook-times-default", str(default), ".", cwd=tmp_path)
+        return [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+
+    assert order() == ["nb_b.ipynb", "nb_a.ipynb"]
+    assert not times.exists()  # the default is read, never written
+    times.write_text(json.dumps({"notebooks": {"nb_a.ipynb": 5.0, "nb_b.ipynb": 2.0}}))
+    assert order() == ["nb_a.ipynb", "nb_b.ipynb"]
+
+
+def test_the_committed_times_name_every_notebook():
+    root = Path(__file__).resolve().parent.parent
+    names = {p.name for p in (root / "notebooks").glob("ch*.ipynb")}
+    for kind in ("ci", "smoke"):
+        listed = set(kernel_poll.read_times(root / "book" / "_ext" / f"notebook_times_{kind}.json"))
+        assert listed <= names and len(listed) >= len(names) - 2, kind
+
+
 def test_read_times_ignores_a_broken_file(tmp_path):
     broken = tmp_path / "times.json"
     broken.write_text("{not json")

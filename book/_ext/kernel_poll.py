@@ -23,6 +23,8 @@ As a pytest plugin it does two more things for the Makefile's notebook runs:
 * **Notebook times.** ``--notebook-times FILE`` writes the wall time of every notebook
   (JSON, read by ``scripts/timings.py``), a table of them ends the run, and a later run
   that finds the file starts the longest notebooks first, so two workers finish together.
+  ``--notebook-times-default FILE`` gives that order where the times file does not exist
+  yet (a fresh clone): times committed from an earlier run, read and never written.
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ def pytest_addoption(parser) -> None:
     parser.addoption("--notebook-times", default=None, metavar="FILE",
                      help="write each notebook's wall time (seconds) to FILE as JSON; a later run reading "
                           "FILE starts the longest notebooks first")
+    parser.addoption("--notebook-times-default", default=None, metavar="FILE",
+                     help="times (same JSON) that order the notebooks, longest first, when the "
+                          "--notebook-times file holds none; never written")
     parser.addoption("--skip-executed", action="store_true", default=False,
                      help="leave out notebooks that scripts/stage.py marked as executed (same source and package)")
 
@@ -164,6 +169,9 @@ def pytest_collection_modifyitems(session, config, items) -> None:
             config.hook.pytest_deselected(items=done)
             items[:] = [item for item in items if item not in done]
     before = read_times(_times_path(config))
+    if not before:
+        default = config.getoption("--notebook-times-default", default=None)
+        before = read_times(Path(default) if default else None)
     if before:  # longest first (a stable sort keeps the others in their order)
         items.sort(key=lambda item: -before.get(_notebook(item.nodeid), 0.0))
 
