@@ -142,7 +142,7 @@ def test_static_html_is_a_self_contained_accessible_player(static):
     assert data["labels"] == [["1", "2", "3"], ["a", "b"]]
     first = re.search(r'<img src="data:image/png;base64,([^"]+)"', page).group(1)
     assert base64.b64decode(first) == player.images[player.frames[player.index[player.default_setting]][0][0]]
-    assert "drawn when the book was built" in page and "slope: 3; label: 2" in page
+    assert "drawn when the book was built: slope 1, 2 or 3; label a or b." in page
     assert "any value" not in page, "a fixed-step control does not take any value in the notebook"
     assert 'min="0" max="2" step="1"' in page, "the slider offers the three values the code names"
 

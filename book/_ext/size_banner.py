@@ -72,9 +72,10 @@ def banner(run: dict[str, str], full_page_url: str, timings_url: str) -> nodes.p
     if run["size"] == "full":
         para += nodes.Text(f"This page ran the full size (the original chapter's settings) on {on}.")
         return para
-    para += nodes.Text(f"This page ran the quick ({run['size']}) size on {on}: small models and "
-                       "few training steps, so its numbers show the method, not the chapter's "
-                       "results. Full-size results: ")
+    para += nodes.Text(f"This page ran the quick ({run['size']}) size on {on}: smaller models and "
+                       "fewer training steps than the original chapter, so its scores sit below a "
+                       "full run's; each statement in the text was checked at this size on five "
+                       "seeds. Full-size results: ")
     if full_page_url:
         para += nodes.reference("", "this page at full size", refuri=full_page_url)
         para += nodes.Text(", and ")

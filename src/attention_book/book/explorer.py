@@ -61,6 +61,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _values_said(grid) -> str:
+    """A control's values for the explorer's note: all of a few, or the range of many."""
+    shown = [html.escape(text) for text, _ in grid]
+    if len(shown) == 1:
+        return shown[0]
+    if len(shown) <= 6:
+        return ", ".join(shown[:-1]) + " or " + shown[-1]
+    return f"{shown[0]} to {shown[-1]} in {len(shown)} steps"
+
+
 class _Control:
     """A control: its label, its default ``value``, and the ``(shown, value)`` pairs of its grid."""
 
@@ -446,10 +456,10 @@ class StaticExplorer:
                 field_html = f'<select id="{cid}" data-ab-control>{options}</select>'
             parts.append(f'<span class="ab-explorer-control"><label for="{cid}">{label}</label>{field_html}</span>')
         parts.append("</div>")
-        counts = "; ".join(f"{html.escape(c.label or k)}: {len(g)}" for (k, c), g in zip(self.controls.items(),
-                                                                                       self.grids))
-        parts.append(f'<p class="ab-explorer-note">On this page the controls step through {len(self.index)} '
-                     f"settings drawn when the book was built (values per control: {counts}).</p>")
+        values = "; ".join(f"{html.escape(c.label or k)} {_values_said(g)}" for (k, c), g in
+                           zip(self.controls.items(), self.grids))
+        parts.append(f'<p class="ab-explorer-note">On this page the controls step through the {len(self.index)} '
+                     f"settings drawn when the book was built: {values}.</p>")
         ids, text = self.frames[self.index[self.default_setting]]
         said = ", ".join(f"{c.label or key} {g[k][0]}" for (key, c), g, k in zip(self.controls.items(),
                                                                                  self.grids, defaults))
