@@ -94,6 +94,13 @@ shutil.copyfile(job["notebook"], "submission.ipynb")
 import nbformat
 from nbclient import NotebookClient
 import kernel_poll  # noqa: F401  (book/_ext/kernel_poll.py: a missed socket wake-up must not stall grading)
+def send(name, data):
+    key = name.encode()
+    head = struct.pack(">H", len(key)) + key + struct.pack(">Q", len(data))
+    for part in (head, data):
+        view = memoryview(part)
+        while view:
+            view = view[os.write(pipe, view):]
 report = {"errors": [], "harness": [], "worker": ""}
 try:
     nb = nbformat.read("submission.ipynb", as_version=4)
@@ -101,6 +108,9 @@ try:
     client = NotebookClient(nb, timeout=job["cell_timeout"], startup_timeout=job["cell_timeout"],
                             kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": os.getcwd()}})
+    # each code cell's index as it starts: after a timeout, a memory kill or a dead kernel the grader
+    # names the cell that was running (the kernel has no handle on this pipe)
+    client.on_cell_execute = lambda cell, cell_index: send("started:%d" % cell_index, b"")
     client.execute()
     for i, cell in enumerate(nb.cells[:-1]):
         for out in cell.get("outputs", []):
@@ -112,13 +122,6 @@ except BaseException as err:
     report["worker"] = f"{type(err).__name__}: {str(err)[:300]}"
     report["dead"] = type(err).__name__ == "DeadKernelError"
 report["errors"] = report["errors"][:100]
-def send(name, data):
-    key = name.encode()
-    head = struct.pack(">H", len(key)) + key + struct.pack(">Q", len(data))
-    for part in (head, data):
-        view = memoryview(part)
-        while view:
-            view = view[os.write(pipe, view):]
 send("worker", json.dumps(report).encode())
 for name in job["assignments"]:
     try:
@@ -175,6 +178,12 @@ def safe(value):
 def _cells(nb) -> list:
     cells = nb.get("cells") if isinstance(nb, dict) else None
     return cells if isinstance(cells, list) else []
+
+
+def _source(cell) -> str:
+    """A cell's source as one string ('' for a cell of another form)."""
+    src = cell.get("source", "") if isinstance(cell, dict) else ""
+    return "".join(s for s in src if isinstance(s, str)) if isinstance(src, list) else str(src)
 
 
 def _checker_sources(nb) -> list[str]:
@@ -706,8 +715,7 @@ class Grader:
     def _students_cell(self, nb, index: int, reference: str) -> bool:
         """Did the student write cell ``index`` of ``nb`` (a code cell that is not one of the reference
         notebook's, as the chapter gives it)? A checker cell the student changed counts as theirs."""
-        cell = _cells(nb)[index]
-        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
+        source = _source(_cells(nb)[index])
         # a checker cell as the chapter gives it is the book's, not the student's: its errors (the package's
         # own checker is blocked in the sandbox) are not shown as if the student caused them
         return source.strip() not in self.reference_sources.get(reference, set())
@@ -785,10 +793,12 @@ class Grader:
             worker = json.loads(messages.get("worker", b"{}").decode("utf-8"))
             dead = bool(worker.get("dead"))
             crash = clean(worker.get("worker", ""), 300)
-            errors = [short_error(e["error"]) for e in worker.get("errors", [])
-                      if self._students_cell(nb, e["cell"], reference)][:3]
+            own = [e for e in worker.get("errors", []) if self._students_cell(nb, e["cell"], reference)]
+            errors = [short_error(e["error"]) for e in own][:3]
+            stopped = stopped_run_all(nb, int(own[0]["cell"]), own[0]["error"]) if own else ""
         except (ValueError, AttributeError, TypeError, RecursionError, KeyError, IndexError):
-            errors, dead, crash = [], False, ""
+            errors, dead, crash, stopped = [], False, "", ""
+        where = running_cell(nb, messages)
         raised = ("; cells you wrote that raised: " + " | ".join(errors)) if errors else ""
         overflow = "overflow" in messages
         out = []
@@ -797,11 +807,12 @@ class Grader:
                        seed=seeds[name], sha256=digest)
             payload = messages.get(f"results:{name}")
             if ended == "timeout":
-                row.update(status="timeout", reason=f"did not finish within {self.timeout} s")
+                row.update(status="timeout", reason=f"did not finish within {self.timeout} s: {where}")
             elif ended == "memory":
-                row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory" + raised)
+                row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory: {where}"
+                           + raised)
             elif payload is None and dead:
-                row.update(status="kernel died", reason=f"the kernel died: {crash}" + raised)
+                row.update(status="kernel died", reason=f"the kernel died: {crash}; {where}" + raised)
             elif payload is None and overflow:
                 row.update(status="no results", reason=(
                     "your notebook ran, but what it sent back to the grader was larger than the limit of "
@@ -817,7 +828,10 @@ class Grader:
                     row.update(status="flagged", reason=verdict["reason"])
                 else:
                     row.update(passed=verdict["passed"], total=verdict["total"], status=verdict["status"],
-                               cases=verdict["cases"], reason=case_summary(verdict["cases"]))
+                               cases=verdict["cases"],
+                               reason=" | ".join(t for t in (stopped, case_summary(verdict["cases"])) if t))
+                    if stopped:
+                        row["cell_error"] = stopped
             out.append(row)
         return out
 
@@ -839,8 +853,44 @@ def short_error(text: str) -> str:
 
 
 def _code_sources(nb) -> set[str]:
-    return {("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))).strip()
-            for c in _cells(nb) if isinstance(c, dict) and c.get("cell_type") == "code"}
+    return {_source(c).strip() for c in _cells(nb) if isinstance(c, dict) and c.get("cell_type") == "code"}
+
+
+FIRST_LINE = 80  # characters of a cell's first line that the feedback quotes to say which cell it means
+
+
+def cell_place(nb, index: int) -> str:
+    """Where cell ``index`` of the submitted notebook ``nb`` is, as a student finds it: "code cell N of M"
+    (code cells counted from 1) and its first non-blank line, one line, at most :data:`FIRST_LINE`
+    characters. The student wrote that line: it carries nothing of the hidden cases."""
+    code = [i for i, c in enumerate(_cells(nb)) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    if index not in code:
+        return f"cell {index + 1}"
+    line = next((clean(t, 10**4) for t in _source(_cells(nb)[index]).splitlines() if t.strip()), "")
+    if len(line) > FIRST_LINE:
+        line = line[:FIRST_LINE - 2].rstrip() + " …"
+    return f"code cell {code.index(index) + 1} of {len(code)}" + (f" (first line: {line})" if line else "")
+
+
+def running_cell(nb, messages: dict) -> str:
+    """Which cell was running when the sandbox was stopped, from the worker's "started:<index>"
+    messages: a cell of the student's notebook, the hidden tests (the cell the grader appends after the
+    last one), or none yet (the kernel was still starting)."""
+    started = [int(k.partition(":")[2]) for k in messages if k.startswith("started:") and
+               k.partition(":")[2].isdigit()]
+    if not started:
+        return "the Python kernel had not yet started your first cell"
+    if max(started) >= len(_cells(nb)):
+        return ("every cell of your notebook had run, and the hidden tests were running: your function did "
+                "not return on some case")
+    return "it was running " + cell_place(nb, max(started))
+
+
+def stopped_run_all(nb, index: int, error: str) -> str:
+    """The feedback line for the first cell of the student's that raised, when the hidden tests ran
+    anyway: the student's own Run All stops there, so they should know (the score is unchanged)."""
+    return (f"{cell_place(nb, index)} raised {short_error(error)} (your own Run All stops here; the grader "
+            "ran the rest)")
 
 
 def case_summary(cases: list[dict]) -> str:
@@ -1133,6 +1183,8 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
             lines += [words[:1].upper() + words[1:] + ".", ""]
+        if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
+            lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
         if r.get("late_days"):
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
@@ -1421,8 +1473,12 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                       f"({r['status']}, seed {r['seed']}); {was}" + (": the same" if same else ""))
     for what in sorted(sandbox_note.get("missing", [])):
         print(f"not limited: {what}")
+    canvas = "" if partial or course.roster is None else " canvas.csv,"
+    if course.roster is None and not partial:
+        print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
+        print(NO_ROSTER)
     print(("PARTIAL (interrupted): " if partial else "") +
-          f"Wrote {len(rows)} rows to {out_csv}, gradebook.csv, canvas.csv, moodle.csv, feedback/ and gradescope/ "
+          f"Wrote {len(rows)} rows to {out_csv}, gradebook.csv,{canvas} moodle.csv, feedback/ and gradescope/ "
           f"in {out_dir}, {len(ignored)} ignored files to ignored.csv (sandbox: {sandbox_note.get('kind')}; "
           f"seeds from the secret {key_id}, {key_from})")
     if partial:
@@ -1529,6 +1585,11 @@ def _announce(grader: Grader) -> None:
               f"package copy without the answers, read-only; {grader.disk // 2**20} MB tmpfs)")
 
 
+NO_ROSTER = ("canvas.csv not written: no roster ([roster] in the course file, --course), so no student has the "
+             "Canvas ID or SIS login Canvas matches a row by; add a roster (book/instructors.md, 'the roster') "
+             "and run again with --resume")
+
+
 def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, each written
     atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
@@ -1560,7 +1621,11 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
     else:
         lms = [s for s in students if course.roster is None or s["key"] not in unmatched]
         export_rows = [dict(r, points=r["points"]) for r in rows]
-        write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
+        if course.roster is None:  # no Canvas ID or SIS login to match a row by: not an upload (NO_ROSTER)
+            with contextlib.suppress(FileNotFoundError):
+                (out_dir / "canvas.csv").unlink()  # an earlier run's would no longer match these grades
+        else:
+            write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
         write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
     for folder in (feedback, scope):

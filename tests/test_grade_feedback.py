@@ -1,0 +1,148 @@
+"""Feedback a student can act on, and an upload Canvas can match (issue 37, a fresh instructor's read):
+
+- a notebook that runs out of time is told which cell was running (its place and first line);
+- a cell of the student's own that raised is named, although the graded functions still score;
+- without a roster no canvas.csv is written (its rows could not be matched), loudly.
+
+The end-to-end test grades two notebooks in the sandbox (about a minute on two busy cores).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import grade
+from test_grade import GOOD, SCAFFOLD, notebook
+
+SECRET = "a course secret for the feedback tests, 32+ characters"
+LOOP = "while True:  # a loop that never ends\n    pass\n"
+BOOM = 'raise RuntimeError("boom")\n'
+TIMEOUT = 45  # seconds per notebook: room for the kernel and torch's import on a busy machine
+
+
+def _with_cell(nb: dict, index: int, source: str) -> dict:
+    nb["cells"].insert(index, {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+                               "execution_count": None})
+    return nb
+
+
+# --------------------------------------------------------------------------- which cell (no sandbox)
+
+
+def test_the_running_cell_is_named_by_place_and_first_line_only():
+    """"code cell N of M" counts code cells from 1 (markdown cells left out); the first non-blank line
+    is quoted on one line, cut near 80 characters; the cell the grader appends (the hidden tests) and
+    a kernel that never started are said in words, with nothing of the hidden cases."""
+    nb = notebook(GOOD, "\n\n  x = [" + "1234567890, " * 20 + "]\nprint(x)")
+    nb["cells"].insert(1, {"cell_type": "markdown", "metadata": {}, "source": "# Not counted"})
+    code = len([c for c in nb["cells"] if c["cell_type"] == "code"])
+    where = grade.running_cell(nb, {"started:0": b"", "started:3": b""})
+    assert where.startswith(f"it was running code cell 3 of {code} (first line: x = [1234567890,"), where
+    line = where.split("(first line: ", 1)[1]
+    assert "\n" not in where and line.endswith(" …)") and len(line) <= grade.FIRST_LINE + 1, line
+    assert "print(x)" not in where
+    assert "hidden tests were running" in grade.running_cell(nb, {f"started:{len(nb['cells'])}": b""})
+    assert "had not yet started your first cell" in grade.running_cell(nb, {"worker": b"{}"})
+
+
+def test_an_error_line_reuses_the_short_error_of_graded_cells():
+    """One definition of an error as a student sees it: the line for a cell of theirs that raised is the
+    grader's :func:`short_error` (type and at most 100 characters of one line), after the cell's place."""
+    nb = _with_cell(notebook(GOOD), 0, BOOM)
+    long = "RuntimeError: " + "boom " * 60 + "\nsecond line"
+    line = grade.stopped_run_all(nb, 0, long)
+    assert line == (f"code cell 1 of 4 (first line: {BOOM.strip()}) raised {grade.short_error(long)} "
+                    "(your own Run All stops here; the grader ran the rest)"), line
+    assert "second line" not in line and "\n" not in line
+
+
+# --------------------------------------------------------------------------- a small class, end to end
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    base = tmp_path_factory.mktemp("feedback-class")
+    (base / "ref").mkdir()
+    (base / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    class_ = {"loop": _with_cell(notebook(GOOD), 2, LOOP), "boom": _with_cell(notebook(GOOD), 0, BOOM)}
+    for who, nb in class_.items():
+        (base / "subs" / who).mkdir(parents=True)
+        (base / "subs" / who / "ch03_exercises.ipynb").write_text(json.dumps(nb))
+    done = _run(base, "out")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return base, done
+
+
+def _run(base: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(base / "subs"), "--out",
+                           str(base / out / "grades.csv"), "--reference", str(base / "ref"), "--timeout",
+                           str(TIMEOUT), "--memory-gb", "3", "--secret", SECRET, *extra],
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          timeout=600, check=False)
+
+
+def _rows(path: Path) -> dict[str, dict]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+def _feedback(base: Path, out: str, who: str) -> str:
+    return (base / out / "feedback" / f"{grade.slug(who)}.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a_timeout_names_the_cell_that_was_running(graded):
+    base, _ = graded
+    row = _rows(base / "out" / "grades.csv")["loop"]
+    assert row["status"] == "timeout" and row["points"] == "0.0", row
+    want = "it was running code cell 3 of 4 (first line: while True:  # a loop that never ends)"
+    assert row["reason"] == f"did not finish within {TIMEOUT} s: {want}", row["reason"]
+    assert want in _feedback(base, "out", "loop")
+
+
+@pytest.mark.slow
+def test_a_students_cell_that_raised_is_named_and_the_score_stands(graded):
+    base, _ = graded
+    row = _rows(base / "out" / "grades.csv")["boom"]
+    assert (row["status"], row["passed"], row["points"]) == ("graded", row["total"], "10.0"), row
+    line = ('code cell 1 of 4 (first line: raise RuntimeError("boom")) raised RuntimeError: boom '
+            "(your own Run All stops here; the grader ran the rest)")
+    feedback = _feedback(base, "out", "boom")
+    assert line in feedback and feedback.count("raised RuntimeError") == 1, feedback
+    results = json.loads((base / "out" / "gradescope" / grade.slug("boom") / "results.json").read_text())
+    assert line in results["output"] and results["score"] == 10.0
+
+
+@pytest.mark.slow
+def test_without_a_roster_no_canvas_csv_and_the_run_says_why(graded):
+    """canvas.csv without a roster had empty ID and SIS User ID columns and folder names as logins:
+    Canvas could match none of its rows. It is not written; stderr and the run's summary say why; a
+    roster added afterwards (--resume: nothing is graded again) gives the upload."""
+    base, done = graded
+    assert not (base / "out" / "canvas.csv").exists()
+    assert (base / "out" / "moodle.csv").exists() and (base / "out" / "gradebook.csv").exists()
+    assert f"WARNING: {grade.NO_ROSTER}" in done.stderr and grade.NO_ROSTER in done.stdout
+    assert "canvas.csv" not in done.stdout.splitlines()[-1]
+    (base / "roster.csv").write_text("folder,name,id,sis_user_id,login,section\n"
+                                     "loop,Lu Oop,11,S11,lloop,A\nboom,Bo Om,12,S12,bboom,B\n")
+    (base / "course.toml").write_text('[roster]\nfile = "roster.csv"\n')
+    again = _run(base, "out", "--course", str(base / "course.toml"), "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert " cases (" not in again.stdout and grade.NO_ROSTER not in again.stdout + again.stderr
+    with (base / "out" / "canvas.csv").open(newline="", encoding="utf-8") as f:
+        canvas = {r["SIS Login ID"]: r for r in csv.DictReader(f)}
+    assert {(k, r["ID"], r["SIS User ID"]) for k, r in canvas.items()} == {("lloop", "11", "S11"),
+                                                                         ("bboom", "12", "S12")}
+    assert canvas["bboom"]["ch03 masked_softmax"] == "10.0" and canvas["lloop"]["ch03 masked_softmax"] == "0.0"
