@@ -15,7 +15,7 @@ from torch import nn
 
 from ..models.attention import MultiHeadAttention
 from ..core.checks import check_positive_int
-from ..core.config import single_thread
+from ..core.config import max_steps, single_thread
 from ..core.plot import ensure_style
 
 __all__ = [
@@ -86,20 +86,27 @@ def time_sequence_layers(lengths: Sequence[int], num_hiddens: int = 64, batch_si
     Runs on the CPU with one thread, one warm-up call per setting, and measures the
     thread's *CPU time* (``time.thread_time``), not wall-clock time, so that time the
     operating system gives to other programs on a shared machine is not counted; of
-    ``repeats`` runs it keeps the fastest, the least disturbed one.
+    ``repeats`` runs it keeps the fastest, the least disturbed one. Under the smoke
+    switch (``ATTENTION_BOOK_MAX_STEPS`` set) each layer runs once per length, untimed
+    warm-up left out, as in :func:`~attention_book.models.scoring.best_time`: the run
+    shows each length fits, and its times mean nothing.
     """
     if not lengths:
         raise ValueError(f"lengths must be a non-empty list of positive ints, got {list(lengths)}")
     lengths = [check_positive_int(f"lengths[{i}]", n) for i, n in enumerate(lengths)]
     for name, size in (("repeats", repeats), ("batch_size", batch_size), ("num_hiddens", num_hiddens)):
         check_positive_int(name, size)
+    smoke = max_steps() is not None
+    if smoke:
+        repeats = 1
     layers = {name: layer.eval() for name, layer in sequence_layers(num_hiddens, kernel_size, num_heads).items()}
     times: dict[str, list[float]] = {name: [] for name in layers}
     with single_thread():
         for n in lengths:
             X = torch.randn(batch_size, n, num_hiddens)
             for name, layer in layers.items():
-                layer(X)
+                if not smoke:
+                    layer(X)
                 runs = []
                 for _ in range(repeats):
                     start = time.thread_time()
