@@ -29,8 +29,8 @@ Everything else is listed as ignored. For each notebook:
 
 Writes beside ``--out``: grades.csv (one row per student, notebook and assignment, with its status,
 seed and reasons), grades.jsonl (the same with every case, as each notebook finishes: what
-``--resume`` and ``--regrade`` read), gradebook.csv, canvas.csv and moodle.csv (LMS imports; a
-missing submission blank), feedback/<student>.md, gradescope/<student>/results.json and
+``--resume`` and ``--regrade`` read), gradebook.csv, canvas.csv (only with a roster: Canvas matches
+rows by ID or SIS login) and moodle.csv (LMS imports; a missing submission blank), feedback/<student>.md, gradescope/<student>/results.json and
 ignored.csv, each written atomically under a lock on the folder. Every cell a student controls is
 written so that a spreadsheet shows it as text, and control characters are removed from
 everything printed or written. See book/instructors.md.
