@@ -30,8 +30,9 @@ Everything else is listed as ignored. For each notebook:
 Writes beside ``--out``: grades.csv (one row per student, notebook and assignment, with its status,
 seed and reasons), grades.jsonl (the same with every case, as each notebook finishes: what
 ``--resume`` and ``--regrade`` read), gradebook.csv, canvas.csv (only with a roster: Canvas matches
-rows by ID or SIS login) and moodle.csv (LMS imports; a missing submission blank), feedback/<student>.md, gradescope/<student>/results.json and
-ignored.csv, each written atomically under a lock on the folder. Every cell a student controls is
+rows by ID or SIS login) and moodle.csv (LMS imports; a missing submission blank),
+feedback/<student>.md, gradescope/<student>/results.json and ignored.csv, each written atomically
+under a lock on the folder. Every cell a student controls is
 written so that a spreadsheet shows it as text, and control characters are removed from
 everything printed or written. See book/instructors.md.
 """
@@ -66,8 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (RESULTS_LIMIT, JudgeServer, dump_data, grading_cases,
-                                                hidden_arguments, package_without)
+from attention_book.assignments.grading import (RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
+                                                grading_cases, hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -720,6 +721,18 @@ class Grader:
         # own checker is blocked in the sandbox) are not shown as if the student caused them
         return source.strip() not in self.reference_sources.get(reference, set())
 
+    def _run_all_stop(self, nb, errors: list[dict], reference: str) -> str:
+        """The line for the first cell of the student's that raised (``errors``: the worker's, in cell order),
+        where their own Run All stops; '' when none did, or when an earlier cell (the student's or the
+        chapter's) met a package function this assignment blocks: that error is the sandbox's, not theirs
+        (their Run All does not stop there), and what fails after it may only follow from it."""
+        for e in errors:
+            if str(e["error"]).startswith(BlockedAnswer.__name__ + ":"):
+                return ""
+            if self._students_cell(nb, e["cell"], reference):
+                return stopped_run_all(nb, int(e["cell"]), e["error"])
+        return ""
+
     def close(self) -> None:
         self.judge.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -795,7 +808,7 @@ class Grader:
             crash = clean(worker.get("worker", ""), 300)
             own = [e for e in worker.get("errors", []) if self._students_cell(nb, e["cell"], reference)]
             errors = [short_error(e["error"]) for e in own][:3]
-            stopped = stopped_run_all(nb, int(own[0]["cell"]), own[0]["error"]) if own else ""
+            stopped = self._run_all_stop(nb, worker.get("errors", []), reference)
         except (ValueError, AttributeError, TypeError, RecursionError, KeyError, IndexError):
             errors, dead, crash, stopped = [], False, "", ""
         where = running_cell(nb, messages)

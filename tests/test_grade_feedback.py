@@ -66,6 +66,25 @@ def test_an_error_line_reuses_the_short_error_of_graded_cells():
     assert "second line" not in line and "\n" not in line
 
 
+def test_an_error_the_sandbox_caused_is_not_said_to_stop_run_all():
+    """The sandbox's package blocks the graded function, which a chapter cell or an ungraded exercise
+    of the student's may call honestly (the student edition of chapter 3 did): that BlockedAnswer, and
+    whatever fails after it, does not stop the student's own Run All, so no line is given. A cell of
+    the chapter's own is never the student's; the first cell of theirs that raised is named."""
+    reference = notebook(SCAFFOLD)
+    grader = grade.Grader.__new__(grade.Grader)
+    grader.reference_sources = {"ch03_exercises.ipynb": grade._code_sources(reference)}
+    nb = _with_cell(_with_cell(notebook(GOOD), 1, "x = ab.masked_softmax(torch.ones(1, 2, 2))"), 0, BOOM)
+    blocked = "BlockedAnswer: the package's own masked_softmax is not available while this assignment is graded"
+
+    def line(*errors):
+        return grader._run_all_stop(nb, [{"cell": i, "error": e} for i, e in errors], "ch03_exercises.ipynb")
+
+    assert line((2, blocked), (3, "NameError: name 'x' is not defined")) == ""
+    assert line((1, "ValueError: the chapter's"), (0, "RuntimeError: boom")).startswith("code cell 1 of 5")
+    assert line((0, "RuntimeError: boom"), (2, blocked)) == grade.stopped_run_all(nb, 0, "RuntimeError: boom")
+
+
 # --------------------------------------------------------------------------- a small class, end to end
 
 
