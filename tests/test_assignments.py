@@ -521,3 +521,18 @@ def test_the_per_head_attention_checker_names_the_common_mistakes(wrong, words):
         report = run("per_head_attention", wrong, offset)
         failed = [why for _name, ok, why in report.results if not ok]
         assert failed and all(words in why and "hint:" not in why for why in failed), failed
+
+
+def test_not_done_names_the_students_function_and_the_assignment(capsys):
+    """Chapter 10's exercise writes merge_states, checked as merge_softmax: the line names both."""
+    def merge_states(states):
+        raise NotImplementedError
+
+    ab.assignments.check_merge_softmax(merge_states)
+    assert capsys.readouterr().out.startswith("Not done yet: merge_states (merge_softmax) is not implemented yet")
+
+    def merge_softmax(states):
+        raise NotImplementedError
+
+    ab.assignments.check_merge_softmax(merge_softmax)
+    assert capsys.readouterr().out.startswith("Not done yet: merge_softmax is not implemented yet")
