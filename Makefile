@@ -224,7 +224,7 @@ claims: venv
 ## Course editions (see book/instructors.md)
 ## make student                      -> student/ : notebooks without solutions (ignored by git; needs only python3, no torch)
 ## make grade SUBMISSIONS=dir [OUT=grades/grades.csv] [TIMEOUT=300: seconds per notebook] [JOBS=2: notebooks at once] [COURSE=course.toml] [GRADE_ARGS=--resume]
-##   -> grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/ beside OUT
+##   -> grades.csv, gradebook.csv, canvas.csv (only with a roster, see book/instructors.md), moodle.csv, feedback/, gradescope/ beside OUT
 student:
 	$(PYTHON) scripts/student_edition.py notebooks student
 
