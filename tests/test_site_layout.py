@@ -515,11 +515,8 @@ JS_FIGURE_WIDTHS = """() => Array.from(document.querySelectorAll('#main-content 
               column: i.closest('div.cell_output').clientWidth}))"""
 
 # Figures that keep their desktop layout on a phone and scroll sideways in their own box (book.css):
-# docname -> the start of each such figure's alt text. Each is a diagram drawn with hand-placed axes
-# (core/plot.py's phone_figure cannot restack it): keep this list in step with book.css's comment.
-PHONE_SCROLL_EXCEPTIONS: dict[str, tuple[str, ...]] = {
-    "notebooks/ch05_multihead_attention": ("Diagram of multi-head attention",),
-}
+# docname -> the start of each such figure's alt text. Empty: every chapter figure has a phone copy.
+PHONE_SCROLL_EXCEPTIONS: dict[str, tuple[str, ...]] = {}
 
 
 # What each test reads from the one load of a page at each width (see _measured).

@@ -620,12 +620,6 @@ def heatmaps_figure(
     return fig
 
 
-def _plain_number(value, _pos) -> str:
-    """A tick label as a plain number (a module-level function, so the figure can be pickled
-    for its phone copy)."""
-    return f"{value:g}"
-
-
 def readable_log_axis(ax, axis: str = "y") -> None:
     """At least three labelled ticks on a log axis that spans less than a few decades.
 
@@ -646,7 +640,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
         if len(ticks) >= 3:
             break
     target.set_major_locator(LogLocator(base=10, subs=subs))
-    target.set_major_formatter(FuncFormatter(_plain_number))
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     target.set_minor_formatter(NullFormatter())
 
 
