@@ -239,9 +239,7 @@ def _phone_picture(tag: str, page: Path, path: Path, src: str) -> str:
     phone_src = src.rsplit("/", 1)[0] + "/" + phone.name if "/" in src else phone.name
     width = png_phone_width(phone)
     if width:
-        small = f"--ab-phone-small-width: {width}px"
-        tag = (tag.replace('style="', f'style="{small}; ', 1) if 'style="' in tag
-               else tag.replace("<img", f'<img style="{small}"', 1))
+        tag = tag.replace("<img", f'<img style="--ab-phone-small-width: {width}px"', 1)
     return (f'<picture class="ab-phone-picture"><source media="{PHONE_MEDIA}" srcset="{phone_src}">'
             f"{tag}</picture>")
 
