@@ -199,16 +199,13 @@ def phone_figure(fig):
     for k, (ax, _, _) in enumerate(cells):
         r, c = divmod(k, cols)
         ax.set_subplotspec(grid[r, c])
-        if c == 0 and ax is not first and first.get_shared_y_axes().joined(ax, first):
-            ax.tick_params(labelleft=True)
-            if not ax.get_ylabel():
-                ax.set_ylabel(first.get_ylabel())
-    xlabel = next((ax.get_xlabel() for ax, _, _ in reversed(cells) if ax.get_xlabel()), "")
-    for k, (ax, _, _) in enumerate(cells):  # shared x: tick labels and label under the last row only
-        if n > 1 and all(first.get_shared_x_axes().joined(other, first) for other, _, _ in cells):
-            last = k // cols == rows - 1 or k + cols >= n
-            ax.tick_params(labelbottom=last)
-            ax.set_xlabel(xlabel if last else "")
+        if c == 0:
+            if first.get_shared_y_axes().joined(ax, first) and ax is not first:
+                ax.tick_params(labelleft=True)
+                if not ax.get_ylabel():
+                    ax.set_ylabel(first.get_ylabel())
+        if r == rows - 1 and first.get_shared_x_axes().joined(ax, first):
+            ax.tick_params(labelbottom=True)
     suptitle = 0.4 if getattr(copy, "_suptitle", None) is not None else 0.0
     copy.set_size_inches(PHONE_FIGURE_WIDTH, min(rows * row_h + suptitle + 0.3, 14.0))
     if copy.get_layout_engine() is None:
