@@ -131,3 +131,25 @@ def test_bert_forward_under_bf16_is_close_to_float32(device):
         with torch.autocast(device, dtype=torch.bfloat16):
             mixed = bert(ids)
     torch.testing.assert_close(mixed.float(), exact, atol=0.1, rtol=0.05)
+
+
+# --- chapter 7's exercises: the reversal model with additive scores --------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_additive_reversal_model_under_autocast(device):
+    # Its queries and keys come from a layer norm (float32 under autocast) and its values from a
+    # linear layer (bfloat16): on the H100 the one-dtype check refused the mix (ch07 exercises).
+    from attention_book.experiments import reversal
+
+    torch.manual_seed(0)
+    model = reversal.SequencePredictor(10, 32, 1, 1, scoring="additive").to(device)
+    X = torch.randint(0, 10, (4, 16), device=device)
+    with torch.no_grad():
+        exact = model(X)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            mixed = model(X)
+    assert torch.isfinite(mixed).all()
+    torch.testing.assert_close(mixed.float(), exact, atol=0.1, rtol=0.1)
+    # outside autocast a mix of dtypes is still refused
+    with pytest.raises(ValueError, match="one dtype"):
+        ab.AdditiveAttention(8)(torch.zeros(1, 2, 8), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8).bfloat16())

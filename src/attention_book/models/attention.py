@@ -245,7 +245,9 @@ def check_qkv(queries, keys, values, same_qk_size: bool) -> None:
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
-    if not (queries.dtype == keys.dtype == values.dtype):
+    # Inside torch.autocast a mix is normal (a layer norm's float32 output beside a linear layer's
+    # bfloat16 one) and autocast casts at each product; outside it, a mix is a mistake.
+    if not (queries.dtype == keys.dtype == values.dtype) and not torch.is_autocast_enabled(queries.device.type):
         raise ValueError(
             f"queries, keys and values need one dtype, got {queries.dtype}, {keys.dtype} and {values.dtype}"
         )
