@@ -106,8 +106,11 @@ def check_setup(allow_cpu: bool) -> str:
     return torch.__version__
 
 
-def run_notebook(path: Path, timeout: float, env: dict[str, str]) -> dict:
-    """Execute one notebook in a fresh kernel; its entry for the report."""
+def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path | None = None) -> dict:
+    """Execute one notebook in a fresh kernel; its entry for the report.
+
+    With ``executed``, the notebook is also written there with its outputs (the probe cell left out),
+    so the full-size results can be read against the chapter's prose."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -177,6 +180,10 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str]) -> dict:
                 record = json.loads(line)
                 claims.append({"key": record["key"], "holds": record["holds"], "value": record.get("value"),
                                "statement": record["statement"]})
+    if executed is not None:
+        executed.mkdir(parents=True, exist_ok=True)
+        nb.cells = nb.cells[:cells]
+        nbformat.write(nb, str(executed / path.name))
     entry = {"notebook": path.stem, "status": status, "wall_s": round(wall, 1), "claims": claims,
              "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **facts}
     if stopped_at is not None:
@@ -255,6 +262,7 @@ def main(argv=None) -> int:
     parser.add_argument("--report", type=Path, default=REPORT_JSON, help="the JSON to add to (default book/_gpu_report.json)")
     parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help=argparse.SUPPRESS)
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA (for testing the report itself)")
+    parser.add_argument("--executed", type=Path, help="also write each executed notebook (with its outputs) here")
     parser.add_argument("--no-timings-page", action="store_true", help="do not rewrite book/_timings.md")
     args = parser.parse_args(argv)
     try:
@@ -270,7 +278,7 @@ def main(argv=None) -> int:
     failed = 0
     for path in chosen:
         print(f"gpu-report: {path.stem} ...", flush=True)
-        entry = run_notebook(path, args.timeout, env)
+        entry = run_notebook(path, args.timeout, env, args.executed)
         data["notebooks"][path.stem] = entry
         md = write(data, args.report)
         failed += entry["status"] != "finished"

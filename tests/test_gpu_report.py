@@ -43,9 +43,14 @@ def test_a_run_on_the_cpu_writes_the_tables(tmp_path):
     notebook(nbs / "ch03_slow.ipynb", "import time", "time.sleep(60)", "print('never')")
     report = tmp_path / "out" / "report.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_report.py"), "ch01", "--allow-cpu",
-                           "--report", str(report), "--notebooks-dir", str(nbs), "--no-timings-page"],
+                           "--report", str(report), "--notebooks-dir", str(nbs), "--no-timings-page",
+                           "--executed", str(tmp_path / "executed")],
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 1, done.stdout + done.stderr  # one notebook failed
+    # --executed keeps each notebook with its outputs, up to the cell that stopped it, without the probe
+    kept = json.loads((tmp_path / "executed" / "ch01_exercises.ipynb").read_text())
+    assert len(kept["cells"]) == 3 and kept["cells"][1]["outputs"][0]["ename"] == "ValueError"
+    assert not kept["cells"][2]["outputs"] and "GPU_REPORT_PROBE" not in json.dumps(kept)
     data = json.loads(report.read_text())
     assert set(data["notebooks"]) == {"ch01_tiny", "ch01_exercises"}
     ok, failed = data["notebooks"]["ch01_tiny"], data["notebooks"]["ch01_exercises"]
