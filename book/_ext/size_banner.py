@@ -74,8 +74,8 @@ def banner(run: dict[str, str], full_page_url: str, timings_url: str) -> nodes.p
         return para
     para += nodes.Text(f"This page ran the quick ({run['size']}) size on {on}: smaller models and "
                        "fewer training steps than the original chapter, so its scores sit below a "
-                       "full run's; the results the text states were rerun at this size with five "
-                       "seeds, and it says how often each held. Full-size results: ")
+                       "full run's. Where the text says \"in N of 5 runs\", that result was rerun at this "
+                       "size with five seeds; a number without it is this run's alone. Full-size results: ")
     if full_page_url:
         para += nodes.reference("", "this page at full size", refuri=full_page_url)
         para += nodes.Text(", and ")
