@@ -72,8 +72,9 @@ def banner(run: dict[str, str], full_page_url: str, timings_url: str) -> nodes.p
     if run["size"] == "full":
         para += nodes.Text(f"This page ran the full size (the original chapter's settings) on {on}.")
         return para
-    para += nodes.Text(f"This page ran the quick ({run['size']}) size on {on}: smaller models and "
-                       "fewer training steps than the original chapter, so its scores sit below a "
+    para += nodes.Text(f"This page ran the quick ({run['size']}) size on {on}: less data, fewer "
+                       "training steps or smaller models than the original chapter (each "
+                       "ab.sized(ci=..., full=...) in the code shows which), so its scores can sit below a "
                        "full run's. Where the text says \"in N of 5 runs\", that result was rerun at this "
                        "size with five seeds; a number without it is this run's alone. Full-size results: ")
     if full_page_url:
