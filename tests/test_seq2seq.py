@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import attention_book as ab
-from attention_book.assignments import ch04
+from attention_book.assignments import ch04, collect_cases, hidden_cases
 
 V_SRC, V_TGT, EMBED, HIDDEN, LAYERS = 11, 13, 8, 16, 2
 
@@ -407,6 +407,17 @@ def test_evaluate_by_length_splits_the_mean_by_source_length():
 
 # --- the chapter's assignment checker ---------------------------------------------------------------
 
+# The seeds of the visible cases (0) and of some hidden runs: a checker's cases must do their job at each.
+CASE_OFFSETS = (0, 1, 2, 3, 5, 8, 13, 97, 4242, 123457)
+
+
+def _mean_of_sentence_means(logits, labels, pad_id):
+    """A plausible wrong masked loss: averages per sentence, then over sentences."""
+    per = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    mask = (labels != pad_id).float()
+    return ((per * mask).sum(1) / mask.sum(1).clamp(min=1)).mean(), int(mask.sum())
+
+
 def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
     assert ch04.check_masked_cross_entropy(ch04.reference_masked_cross_entropy)
 
@@ -417,15 +428,10 @@ def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
     report = ch04.check_masked_cross_entropy(mean_over_all)
     assert not report and report.score < 1
 
-    def mean_of_sentence_means(logits, labels, pad_id):  # averages per sentence, then over sentences
-        per = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-        mask = (labels != pad_id).float()
-        return ((per * mask).sum(1) / mask.sum(1).clamp(min=1)).mean(), int(mask.sum())
-
     capsys.readouterr()
-    assert not ch04.check_masked_cross_entropy(mean_of_sentence_means)
+    assert not ch04.check_masked_cross_entropy(_mean_of_sentence_means)
     hints = [line for line in capsys.readouterr().out.splitlines() if "✘" in line]
-    # every failed case's hint says what it compares: one average over the batch, not per sentence
+    # every failed case's hint says what it compares: one average over the whole batch, not per sentence
     assert hints and all("one average over the whole batch" in line for line in hints), hints
 
     def todo(logits, labels, pad_id):
@@ -434,6 +440,28 @@ def test_checker_accepts_reference_and_rejects_wrong_solutions(capsys):
     report = ch04.check_masked_cross_entropy(todo)
     assert report.not_implemented and report.score == 0
     assert "not implemented" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("offset", CASE_OFFSETS)
+def test_a_mean_of_sentence_means_fails_the_case_of_different_lengths(offset):
+    # the case exists to catch this mistake: it must, at every seed, and its message must name it
+    with hidden_cases(offset):
+        assert ch04.check_masked_cross_entropy(ch04.reference_masked_cross_entropy, verbose=False)
+        report = ch04.check_masked_cross_entropy(_mean_of_sentence_means, verbose=False)
+    failed = {name: why for name, ok, why in report.results if not ok}
+    assert "sentences of different lengths" in failed, report.results
+    why = failed["sentences of different lengths"]
+    assert "per sentence" in why and "one average over the whole batch" in why, why
+    assert all(_causes("masked_cross_entropy", _mean_of_sentence_means, offset).values())
+
+
+def _causes(name, fn, offset):
+    """``{case name: the cause its check names}`` for the cases ``fn`` fails at seed ``offset``:
+    the words the grader may show for a hidden case, where it shows no value."""
+    with hidden_cases(offset):
+        _, cases = collect_cases(name)
+    verdicts = {case.name: case.check(fn(*case.args, **case.kwargs)) for case in cases}
+    return {name: getattr(why, "cause", "") for name, why in verdicts.items() if why is not None}
 
 
 def test_train_and_compare_translators_record_validation_loss(one_thread):
@@ -470,24 +498,47 @@ def test_train_translator_follows_the_book_seed(monkeypatch):
     assert any(not torch.equal(p, q) for p, q in zip(pinned.parameters(), other.parameters()))
 
 
-def test_bleu_checker_accepts_the_reference_and_rejects_no_clipping():
-    import collections
+def _bleu_without_clipping(pred_seq, label_seq, k=2):
+    """A plausible wrong BLEU: every predicted n-gram found in the label counts, however often."""
+    pred, label = pred_seq.split(), label_seq.split()
+    score = math.exp(min(0.0, 1 - len(label) / len(pred)))
+    for n in range(1, min(k, len(pred)) + 1):
+        grams = {tuple(label[i:i + n]) for i in range(len(label) - n + 1)}
+        hits = sum(tuple(pred[i:i + n]) in grams for i in range(len(pred) - n + 1))
+        score *= (hits / (len(pred) - n + 1)) ** (0.5 ** n)
+    return score
 
-    from attention_book.assignments import ch04
 
-    assert ch04.check_bleu(ab.bleu, verbose=False)
+def _bleu_without_the_min(pred_seq, label_seq, k=2):
+    """A plausible wrong BLEU: exp(1 - len_label / len_pred) without the min, a bonus for long predictions."""
+    ratio = len(label_seq.split()) / len(pred_seq.split())
+    right, wrong = math.exp(min(0.0, 1 - ratio)), math.exp(1 - ratio)
+    return ab.bleu(pred_seq, label_seq, k) / right * wrong
 
-    def without_clipping(pred_seq, label_seq, k=2):
-        pred, label = pred_seq.split(), label_seq.split()
-        score = math.exp(min(0.0, 1 - len(label) / len(pred)))
-        for n in range(1, min(k, len(pred)) + 1):
-            grams = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
-            hits = sum(tuple(pred[i:i + n]) in grams for i in range(len(pred) - n + 1))
-            score *= (hits / (len(pred) - n + 1)) ** (0.5 ** n)
-        return score
 
-    report = ch04.check_bleu(without_clipping, verbose=False)
-    assert not report and "clipping" in " ".join(name for name, ok, _ in report.results if not ok)
+@pytest.mark.parametrize("offset", CASE_OFFSETS)
+def test_bleu_checker_accepts_the_reference_and_names_missing_clipping(offset):
+    with hidden_cases(offset):
+        assert ch04.check_bleu(ab.bleu, verbose=False)
+        report = ch04.check_bleu(_bleu_without_clipping, verbose=False)
+    failed = [(name, why) for name, ok, why in report.results if not ok]
+    assert failed and "clipping" in failed[0][0], failed
+    # every failure of an unclipped count says so, and none sends the learner to the brevity penalty
+    assert all("clip" in why and "penalty" not in why for _, why in failed), failed
+    assert all("clip" in cause for cause in _causes("bleu", _bleu_without_clipping, offset).values())
+    # the long prediction's case tests the penalty alone: counting without clipping passes it
+    assert "a long prediction pays no penalty" not in dict(failed), failed
+
+
+@pytest.mark.parametrize("offset", CASE_OFFSETS)
+def test_bleu_checker_sends_a_wrong_penalty_to_the_penalty(offset):
+    with hidden_cases(offset):
+        report = ch04.check_bleu(_bleu_without_the_min, verbose=False)
+    failed = {name: why for name, ok, why in report.results if not ok}
+    why = failed["a long prediction pays no penalty"]
+    assert "penalty" in why and "clip" not in why, why
+    # the clipping case has a prediction as long as its label: a wrong penalty passes it
+    assert "a repeated word counts once (clipping)" not in failed, failed
 
 
 def test_teacher_forced_scores_take_the_validation_loss_apart(one_thread):

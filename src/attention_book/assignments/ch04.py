@@ -5,16 +5,34 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn import functional as F
 
 from ..models.seq2seq import masked_cross_entropy as reference_masked_cross_entropy
-from ..data.text import bleu as reference_bleu
-from . import Case, case_generator, compare, draw, run_checks
+from ..data.text import bleu as reference_bleu, bleu_parts
+from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_masked_cross_entropy", "reference_masked_cross_entropy", "check_bleu"]
 
 
+PER_SENTENCE = ("this is a mean per sentence, then over sentences, so a short sentence weighs as much as a "
+                "long one; take one average over the whole batch: the losses of all real tokens summed, "
+                "divided by their number")
+
+
+def _means_per_sentence(logits, labels, pad_id) -> list[torch.Tensor]:
+    """The mistaken average: each sentence's mean over its real tokens, then the mean over sentences
+    (a sentence of padding only counted as 0, or left out)."""
+    per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    real = (labels != pad_id).to(per_token.dtype)
+    lengths = real.sum(1)
+    means = (per_token * real).sum(1) / lengths.clamp(min=1)
+    return [means.mean()] + ([means[lengths > 0].mean()] if bool((lengths > 0).any()) else [])
+
+
 def _expect(logits, labels, pad_id):
     want_mean, want_count = reference_masked_cross_entropy(logits, labels, pad_id)
+    mistaken = [m for m in _means_per_sentence(logits, labels, pad_id)
+                if not torch.allclose(m.float(), want_mean.float(), atol=1e-5, rtol=1e-4)]
 
     def check(got):
         if not isinstance(got, tuple) or len(got) != 2:
@@ -30,7 +48,10 @@ def _expect(logits, labels, pad_id):
         if int(count) != int(want_count):
             return f"expected count {int(want_count)} real tokens, got {count}"
         if not torch.allclose(mean.detach().float(), want_mean.float(), atol=1e-5, rtol=1e-4):
-            return f"expected mean {want_mean.item():.5f}, got {mean.item():.5f}"
+            why = f"expected mean {want_mean.item():.5f}, got {mean.item():.5f}"
+            if any(torch.allclose(mean.detach().float(), m.float(), atol=1e-5, rtol=1e-4) for m in mistaken):
+                return Diagnosis(f"{why} — {PER_SENTENCE}", PER_SENTENCE)
+            return why
         return None
 
     return check
@@ -59,16 +80,27 @@ def check_masked_cross_entropy(fn, verbose: bool = True):
         labels[torch.arange(steps)[None, :] >= lengths[:, None]] = pad_id
         return labels
 
+    def different_lengths(pad_id):
+        """One sentence of a single token, the model's worst guess, and one filling every step with
+        its best guesses: the mean over tokens and the mean of sentence means differ clearly."""
+        labels = padded(pad_id)
+        labels[0, 1:] = pad_id
+        scores = logits.clone()
+        scores[..., pad_id] = float("nan")  # never a label
+        labels[0, 0] = scores[0, 0].nan_to_num(float("inf")).argmin()
+        labels[-1] = scores[-1].nan_to_num(float("-inf")).argmax(-1)
+        return labels
+
     no_pad = torch.randint(1, vocab, (batch, steps), generator=g)
     other_pad = draw(g, 1, vocab - 1)
     big = torch.randn(batch, steps, vocab, generator=g) * 50
     cases = [
         _case("no padding: plain cross-entropy", logits, no_pad, 0,
               "compared with F.cross_entropy averaged over all batch × steps positions; count is batch × steps"),
-        _case("sentences of different lengths", logits, padded(0), 0,
-              "compared with the cross-entropy summed over the positions whose label is not pad_id, "
-              "divided by their number: one average over the whole batch (a mean per sentence, then "
-              "over sentences, gives another number when the lengths differ)"),
+        _case("sentences of different lengths", logits, different_lengths(0), 0,
+              "one average over the whole batch is wanted, not a mean per sentence, then over sentences "
+              "(they differ here, where the lengths differ): the cross-entropy summed over the positions "
+              "whose label is not pad_id, divided by their number"),
         _case("the padding index is not 0", logits, padded(other_pad), other_pad,
               "pad_id is not 0 here; compared with the cross-entropy summed over the positions whose "
               "label is not pad_id, divided by their number (one average over the whole batch, not per "
@@ -96,13 +128,15 @@ def _bleu_rows(g: torch.Generator) -> list[tuple[str, tuple, str]]:
     def text(ws):
         return " ".join(ws)
 
-    label = words(draw(g, 4, 7))
+    label = [WORDS[int(i)] for i in torch.randperm(len(WORDS), generator=g)[:draw(g, 4, 7)]]  # distinct
     repeated = list(label)
-    at = draw(g, 0, len(label) - 1)
-    repeated.insert(at, label[at])  # one word said twice
+    at = draw(g, 0, len(label) - 2)
+    repeated[at + 1] = label[at]  # one word said twice in place of the next: same length, so no penalty
     short_label = words(draw(g, 5, 8))
     cut = draw(g, 2, len(short_label) - 2)
     long_label = words(draw(g, 3, 5))
+    # the long prediction's extra words are not in its label: only the penalty matters there, not clipping
+    long_tail = words(draw(g, 1, 3), [w for w in WORDS if w not in long_label])
     half = len(WORDS) // 2
     first, second = WORDS[:half], WORDS[half:]
     four_label = words(draw(g, 5, 8))
@@ -116,7 +150,7 @@ def _bleu_rows(g: torch.Generator) -> list[tuple[str, tuple, str]]:
          "a reference n-gram can be matched only as often as it occurs there: count what is left"),
         ("a short prediction pays the brevity penalty", (text(short_label[:cut]), text(short_label), 2),
          "multiply by exp(min(0, 1 - len_label / len_pred))"),
-        ("a long prediction pays no penalty", (text(long_label + words(draw(g, 1, 3))), text(long_label), 2),
+        ("a long prediction pays no penalty", (text(long_label + long_tail), text(long_label), 2),
          "the penalty only lowers scores of predictions shorter than the label"),
         ("no common word scores 0", (text(words(draw(g, 2, 5), first)), text(words(draw(g, 2, 5), second)), 2),
          "p_1 = 0 makes the product 0"),
@@ -139,12 +173,27 @@ def _random_pair(g: torch.Generator, words: list[str]) -> tuple[str, str]:
     return sentence(), sentence()
 
 
+NO_CLIPPING = ("every predicted n-gram found in the label was counted; clip the counts: an n-gram matches "
+               "at most as often as the label has it, min(count in prediction, count in label)")
+
+
+def _unclipped_bleu(pred_seq: str, label_seq: str, k: int) -> float:
+    """The mistaken BLEU that counts every predicted n-gram found in the label, however often."""
+    parts, label = bleu_parts(pred_seq, label_seq, k), label_seq.split()
+    score = parts["penalty"]
+    for order in parts["orders"]:
+        n = order["n"]
+        found = {" ".join(label[i:i + n]) for i in range(len(label) - n + 1)}
+        score *= (sum(gram in found for gram in order["grams"]) / len(order["grams"])) ** order["weight"]
+    return score
+
+
 def check_bleu(fn, verbose: bool = True):
     """Check ``fn(pred_seq, label_seq, k) -> float``, BLEU as chapter 4 defines it; every sentence
     is drawn from the case seed."""
     rows = _bleu_rows(case_generator(8))
 
-    def number(expected: float):
+    def number(expected: float, unclipped: float):
         inner = compare(expected, atol=1e-9, rtol=1e-6)
 
         def check(got):
@@ -152,9 +201,14 @@ def check_bleu(fn, verbose: bool = True):
                 got = float(got)
             if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
                 return f"expected a finite number, got {got!r}"
-            return inner(float(got))
+            why = inner(float(got))
+            # wrong, and equal to the unclipped score (which clipping changes here): the clipping is missing
+            if why and math.isclose(float(got), unclipped, rel_tol=1e-6, abs_tol=1e-9):
+                return Diagnosis(f"{why} — {NO_CLIPPING}", NO_CLIPPING)
+            return why
 
         return check
 
-    cases = [Case(name, args, number(reference_bleu(*args)), hint=hint) for name, args, hint in rows]
+    cases = [Case(name, args, number(reference_bleu(*args), _unclipped_bleu(*args)), hint=hint)
+             for name, args, hint in rows]
     return run_checks("bleu", fn, cases, verbose=verbose)
