@@ -259,3 +259,69 @@ def test_explorers_work_from_the_keyboard(axe_page, site, docname):  # noqa: F81
             if page.evaluate(JS_FOCUSED) or len(reached) == len(wanted):
                 break
     assert reached == wanted, f"{docname}: Tab order {reached}, page order {wanted}"
+
+
+def test_a_row_of_plots_gets_a_phone_copy_restacked_and_legible(tmp_path):
+    """core/plot.py's phone_png redraws a 1 x 4 row of heatmaps as a 2 x 2 grid about 3.6 inches
+    wide whose text is at least 9 px in a 390 px phone's column, with the same alt text; the
+    notebook's own figure keeps its layout. book_site.py writes that copy next to the figure and
+    shows it below 600 px wide in a <picture>, with the alt text on the desktop <img>."""
+    import base64
+    import io
+
+    import book_site
+    import matplotlib.pyplot as plt
+    import torch
+    from PIL import Image
+
+    import attention_book as ab
+    from attention_book.core.plot import (
+        ALT_TEXT_KEY,
+        MIN_TEXT_PX,
+        PHONE_COLUMN_PX,
+        PHONE_PNG_KEY,
+        TEXT_SIZE_KEY,
+        _phone_metadata,
+        figure_alt_text,
+        page_png_metadata,
+        phone_figure,
+        phone_png,
+    )
+
+    fig = ab.heatmaps_figure(torch.rand(1, 4, 5, 6), xlabel="Keys", ylabel="Queries",
+                             titles=[f"head {i}" for i in range(4)])
+    before = [ax.get_position().bounds for ax in fig.axes]
+    size = tuple(fig.get_size_inches())
+    copy = phone_figure(fig)
+    plots = [ax for ax in copy.axes if not hasattr(ax, "_colorbar")]
+    assert sorted(ax.get_subplotspec().get_geometry()[:2] for ax in plots) == [(2, 2)] * 4
+    assert sorted(ax.get_subplotspec().num1 for ax in plots) == [0, 1, 2, 3]
+    plt.close(copy)
+    data = phone_png(fig)
+    assert [ax.get_position().bounds for ax in fig.axes] == before and tuple(fig.get_size_inches()) == size
+    phone = Image.open(io.BytesIO(data))
+    assert phone.width <= 400 and phone.height > phone.width  # about 3.6 inches at 100 dpi, stacked
+    shown = min(phone.width, PHONE_COLUMN_PX)
+    assert float(phone.text[TEXT_SIZE_KEY]) * shown / phone.width >= MIN_TEXT_PX
+    assert phone.text[ALT_TEXT_KEY] == figure_alt_text(fig)
+    # The desktop PNG would need about 580 px for 9 px text: that is why it gets a copy.
+    desktop = tmp_path / "_images" / "maps.png"
+    desktop.parent.mkdir()
+    fig.savefig(desktop, format="png", metadata={**page_png_metadata(fig), **_phone_metadata(fig)})
+    assert base64.b64decode(Image.open(desktop).text[PHONE_PNG_KEY]) == data
+    page = tmp_path / "notebooks" / "page.html"
+    page.parent.mkdir()
+    html = '<div class="cell_output"><img src="../_images/maps.png" alt="../_images/maps.png"></div>'
+    fixed = book_site.accessible_html(html, page)
+    assert '<picture class="ab-phone-picture"><source media="(max-width: 600px)" ' \
+           'srcset="../_images/maps-phone.png">' in fixed
+    assert fixed.count("<img") == 1 and f'alt="{figure_alt_text(fig)}"' in fixed
+    assert fixed.count("style=") == 1 and "--ab-phone-width:" in fixed and "--ab-phone-small-width:" in fixed
+    assert (tmp_path / "_images" / "maps-phone.png").read_bytes() == data
+    assert book_site.accessible_html(fixed, page) == fixed  # idempotent
+    # One plot that already fits a phone's column, and hand-placed axes (a diagram): no copy.
+    small, _ = plt.subplots(figsize=(3, 2))
+    assert phone_png(small) is None
+    diagram = plt.figure(figsize=(9, 3))
+    diagram.add_axes([0.1, 0.1, 0.8, 0.8]).set_title("diagram")
+    assert phone_figure(diagram) is None and phone_png(diagram) is None

@@ -234,7 +234,10 @@ class Crawler:
             f"console error: {msg.text} ({msg.location.get('url', '')})"))
         self.page.on("response", lambda r: r.status >= 400 and self.events.append(
             f"HTTP {r.status}: {r.url}"))
-        self.page.on("requestfailed", lambda r: r.url.startswith(origin) and self.events.append(
+        # A <picture>'s phone copy (book_site.py) whose load the browser called off because the
+        # viewport changed is the browser choosing a source, not a broken page.
+        self.page.on("requestfailed", lambda r: r.url.startswith(origin) and not (
+            r.url.endswith("-phone.png") and "ERR_ABORTED" in (r.failure or "")) and self.events.append(
             f"request failed: {r.url} ({r.failure})"))
 
     def _open(self, url: str) -> None:

@@ -159,6 +159,8 @@ SCROLL_BOXES_JS = """
 ALT_TEXT_KEY = "ab-alt"  # = attention_book.core.plot.ALT_TEXT_KEY (the build does not import the package)
 TEXT_SIZE_KEY = "ab-min-text-px"  # = attention_book.core.plot.TEXT_SIZE_KEY
 MIN_TEXT_PX = 9.0  # = attention_book.core.plot.MIN_TEXT_PX
+PHONE_PNG_KEY = "ab-phone-png"  # = attention_book.core.plot.PHONE_PNG_KEY
+PHONE_MEDIA = "(max-width: 600px)"  # where a figure's phone copy replaces it (book.css)
 NO_ALT_TEXT = "Figure (no description recorded)"
 _NAV_SUMMARY = re.compile(
     r'(<a class="[^"]*reference internal[^"]*"[^>]*>(?P<title>(?:(?!</a>).)*)</a>\s*<details(?:\s[^>]*)?>\s*)<summary>', re.DOTALL)
@@ -166,7 +168,7 @@ _SUMMARY = re.compile(r"<summary(?P<attrs>[^>]*)>(?P<inner>(?:(?!</summary>).)*)
 _SEARCH_BUTTON = re.compile(r'(<button\b[^>]*?)\s+aria-label="Search"([^>]*>\s*<i [^>]*></i>\s*'
                             r'<span class="search-button__default-text">)')
 _THEME_ICON = re.compile(r'<i class="theme-switch [^>]*>')
-_IMG = re.compile(r"<img\b[^>]*>")
+_IMG = re.compile(r"<picture\b.*?</picture>|<img\b[^>]*>", re.DOTALL)
 _ATTR = re.compile(r'\b(src|alt)="([^"]*)"')
 
 
@@ -203,7 +205,57 @@ def png_phone_width(path: Path) -> int:
     return min(natural, math.ceil(natural * MIN_TEXT_PX / px)) if px > 0 else 0
 
 
+def png_phone_copy(path: Path) -> Path | None:
+    """Write the phone copy a figure's PNG carries (tEXt `ab-phone-png`, from
+    attention_book.core.plot.phone_png: the plots restacked for a 390 px column) next to it as
+    `<name>-phone.png`; None if it carries none. Figures without one (hand-placed diagrams, and
+    the explorers' frames, which are not notebook figures) keep --ab-phone-width and scroll."""
+    import base64
+    import binascii
+
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            text = getattr(image, "text", {}).get(PHONE_PNG_KEY)
+    except (OSError, ValueError):
+        return None
+    if not text:
+        return None
+    target = path.with_name(path.stem + "-phone.png")
+    if not target.exists():
+        try:
+            target.write_bytes(base64.b64decode(text, validate=True))
+        except (binascii.Error, ValueError, OSError):
+            return None
+    return target
+
+
+def _phone_picture(tag: str, page: Path, path: Path, src: str) -> str:
+    """``tag`` inside a `<picture>` whose phone source is the PNG's phone copy, if it has one."""
+    phone = png_phone_copy(path)
+    if phone is None:
+        return tag
+    phone_src = src.rsplit("/", 1)[0] + "/" + phone.name if "/" in src else phone.name
+    width = png_phone_width(phone)
+    if width:
+        small = f"--ab-phone-small-width: {width}px"
+        tag = (tag.replace('style="', f'style="{small}; ', 1) if 'style="' in tag
+               else tag.replace("<img", f'<img style="{small}"', 1))
+    return (f'<picture class="ab-phone-picture"><source media="{PHONE_MEDIA}" srcset="{phone_src}">'
+            f"{tag}</picture>")
+
+
 def _fix_img(tag: str, page: Path) -> str:
+    tag = _fix_img_attrs(tag, page)
+    attrs = dict(_ATTR.findall(tag))
+    src = attrs.get("src", "")
+    if src.endswith(".png") and not src.startswith("data:") and "ab-phone-small-width" not in tag:
+        return _phone_picture(tag, page, (page.parent / src).resolve(), src)
+    return tag
+
+
+def _fix_img_attrs(tag: str, page: Path) -> str:
     attrs = dict(_ATTR.findall(tag))
     src, alt = attrs.get("src", ""), attrs.get("alt")
     path = (page.parent / src).resolve() if src.endswith(".png") and not src.startswith("data:") else None
@@ -242,7 +294,8 @@ def accessible_html(text: str, page: Path) -> str:
     text = _THEME_ICON.sub(lambda m: re.sub(r'\s+title="[^"]*"', "", m.group(0)), text)
     text = _SEARCH_BUTTON.sub(r"\1\2", text)
     text = text.replace('role="doc-biblioentry"', 'role="listitem"')
-    return _IMG.sub(lambda m: _fix_img(m.group(0), page), text)
+    return _IMG.sub(lambda m: m.group(0) if m.group(0).startswith("<picture") else _fix_img(m.group(0), page),
+                    text)
 
 
 def accessible_pages(app, exception) -> None:

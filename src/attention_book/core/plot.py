@@ -18,7 +18,8 @@ import torch
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
            "smallest_text_px", "fit_page", "page_png_metadata", "ALT_TEXT_KEY", "figure_alt_text",
-           "set_alt_text", "values_html", "VALUES_MAX"]
+           "set_alt_text", "values_html", "VALUES_MAX", "PHONE_COLUMN_PX", "PHONE_PNG_KEY", "phone_figure",
+           "phone_png"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -36,6 +37,16 @@ TEXT_SIZE_KEY = "ab-min-text-px"
 # build copies it into the image's `alt` attribute (book/_ext/book_site.py, issue 38).
 ALT_TEXT_KEY = "ab-alt"
 ALT_TEXT_CHARS = 300
+# The website's text column on a 390 px wide phone (pixels), with a margin: a phone copy of a
+# figure (phone_figure) is drawn to be legible at this width.
+PHONE_COLUMN_PX = 340
+PHONE_FIGURE_WIDTH = 3.6  # inches: a phone copy drawn at PHONE_DPI is about as wide as that column
+PHONE_DPI = 100
+PHONE_MAX_PX = 350  # a phone copy's PNG is at most this wide: a 390 px phone's column is 358 px
+# The PNG tEXt key under which the book records a figure's phone copy (a PNG, base64): the site
+# build writes it next to the figure and shows it below 600 px wide (book/_ext/book_site.py).
+PHONE_PNG_KEY = "ab-phone-png"
+_PHONE_PNG_MAX = 700_000  # base64 characters: a larger copy is left out (Pillow refuses text over 1 MB)
 _STYLED = False
 
 
@@ -134,6 +145,126 @@ def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
     ``"none"`` for a figure without text, and its text equivalent (see ALT_TEXT_KEY)."""
     px = smallest_text_px(fig, dpi)
     return {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}", ALT_TEXT_KEY: figure_alt_text(fig)}
+
+
+# ----------------------------------------------------------------------------- phone copies
+def _grid_axes(fig):
+    """The figure's plots in reading order as (axes, row, column) of their one shared grid, or
+    None if it has hand-placed axes, plots spanning several cells, or several grids."""
+    plots = [ax for ax in fig.get_axes() if ax.get_visible() and not hasattr(ax, "_colorbar")]
+    specs = [ax.get_subplotspec() for ax in plots]
+    if not plots or any(spec is None for spec in specs):
+        return None
+    grids = {id(spec.get_gridspec()) for spec in specs}
+    if len(grids) != 1 or any(spec.num1 != spec.num2 for spec in specs):
+        return None
+    ncols = specs[0].get_gridspec().ncols
+    cells = sorted((spec.num1 // ncols, spec.num1 % ncols, i) for i, spec in enumerate(specs))
+    return [(plots[i], r, c) for r, c, i in cells]
+
+
+def phone_figure(fig):
+    """A copy of ``fig`` laid out for a phone's column (about :data:`PHONE_FIGURE_WIDTH` inches),
+    or None when it cannot be re-laid out (hand-placed axes: diagrams) or needs no copy.
+
+    The copy (``fig`` itself is unchanged) restacks a grid with more than two columns of
+    plots into rows of two (one row of two plots, or one wide plot, into one column), keeps each
+    plot's shape, gives first-column plots back the tick labels and axis label that shared axes
+    hid, is resized and laid out again with constrained layout, and has any text that would
+    show under :data:`MIN_TEXT_PX` at :data:`PHONE_COLUMN_PX` enlarged."""
+    import pickle
+
+    from matplotlib.gridspec import GridSpec
+
+    if _grid_axes(fig) is None:
+        return None
+    try:
+        copy = pickle.loads(pickle.dumps(fig))
+    except Exception:  # noqa: BLE001 (an artist that cannot be copied: the desktop figure only)
+        return None
+    cells = _grid_axes(copy)
+    rows0 = max(r for _, r, _ in cells) + 1
+    cols0 = max(c for _, _, c in cells) + 1
+    width, height = copy.get_size_inches()
+    n = len(cells)
+    cols = 1 if n <= 2 or cols0 == 1 else 2
+    if cols0 <= cols:  # already narrow enough: resize only
+        cols, rows = cols0, rows0
+    else:
+        rows = -(-n // cols)
+    panel_w, panel_h = width / cols0, height / rows0
+    new_panel_w = PHONE_FIGURE_WIDTH / cols
+    row_h = min(max(panel_h * new_panel_w / panel_w, 1.4), 4.0)
+    grid = GridSpec(rows, cols, figure=copy)
+    first = cells[0][0]
+    for k, (ax, _, _) in enumerate(cells):
+        r, c = divmod(k, cols)
+        ax.set_subplotspec(grid[r, c])
+        if c == 0 and ax is not first and first.get_shared_y_axes().joined(ax, first):
+            ax.tick_params(labelleft=True)
+            if not ax.get_ylabel():
+                ax.set_ylabel(first.get_ylabel())
+    xlabel = next((ax.get_xlabel() for ax, _, _ in reversed(cells) if ax.get_xlabel()), "")
+    for k, (ax, _, _) in enumerate(cells):  # shared x: tick labels and label under the last row only
+        if n > 1 and all(first.get_shared_x_axes().joined(other, first) for other, _, _ in cells):
+            last = k // cols == rows - 1 or k + cols >= n
+            ax.tick_params(labelbottom=last)
+            ax.set_xlabel(xlabel if last else "")
+    suptitle = 0.4 if getattr(copy, "_suptitle", None) is not None else 0.0
+    copy.set_size_inches(PHONE_FIGURE_WIDTH, min(rows * row_h + suptitle + 0.3, 14.0))
+    if copy.get_layout_engine() is None:
+        copy.set_layout_engine("constrained")
+    copy.set_dpi(PHONE_DPI)
+    fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
+    return copy
+
+
+def phone_png(fig) -> bytes | None:
+    """The PNG of :func:`phone_figure` (with its own :func:`page_png_metadata`, the same alt
+    text), or None when ``fig`` needs no phone copy: it cannot be re-laid out, or its own PNG
+    (drawn at the figure's dpi) is already legible at :data:`PHONE_COLUMN_PX`."""
+    import io
+
+    px = smallest_text_px(fig)
+    natural = fig.get_size_inches()[0] * fig.dpi
+    if px is None or px * min(1.0, PHONE_COLUMN_PX / natural) >= MIN_TEXT_PX:
+        return None
+    copy = phone_figure(fig)
+    if copy is None:
+        return None
+    meta = page_png_metadata(copy, PHONE_DPI)
+    meta[ALT_TEXT_KEY] = figure_alt_text(fig)
+    from PIL import Image
+
+    try:
+        # bbox_inches="tight" takes in what lies outside the axes (a legend, long labels), so the PNG
+        # can come out wider than the figure: narrow the figure (the text keeps its size) until the
+        # PNG fits a 390 px phone's column, shown at its natural width with nothing to scroll.
+        for _ in range(4):
+            buf = io.BytesIO()
+            copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
+            width = Image.open(io.BytesIO(buf.getvalue())).width
+            if width <= PHONE_MAX_PX:
+                break
+            w, h = copy.get_size_inches()
+            copy.set_size_inches(w - (width - PHONE_MAX_PX + 4) / PHONE_DPI, h)
+    finally:
+        plt.close(copy)
+    return buf.getvalue()
+
+
+def _phone_metadata(fig) -> dict[str, str]:
+    """{PHONE_PNG_KEY: base64 PNG} for :func:`phone_png`, {} without a (small enough) copy."""
+    import base64
+
+    try:
+        data = phone_png(fig)
+    except Exception:  # noqa: BLE001 (a figure the re-layout does not understand: desktop only)
+        return {}
+    if data is None:
+        return {}
+    text = base64.b64encode(data).decode("ascii")
+    return {PHONE_PNG_KEY: text} if len(text) <= _PHONE_PNG_MAX else {}
 
 
 # ----------------------------------------------------------------------------- values as tables
@@ -344,7 +475,7 @@ def _wrap_png_printer(shell) -> None:
 
     def png(fig):
         fit_page(fig)  # IPython draws inline figures at the figure's dpi
-        data = inner(fig, metadata=page_png_metadata(fig))
+        data = inner(fig, metadata={**page_png_metadata(fig), **_phone_metadata(fig)})
         if data is not None and hasattr(shell, "_ab_values_pending"):
             try:
                 table = values_html(fig)
@@ -501,6 +632,12 @@ def heatmaps_figure(
     return fig
 
 
+def _plain_number(value, _pos) -> str:
+    """A tick label as a plain number (a module-level function, so the figure can be pickled
+    for its phone copy)."""
+    return f"{value:g}"
+
+
 def readable_log_axis(ax, axis: str = "y") -> None:
     """At least three labelled ticks on a log axis that spans less than a few decades.
 
@@ -521,7 +658,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
         if len(ticks) >= 3:
             break
     target.set_major_locator(LogLocator(base=10, subs=subs))
-    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_major_formatter(FuncFormatter(_plain_number))
     target.set_minor_formatter(NullFormatter())
 
 
