@@ -824,6 +824,11 @@ class Grader:
             elif ended == "memory":
                 row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory: {where}"
                            + raised)
+            elif payload is None and crash and not any(k.startswith("started:") for k in messages):
+                # No cell of the notebook ever started: the kernel could not be started (a kernelspec whose
+                # Python the sandbox cannot see, a broken environment). Nothing the student wrote had run,
+                # so it is the grader's failure, not a 0 in the gradebook.
+                row.update(status="grader error", reason=f"no kernel could be started for this notebook: {crash}")
             elif payload is None and dead:
                 row.update(status="kernel died", reason=f"the kernel died: {crash}; {where}" + raised)
             elif payload is None and overflow:

@@ -165,3 +165,35 @@ def test_without_a_roster_no_canvas_csv_and_the_run_says_why(graded):
     assert {(k, r["ID"], r["SIS User ID"]) for k, r in canvas.items()} == {("lloop", "11", "S11"),
                                                                          ("bboom", "12", "S12")}
     assert canvas["bboom"]["ch03 masked_softmax"] == "10.0" and canvas["lloop"]["ch03 masked_softmax"] == "0.0"
+
+
+# --------------------------------------------------------------------------- a grader that cannot start
+
+
+def test_a_kernel_that_never_started_is_a_grader_error_not_a_zero(tmp_path, monkeypatch):
+    """A fresh attacker's read: with a kernelspec whose Python the sandbox cannot see, every notebook came
+    back 'no results' (scored, 0 in the LMS files) although nothing of the student's had run. When no cell
+    started and the worker reports why, the row is 'grader error': not scored, the instructor looks at it."""
+    if grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    sub = tmp_path / "ch03_exercises.ipynb"
+    sub.write_text(json.dumps(notebook(GOOD)))
+    missing = "FileNotFoundError: [Errno 2] No such file or directory: '/elsewhere/.venv/bin/python'"
+    report = json.dumps({"errors": [], "harness": [], "worker": missing}).encode()
+    grader = grade.Grader(tmp_path / "ref", 30, 2.0, 64)
+    try:
+        seeds = {n: 1 for n in grader.references["ch03_exercises.ipynb"]}
+        monkeypatch.setattr(grade, "run_sandboxed", lambda *a, **k: ("exit", {"worker": report}, 0.2))
+        rows = grader.grade_notebook("ann", sub, "ch03_exercises.ipynb", seeds)
+        assert rows and all(r["status"] == "grader error" for r in rows), rows
+        assert all("no kernel could be started" in r["reason"] and "/elsewhere" in r["reason"] for r in rows)
+        assert "grader error" not in grade.SCORED
+        # once a cell has started, a run without results is the notebook's: still 'no results'
+        monkeypatch.setattr(grade, "run_sandboxed",
+                            lambda *a, **k: ("exit", {"worker": report, "started:0": b""}, 0.2))
+        rows = grader.grade_notebook("ann", sub, "ch03_exercises.ipynb", seeds)
+        assert all(r["status"] == "no results" for r in rows), rows
+    finally:
+        grader.close()
