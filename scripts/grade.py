@@ -106,6 +106,15 @@ report = {"errors": [], "harness": [], "worker": ""}
 try:
     nb = nbformat.read("submission.ipynb", as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(job["harness"]))
+    # The kernel runs on this worker's own Python whatever kernel.json an installation wrote (a venv moved,
+    # or reached through a link, names a Python the sandbox cannot see): a kernelspec of the worker's own,
+    # first on JUPYTER_PATH.
+    spec = os.path.join(os.getcwd(), ".grader-kernels")
+    os.makedirs(os.path.join(spec, "kernels", "python3"), exist_ok=True)
+    with open(os.path.join(spec, "kernels", "python3", "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                   "display_name": "Python 3", "language": "python"}, f)
+    os.environ["JUPYTER_PATH"] = spec + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     client = NotebookClient(nb, timeout=job["cell_timeout"], startup_timeout=job["cell_timeout"],
                             kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": os.getcwd()}})
