@@ -782,3 +782,25 @@ def test_a_cell_that_raises_the_hidden_inputs_gets_one_short_line_back(tmp_path)
     (feedback,) = (out.parent / "feedback").iterdir()
     assert feedback.read_text().count("HIDDEN") == 1 and "tensor(" not in feedback.read_text()[
         feedback.read_text().index("HIDDEN") + 150:]
+
+
+# --------------------------------------------------------------------------- cases that share inputs
+
+
+def test_what_one_call_writes_into_its_inputs_does_not_change_later_cases():
+    """A fresh attacker's read: cases may share an input tensor (chapter 9's `big` batch feeds several cases
+    and their checks), and the judge copies the student's view of the inputs after a call into the
+    grader's tensors for that case's check. That copy stayed, so a later case whose record carries no
+    arguments (a call that raised, inputs too large to send back) was checked against what an earlier
+    call wrote. The judge's tensors are the same after a verdict as before it; the check still saw the write."""
+    from attention_book.assignments import Case
+    from attention_book.assignments.grading import _verdict
+
+    shared = torch.arange(6.0).reshape(1, 2, 3)
+    original = shared.clone()
+    seen = []
+    case = Case("writes", (shared,), lambda got: seen.append(shared.clone()) or None)
+    record = {"status": "ok", "got": torch.zeros(1), "args": (torch.full((1, 2, 3), 7.0),)}
+    assert _verdict(case, record, visible=False)["passed"]
+    assert torch.equal(seen[0], torch.full((1, 2, 3), 7.0)), "the case's own check sees its call's writes"
+    assert torch.equal(shared, original), "and the next case sees the input as the grader drew it"

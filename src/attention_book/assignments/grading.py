@@ -715,12 +715,19 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     why = _structure_problem(expected, got, tuple(case.args)) if has_expected else None
     form = why is not None
     if why is None:
+        # Cases may share their input tensors (chapter 9's `big` batch feeds several cases and their checks):
+        # the student's view of the inputs goes in for this case's check only and is undone after it, so
+        # what one call wrote into its inputs cannot change what a later case is checked against.
+        saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
         try:
             _restore_args(tuple(case.args), record.get("args"))
             why = case.check(got)
         except Exception as err:  # an output of a shape the check did not foresee
             why = f"the result could not be checked ({type(err).__name__}: {str(err)[:200]})"
             form = True
+        finally:
+            for tensor, value in saved:
+                tensor.copy_(value)
     if why is None:
         return {"passed": True, "status": "ok", "why": ""}
     # a check may name the cause of a failure in words that hold no value of the case (ch03's Diagnosis)
