@@ -523,6 +523,8 @@ PHONE_SCROLL_EXCEPTIONS: dict[str, tuple[str, ...]] = {
     "notebooks/ch05_multihead_attention": ("Diagram of multi-head attention",),
     "notebooks/ch06_self_attention": ("Diagram comparing which of",),
     "notebooks/ch07_transformer": ("Diagram of the encoder-decoder Transformer",),
+    # four category labels side by side under one plot do not fit a phone's width
+    "notebooks/ch07_exercises": ("Figure: Post-norm reversal model",),
     # the patch figure's cost plot spans both columns of its grid
     "notebooks/ch08_vision_transformer": ("Diagram of the vision Transformer", "Figure of 3 plots: "),
     "notebooks/ch09_pretraining": ("Diagram of three pretraining modes",),

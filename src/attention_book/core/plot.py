@@ -7,6 +7,7 @@ chapter can show it, save it, or test it.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Sequence
 
 import matplotlib
@@ -163,6 +164,18 @@ def _grid_axes(fig):
     return [(plots[i], r, c) for r, c, i in cells]
 
 
+def _wrap_text(text, width_in: float) -> None:
+    """Wrap a Text artist's string onto lines that fit ``width_in`` inches at its font size."""
+    import textwrap
+
+    content = text.get_text()
+    if not content:
+        return
+    per_line = max(12, int(width_in * 72 / (0.55 * text.get_fontsize())))
+    if len(content) > per_line:
+        text.set_text("\n".join(textwrap.wrap(content, per_line)))
+
+
 def phone_figure(fig):
     """A copy of ``fig`` laid out for a phone's column (about :data:`PHONE_FIGURE_WIDTH` inches),
     or None when it cannot be re-laid out (hand-placed axes: diagrams) or needs no copy.
@@ -210,6 +223,12 @@ def phone_figure(fig):
             last = k // cols == rows - 1 or k + cols >= n
             ax.tick_params(labelbottom=last)
             ax.set_xlabel(xlabel if last else "")
+    # A title longer than its plot's width on the phone is wrapped onto more lines (bbox "tight" would
+    # otherwise widen the PNG past the column whatever the figure's width).
+    for ax, _, _ in cells:
+        _wrap_text(ax.title, PHONE_FIGURE_WIDTH / cols)
+    if getattr(copy, "_suptitle", None) is not None:
+        _wrap_text(copy._suptitle, PHONE_FIGURE_WIDTH)
     suptitle = 0.4 if getattr(copy, "_suptitle", None) is not None else 0.0
     copy.set_size_inches(PHONE_FIGURE_WIDTH, min(rows * row_h + suptitle + 0.3, 14.0))
     if copy.get_layout_engine() is None:
@@ -242,15 +261,19 @@ def phone_png(fig) -> bytes | None:
         # PNG fits a 390 px phone's column, shown at its natural width with nothing to scroll.
         for _ in range(4):
             buf = io.BytesIO()
-            copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
+            with warnings.catch_warnings():  # a layout that cannot fit is measured below, not printed
+                warnings.simplefilter("ignore")
+                copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
             width = Image.open(io.BytesIO(buf.getvalue())).width
-            if width <= PHONE_MAX_PX:
-                break
             w, h = copy.get_size_inches()
-            copy.set_size_inches(w - (width - PHONE_MAX_PX + 4) / PHONE_DPI, h)
+            narrower = w - (width - PHONE_MAX_PX + 4) / PHONE_DPI
+            if width <= PHONE_MAX_PX or narrower < 0.6 * PHONE_FIGURE_WIDTH:
+                break
+            copy.set_size_inches(narrower, h)
     finally:
         plt.close(copy)
-    return buf.getvalue()
+    # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box
+    return buf.getvalue() if width <= PHONE_MAX_PX else None
 
 
 def _phone_metadata(fig) -> dict[str, str]:
