@@ -1222,7 +1222,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
         elif len(failed) >= 2 and any(causes):
-            ranked = sorted({c for c in causes if c}, key=lambda c: -causes.count(c))
+            # ties in the order the failed cases first meet them: the same notebook gets the same text
+            # (a set's order changes from run to run with Python's string hashing)
+            ranked = sorted(dict.fromkeys(c for c in causes if c), key=lambda c: -causes.count(c))
             lines += ["Possible causes, the one most failed cases share first:", ""]
             for c in ranked:
                 lines += [f"In {causes.count(c)} of {len(failed)} failed cases:", "", fenced(c), ""]
