@@ -804,3 +804,35 @@ def test_what_one_call_writes_into_its_inputs_does_not_change_later_cases():
     assert _verdict(case, record, visible=False)["passed"]
     assert torch.equal(seen[0], torch.full((1, 2, 3), 7.0)), "the case's own check sees its call's writes"
     assert torch.equal(shared, original), "and the next case sees the input as the grader drew it"
+
+
+def test_each_masked_softmax_case_tests_what_its_label_says_at_every_seed(tmp_path):
+    """A fresh instructor's read: four byte-identical notebooks with one bug (a -1e6 fill, rows with no
+    allowed key left uniform) scored 2.22, 4.44, 2.22 and 3.33 of 10 with one secret: whether 'a window and
+    padding' or 'not modified in place' met a row with no allowed key depended on each student's draw. Now
+    the cases about the window, the fill value and in-place writes never have such a row, and the cases
+    about padding (a window of one, long padding, no real token, float16) always do, at every seed."""
+    from attention_book.assignments.ch03 import _keep
+
+    without = {"a window and padding", "scores far below -1e6", "the scores are not modified in place",
+               "no padding"}
+    with_empty = {"a window of one: each token sees only itself", "padding queries far past the end see no key",
+                  "a sequence with no real token", "float16 scores stay finite, with empty rows"}
+    for seed in range(40):
+        _, cases = grading_cases("masked_softmax", seed)
+        empty = {c.name: bool((~_keep(c.args[0].shape[-1], c.args[1], c.args[2]).any(-1)).any()) for c in cases}
+        assert not any(empty[n] for n in without), (seed, empty)
+        assert all(empty[n] for n in with_empty), (seed, empty)
+        padded = next(c for c in cases if c.name == "a window and padding").args[1]
+        assert (padded < padded.max()).any() and int(padded.max()) == cases[0].args[0].shape[-1], (seed, padded)
+
+    # the instructor's notebook: identical code gets one grade whoever hands it in
+    bug = function("""
+def my_masked_softmax(scores, valid_lens, window):
+    n = scores.shape[-1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    keep = (j <= i) & (j > i - window) & (j[None] < valid_lens[:, None, None])
+    return torch.softmax(scores.masked_fill(~keep, -1e6), dim=-1)
+""")
+    passed = {sum(c["passed"] for c in results(tmp_path, bug, offset=seed)) for seed in range(8)}
+    assert len(passed) == 1, passed

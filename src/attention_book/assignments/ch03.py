@@ -131,9 +131,23 @@ def check_masked_softmax(fn, verbose: bool = True) -> Report:
         lens[draw(g, 0, b - 1)] = n  # one sequence without padding
         return lens
 
+    def no_empty_rows(b, n):
+        """A window w and lengths with which every query still has a key (lengths >= n - w + 1), one
+        sequence without padding and one with: such a case tests the window and the padding, at every
+        seed, and never the rows with no allowed key (the cases after it test those at every seed)."""
+        w = draw(g, 2, n - 2)
+        low = n - w + 1
+        lens = torch.randint(low, n + 1, (b,), generator=g)
+        full = draw(g, 0, b - 1)
+        lens[full] = n
+        lens[(full + 1) % b] = draw(g, low, n - 1)
+        return lens, w
+
     b1, n1 = sizes()
     b2, n2 = sizes()
     b3, n3 = sizes()
+    lens3 = lengths(b3, n3)
+    lens3[(int(lens3.argmax()) + 1) % b3] = draw(g, 1, n3 - 1)  # a padded sequence: its padding sees nothing
     b4, n4 = sizes()
     b5, n5 = sizes(5, 8)
     lens5 = torch.randint(1, 3, (b5,), generator=g)  # short sequences, long padding
@@ -149,11 +163,11 @@ def check_masked_softmax(fn, verbose: bool = True) -> Report:
     # windows of at most n - 2 keys: one key too many is then not the whole causal mask (told apart)
     window_focus = "query i sees the keys j with i - w < j <= i: itself and the w - 1 tokens before it"
     cases = [
-        _case("a window and padding", scores(b1, n1), lengths(b1, n1), draw(g, 2, n1 - 2), focus=window_focus),
+        _case("a window and padding", scores(b1, n1), *no_empty_rows(b1, n1), focus=window_focus),
         _case("a window as long as the sequence: causal attention over the real tokens", scores(b2, n2),
               lengths(b2, n2), n2 + draw(g, 0, 2),
               focus="with w >= n only the causal rule (j <= i) and the padding hide keys"),
-        _case("a window of one: each token sees only itself", scores(b3, n3), lengths(b3, n3), 1,
+        _case("a window of one: each token sees only itself", scores(b3, n3), lens3, 1,
               focus="with w = 1 a real token's weight on itself is 1, and a padding token sees nothing"),
         _case("no padding", scores(b4, n4, scale=3.0), torch.full((b4,), n4), draw(g, 2, n4 - 2),
               focus=window_focus),
@@ -164,14 +178,14 @@ def check_masked_softmax(fn, verbose: bool = True) -> Report:
                     "by the mask so such rows become exactly 0"),
         _case("a sequence with no real token", scores(b6, n6), lens6, draw(g, 2, n6 - 2),
               focus="valid_lens 0 means every key is padding: every row of that sequence is 0"),
-        _case("scores far below -1e6", scores(b7, n7, shift=-1e7), lengths(b7, n7), draw(g, 2, n7 - 2),
+        _case("scores far below -1e6", scores(b7, n7, shift=-1e7), *no_empty_rows(b7, n7),
               focus="a fixed fill value such as -1e6 is not 'very negative' when the real scores are even "
                     "lower: fill with torch.finfo(scores.dtype).min, the most negative number of the dtype"),
         _case("float16 scores stay finite, with empty rows", scores(b8, n8, scale=8.0).half(),
               lens8, draw(g, 1, 2), atol=2e-3,
               focus="-1e6 and -1e9 overflow float16 to -inf; torch.finfo(scores.dtype).min is the most negative "
                     "finite number of any dtype; return the scores' dtype"),
-        _case("the scores are not modified in place", scores(b9, n9), lengths(b9, n9), draw(g, 2, n9 - 2),
+        _case("the scores are not modified in place", scores(b9, n9), *no_empty_rows(b9, n9),
               focus="scores[~keep] = value writes into the caller's tensor; use masked_fill or torch.where, "
                     "which return new tensors"),
     ]
