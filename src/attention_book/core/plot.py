@@ -164,6 +164,25 @@ def _grid_axes(fig):
     return [(plots[i], r, c) for r, c, i in cells]
 
 
+def _legend_below(fig) -> bool:
+    """Move the one legend of ``fig``'s plots under the figure, its full width restored (constrained
+    layout's "outside lower center"); False when there is not exactly one or the layout cannot."""
+    axes = [ax for ax in fig.get_axes() if ax.get_legend() is not None]
+    if len(axes) != 1 or not hasattr(fig.get_layout_engine(), "get"):
+        return False
+    legend = axes[0].get_legend()
+    handles, labels = axes[0].get_legend_handles_labels()
+    size = legend.get_texts()[0].get_fontsize() if legend.get_texts() else None
+    try:
+        fig.legend(handles, labels, loc="outside lower center", fontsize=size, frameon=False)
+    except (ValueError, TypeError):
+        return False
+    legend.remove()
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(PHONE_FIGURE_WIDTH, h + 0.22 * len(labels))
+    return True
+
+
 def _wrap_text(text, width_in: float) -> None:
     """Wrap a Text artist's string onto lines that fit ``width_in`` inches at its font size."""
     import textwrap
@@ -259,7 +278,8 @@ def phone_png(fig) -> bytes | None:
         # bbox_inches="tight" takes in what lies outside the axes (a legend, long labels), so the PNG
         # can come out wider than the figure: narrow the figure (the text keeps its size) until the
         # PNG fits a 390 px phone's column, shown at its natural width with nothing to scroll.
-        for _ in range(4):
+        moved = False
+        for _ in range(6):
             buf = io.BytesIO()
             with warnings.catch_warnings():  # a layout that cannot fit is measured below, not printed
                 warnings.simplefilter("ignore")
@@ -267,8 +287,13 @@ def phone_png(fig) -> bytes | None:
             width = Image.open(io.BytesIO(buf.getvalue())).width
             w, h = copy.get_size_inches()
             narrower = w - (width - PHONE_MAX_PX + 4) / PHONE_DPI
-            if width <= PHONE_MAX_PX or narrower < 0.6 * PHONE_FIGURE_WIDTH:
+            if width <= PHONE_MAX_PX:
                 break
+            if narrower < 0.6 * PHONE_FIGURE_WIDTH:
+                if moved or not _legend_below(copy):
+                    break
+                moved = True  # one legend beside its plot (long labels) goes under the figure instead
+                continue
             copy.set_size_inches(narrower, h)
     finally:
         plt.close(copy)
