@@ -80,8 +80,12 @@ def gradescope_results(rows: list[dict], feedback_text: str) -> dict:
             tests.append({"name": f"{r['assignment']}: {r['status']}", "score": 0.0,
                           "max_score": float(r.get("max_points", 10.0)), "status": "failed",
                           "output": r.get("reason", ""), "visibility": "visible"})
-        for c in cases:
-            worth = round(float(r.get("max_points", 10.0)) * c.get("weight", 1.0) / weights, 4)
+        # each case's share to 4 places, the last taking what rounding left, so the tests' max_score
+        # add up to the assignment's points exactly (9 cases of 20 points: 2.2222 x 8 + 2.2224)
+        worths = [round(float(r.get("max_points", 10.0)) * c.get("weight", 1.0) / weights, 4) for c in cases]
+        if worths:
+            worths[-1] = round(float(r.get("max_points", 10.0)) - sum(worths[:-1]), 4)
+        for c, worth in zip(cases, worths):
             tests.append({
                 "name": f"{r['assignment']}: " + (c["name"] if c.get("visible") else
                                                  f"hidden case {c['index']}" + (f": {c['label']}" if c.get("label")

@@ -395,6 +395,12 @@ def test_gradescope_results_json_follows_the_specification():
                                                                             "after_published", "visible")
     assert sum(t["max_score"] for t in data["tests"]) == pytest.approx(10.0)
     assert data["tests"][1]["name"] == "masked_softmax: hidden case 2: rows"
+    # nine cases of 20 points: the tests add up to 20 exactly (a fresh instructor saw 19.9998)
+    row = dict(_rows()[0], max_points=20.0, total=9,
+               cases=[{"index": i, "visible": False, "label": "l", "passed": True, "why": "", "weight": 1.0}
+                      for i in range(1, 10)])
+    tests = lms_export.gradescope_results([row], "")["tests"]
+    assert round(sum(t["max_score"] for t in tests), 6) == 20.0 and {t["max_score"] for t in tests} <= {2.2222, 2.2224}
 
 
 # --------------------------------------------------------------------------- output folder and sandbox
