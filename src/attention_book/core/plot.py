@@ -20,7 +20,7 @@ __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "re
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
            "smallest_text_px", "fit_page", "page_png_metadata", "ALT_TEXT_KEY", "figure_alt_text",
            "set_alt_text", "values_html", "VALUES_MAX", "PHONE_COLUMN_PX", "PHONE_PNG_KEY", "phone_figure",
-           "phone_png"]
+           "phone_png", "plain_number"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -680,7 +680,7 @@ def heatmaps_figure(
     return fig
 
 
-def _plain_number(value, _pos) -> str:
+def plain_number(value, _pos) -> str:
     """A tick label as a plain number (a module-level function, so the figure can be pickled
     for its phone copy)."""
     return f"{value:g}"
@@ -706,7 +706,7 @@ def readable_log_axis(ax, axis: str = "y") -> None:
         if len(ticks) >= 3:
             break
     target.set_major_locator(LogLocator(base=10, subs=subs))
-    target.set_major_formatter(FuncFormatter(_plain_number))
+    target.set_major_formatter(FuncFormatter(plain_number))
     target.set_minor_formatter(NullFormatter())
 
 

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from ..models.attention import MultiHeadAttention, check_projection_inputs, attend, record_attention, transpose_qkv
 from ..models.transformer import init_small_embeddings
-from ..core.plot import _plain_number  # a module-level tick formatter: the figure can be pickled for its phone copy
+from ..core.plot import plain_number  # a module-level tick formatter: the figure can be pickled for its phone copy
 from ..models.attention_variants import ALiBiAttention, GroupedQueryAttention, RotaryAttention
 from ..core.checks import check_int, check_kv_heads, check_optional_positive_int, check_positive_int, check_same_device
 from ..core.config import resolve_seed
@@ -391,7 +391,7 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
         ax.plot(lengths, [points[n] for n in lengths], marker="o", markersize=4, label=name, color=colour)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({n for p in curves.values() for n in p}))
-    ax.xaxis.set_major_formatter(plt.FuncFormatter(_plain_number))
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(plain_number))
     ax.axvline(train_len, color="0.5", linestyle="--", linewidth=1)
     ax.annotate("training length", (train_len, 0.04), xytext=(4, 0), textcoords="offset points", fontsize=8,
                 color="0.4")
@@ -620,7 +620,7 @@ def cost_figure(costs: dict[str, dict[str, list]], lengths: Sequence[int]):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(list(lengths))
-        ax.xaxis.set_major_formatter(plt.FuncFormatter(_plain_number))
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(plain_number))
         readable_log_axis(ax, "y")
         ax.set_xlabel("sequence length")
         ax.set_ylabel(label)
@@ -661,7 +661,7 @@ def window_figure(window: int, model: LengthModel, lengths: Sequence[int] = (32,
     right.plot(list(accuracy), list(accuracy.values()), marker="o", markersize=4, label=f"window {window}")
     right.set_xscale("log", base=2)
     right.set_xticks(list(lengths))
-    right.xaxis.set_major_formatter(plt.FuncFormatter(_plain_number))
+    right.xaxis.set_major_formatter(plt.FuncFormatter(plain_number))
     right.axvline(train_len, color="0.5", linestyle="--", linewidth=1)
     right.set_ylim(0, 1.02)
     right.set_xlabel("test sequence length")
