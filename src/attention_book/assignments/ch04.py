@@ -139,9 +139,12 @@ def _bleu_rows(g: torch.Generator) -> list[tuple[str, tuple, str]]:
     long_tail = words(draw(g, 1, 3), [w for w in WORDS if w not in long_label])
     half = len(WORDS) // 2
     first, second = WORDS[:half], WORDS[half:]
-    four_label = words(draw(g, 5, 8))
+    four_label = words(draw(g, 7, 9))
     four_pred = list(four_label)
-    four_pred[draw(g, 1, len(four_pred) - 2)] = "nous"  # one word changed in the middle
+    # one word changed, with at least four words after it: some 4-gram always matches, so p_4 > 0 and the
+    # weights 1/2^n decide the score at every seed (a changed word in the middle of five words made p_4 = 0,
+    # and any weights scored 0)
+    four_pred[draw(g, 1, len(four_pred) - 5)] = "nous"
     one_label = words(draw(g, 2, 4))
     rows = [
         ("a perfect translation scores 1", (text(label), text(label), draw(g, 2, 4)),

@@ -58,18 +58,19 @@ def check_patchify(fn, verbose: bool = True):
     drawn from the case seed."""
     g = case_generator(8)
 
-    def grid():
-        return draw(g, 1, 3), draw(g, 1, 3)
+    def grid():  # 2 x 2 or more: with one row or one column of patches any order of the patches is right
+        return draw(g, 2, 3), draw(g, 2, 3)
 
     square = draw(g, 2, 4)
     cases = [
         _case("one channel, square patches", g, 1, square, (draw(g, 2, 3), draw(g, 2, 3))),
         _case("several channels, square patches", g, draw(g, 2, 3), draw(g, 2, 3), grid(),
               hint="with several channels each patch vector holds all of channel 0, then all of channel 1, ..."),
-        _case("non-square image and non-square patches", g, draw(g, 1, 2), (draw(g, 3, 4), draw(g, 1, 2)),
+        # two channels or more wherever the case is not about one: the order inside a patch always counts
+        _case("non-square image and non-square patches", g, draw(g, 2, 3), (draw(g, 3, 4), draw(g, 1, 2)),
               (draw(g, 2, 3), draw(g, 3, 4)),
               hint="use the patch height for the image rows and the patch width for the columns"),
-        _case("1x1 patches (every pixel is a token)", g, draw(g, 1, 3), 1, (draw(g, 2, 4), draw(g, 2, 5))),
-        _case("one patch covering the whole image", g, draw(g, 1, 2), (draw(g, 2, 6), draw(g, 2, 6)), (1, 1)),
+        _case("1x1 patches (every pixel is a token)", g, draw(g, 2, 3), 1, (draw(g, 2, 4), draw(g, 2, 5))),
+        _case("one patch covering the whole image", g, draw(g, 2, 3), (draw(g, 2, 6), draw(g, 2, 6)), (1, 1)),
     ]
     return run_checks("patchify", fn, cases, verbose=verbose)
