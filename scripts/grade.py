@@ -691,6 +691,44 @@ STATUS_WORDS = {
     "misnamed file": "a notebook was found, but under another name than the assignment's, so it was not graded",
     "refused": "the grader refused this submission because its folder name collides with another student's",
 }
+# What a student does next, for every outcome but full marks: each tells them how to see for themselves what
+# the grader saw (a fresh kernel, Run All from the top: the grader runs the notebook the same way) and what to
+# change. {notebook} is the assignment's notebook as the grader knows it.
+FROM_THE_TOP = ("restart your kernel and Run All from the top (the grader runs your notebook the same way, "
+                "from the first cell to the last)")
+NEXT_STEP = {
+    "graded": FROM_THE_TOP + ", then read your checker cell's report: fix the failed cases it shows, and the "
+              "causes named above, and hand the notebook in again",
+    "not implemented": "write the body of the function the assignment asks for (replace its raise "
+                       "NotImplementedError), then " + FROM_THE_TOP + " and read your checker cell's report",
+    "timeout": FROM_THE_TOP + " and time the cell named above: make it finish well within the limit (fewer "
+               "steps, smaller sizes, a loop that ends), then hand the notebook in again",
+    "memory": FROM_THE_TOP + " and watch the cell named above: make its tensors the size the assignment asks "
+              "for, then hand the notebook in again",
+    "kernel died": FROM_THE_TOP + ": if your kernel dies too, the cell named above crashes Python (native code, "
+                   "ctypes, a huge allocation): remove or fix it; if it does not, hand in the notebook you ran, "
+                   "and tell your instructor",
+    "no results": FROM_THE_TOP + ": fix the first cell that raises, keep the function under the name your "
+                  "checker cell calls, and make the checker cell print its report, then hand the notebook in "
+                  "again",
+    "unreadable": "open the file you handed in with Jupyter: if it does not open, download the notebook again "
+                  "(File, Download as .ipynb) and hand in that file",
+    "flagged": "nothing yet: your instructor will look at your notebook and tell you what happens next",
+    "grader error": "nothing yet: your instructor will look at your notebook and grade it again",
+    "not submitted": "hand in {notebook} under that name, if you have not already",
+    "misnamed file": "rename your file to {notebook} and hand it in again",
+    "refused": "tell your instructor: your folder's name is too close to another student's to tell apart",
+}
+
+
+def next_step(row: dict) -> str:
+    """The line that tells a student what to do after this row's outcome; '' for full marks."""
+    if row["status"] == "graded" and row.get("passed") == row.get("total") and not row.get("cell_error"):
+        return ""
+    step = NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
+    return step.format(notebook=row.get("notebook", "the notebook"))
+
+
 # Statuses whose points an LMS should receive; the others stay blank there.
 SCORED = ("graded", "not implemented", "timeout", "no results", "unreadable", "memory", "kernel died")
 
@@ -732,14 +770,16 @@ class Grader:
 
     def _run_all_stop(self, nb, errors: list[dict], reference: str) -> str:
         """The line for the first cell of the student's that raised (``errors``: the worker's, in cell order),
-        where their own Run All stops; '' when none did, or when an earlier cell (the student's or the
-        chapter's) met a package function this assignment blocks: that error is the sandbox's, not theirs
-        (their Run All does not stop there), and what fails after it may only follow from it."""
+        where their own Run All stops; '' when none did. An error an earlier cell (the student's or the
+        chapter's) met at a package function this assignment blocks is the sandbox's, not theirs (their Run
+        All does not stop there), so it gets no line; a cell of theirs that raised after it may only follow
+        from it, so its line says so and asks them to run all from the top to see whether it raises there."""
+        blocked = False
         for e in errors:
             if str(e["error"]).startswith(BlockedAnswer.__name__ + ":"):
-                return ""
-            if self._students_cell(nb, e["cell"], reference):
-                return stopped_run_all(nb, int(e["cell"]), e["error"])
+                blocked = True
+            elif self._students_cell(nb, e["cell"], reference):
+                return stopped_run_all(nb, int(e["cell"]), e["error"], after_blocked=blocked)
         return ""
 
     def close(self) -> None:
@@ -913,9 +953,16 @@ def running_cell(nb, messages: dict) -> str:
     return "it was running " + cell_place(nb, max(started))
 
 
-def stopped_run_all(nb, index: int, error: str) -> str:
+def stopped_run_all(nb, index: int, error: str, after_blocked: bool = False) -> str:
     """The feedback line for the first cell of the student's that raised, when the hidden tests ran
-    anyway: the student's own Run All stops there, so they should know (the score is unchanged)."""
+    anyway: the student's own Run All stops there, so they should know (the score is unchanged). After
+    a cell that met a function the sandbox blocks (``after_blocked``), the error may only follow from
+    that one, which the student's own run does not meet: the line says so, and how to find out."""
+    if after_blocked:
+        return (f"{cell_place(nb, index)} raised {short_error(error)} in the grader's run, after an earlier "
+                "cell called a package function the grader blocks while it grades (in your own run that call "
+                "works, so this error may only follow from it): restart your kernel and Run All from the top; "
+                "if this cell raises there too, your own Run All stops here (the grader ran the rest)")
     return (f"{cell_place(nb, index)} raised {short_error(error)} (your own Run All stops here; the grader "
             "ran the rest)")
 
@@ -1216,6 +1263,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
             lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
+        step = next_step(r)
+        if step:  # every outcome but full marks says what to do next
+            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
         failed = [c for c in r.get("cases", []) if not c["passed"]]
         causes = [c.get("cause") or "" for c in failed]
         common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""

@@ -68,9 +68,11 @@ def test_an_error_line_reuses_the_short_error_of_graded_cells():
 
 def test_an_error_the_sandbox_caused_is_not_said_to_stop_run_all():
     """The sandbox's package blocks the graded function, which a chapter cell or an ungraded exercise
-    of the student's may call honestly (the student edition of chapter 3 did): that BlockedAnswer, and
-    whatever fails after it, does not stop the student's own Run All, so no line is given. A cell of
-    the chapter's own is never the student's; the first cell of theirs that raised is named."""
+    of the student's may call honestly (the student edition of chapter 3 did): that BlockedAnswer does
+    not stop the student's own Run All, so no line is given for it. A cell of theirs that raised after
+    it may only follow from it: its line says so and tells the student to run all from the top (it was
+    suppressed, and the student had nothing to act on). A cell of the chapter's own is never the
+    student's; the first cell of theirs that raised is named."""
     reference = notebook(SCAFFOLD)
     grader = grade.Grader.__new__(grade.Grader)
     grader.reference_sources = {"ch03_exercises.ipynb": grade._code_sources(reference)}
@@ -80,7 +82,11 @@ def test_an_error_the_sandbox_caused_is_not_said_to_stop_run_all():
     def line(*errors):
         return grader._run_all_stop(nb, [{"cell": i, "error": e} for i, e in errors], "ch03_exercises.ipynb")
 
-    assert line((2, blocked), (3, "NameError: name 'x' is not defined")) == ""
+    after = line((2, blocked), (3, "NameError: name 'x' is not defined"))
+    assert after == grade.stopped_run_all(nb, 3, "NameError: name 'x' is not defined", after_blocked=True)
+    assert after.startswith("code cell 4 of 5") and "Run All from the top" in after, after
+    assert "may only follow from it" in after and "NameError" in after, after
+    assert line((2, blocked)) == "" and line((1, "ValueError: the chapter's")) == ""
     assert line((1, "ValueError: the chapter's"), (0, "RuntimeError: boom")).startswith("code cell 1 of 5")
     assert line((0, "RuntimeError: boom"), (2, blocked)) == grade.stopped_run_all(nb, 0, "RuntimeError: boom")
 
@@ -213,3 +219,26 @@ def test_tied_causes_come_in_the_same_order_on_every_run():
                             env=dict(os.environ, PYTHONHASHSEED=str(seed))).stdout for seed in range(6)}
     (text,) = texts
     assert text.index("cause zeta") < text.index("cause alpha") < text.index("cause mu"), text
+
+
+def test_every_outcome_but_full_marks_says_what_to_do_next():
+    """A fresh instructor's read: after a crash (a kernel that died, a cell of the chapter's that met a
+    blocked function) the feedback said what happened but not what to do. Every status, and a graded
+    row with a failed case or a cell that raised, now ends with a "What to do" line that tells the
+    student how to see it for themselves (Run All from the top, where the notebook runs) and what to
+    change; full marks get none."""
+    base = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+                max_points=10.0, passed=0, total=9, reason="it was running code cell 3 of 12", cases=[])
+    for status in grade.STATUS_WORDS:
+        row = dict(base, status=status)
+        text = grade.feedback_markdown({"student": "ada"}, [row])
+        step = [line for line in text.splitlines() if line.startswith("**What to do:** ")]
+        assert len(step) == 1 and len(step[0].split()) > 8, (status, text)
+        if status in ("graded", "not implemented", "timeout", "memory", "kernel died", "no results"):
+            assert "Run All from the top" in step[0], (status, step)
+        if status in ("not submitted", "misnamed file"):
+            assert "ch03_exercises.ipynb" in step[0], (status, step)
+    full = dict(base, status="graded", passed=9, points=10.0)
+    assert "What to do" not in grade.feedback_markdown({"student": "ada"}, [full])
+    raised = dict(full, cell_error="code cell 1 of 4 raised RuntimeError: boom")
+    assert "**What to do:** Restart your kernel and Run All" in grade.feedback_markdown({"student": "ada"}, [raised])
