@@ -233,15 +233,18 @@ OUT ?= grades/grades.csv
 TIMEOUT ?= 300
 COURSE ?=
 GRADE_ARGS ?=
-grade: venv
+# Grading never installs anything (no `venv` step): it runs on .venv's Python when there is one, else on
+# $(PYTHON); GRADE_PYTHON=path/to/python picks an environment of your own that has the book's dependencies.
+GRADE_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+grade:
 	bash scripts/ensure_debian_package.sh bubblewrap /usr/bin/bwrap "the grader's sandbox" || \
 		echo "make grade: no bubblewrap; the grader will say what is not isolated"
-	$(PY) scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --timeout $(TIMEOUT) --jobs $(JOBS) \
+	$(GRADE_PYTHON) scripts/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --timeout $(TIMEOUT) --jobs $(JOBS) \
 		$(if $(COURSE),--course "$(COURSE)") $(GRADE_ARGS)
 
 ## make gradescope-bundle [BUNDLE=grades/gradescope_autograder.zip] [NOTEBOOKS="ch03_exercises"] [COURSE=course.toml]
 BUNDLE ?= grades/gradescope_autograder.zip
 NOTEBOOKS ?=
-gradescope-bundle: venv
-	$(PY) scripts/gradescope_bundle.py build --out "$(BUNDLE)" $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
+gradescope-bundle:
+	$(GRADE_PYTHON) scripts/gradescope_bundle.py build --out "$(BUNDLE)" $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS)) \
 		$(if $(COURSE),--course "$(COURSE)")

@@ -66,6 +66,18 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import attention_book  # noqa: F401
+except ModuleNotFoundError as _missing:
+    # A clone whose Python has the dependencies (torch, nbclient) but not this package installed: grade with
+    # the clone's own source (children, the judge and the kernels, find it through PYTHONPATH too).
+    _SRC = Path(__file__).resolve().parent.parent / "src"
+    if _missing.name != "attention_book" or not (_SRC / "attention_book").is_dir():
+        sys.exit(f"grade.py: {_missing}. The grader needs a Python with the book's dependencies: `make venv` "
+                 "makes one in .venv (make grade then uses it), or `pip install -e .` in your own environment")
+    sys.path.insert(0, str(_SRC))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
+
 from attention_book.assignments import assignment_names
 from attention_book.assignments.grading import (RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
                                                 grading_cases, hidden_arguments, package_without)
