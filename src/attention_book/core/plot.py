@@ -6,6 +6,8 @@ chapter can show it, save it, or test it.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
 import warnings
 from typing import Sequence
@@ -164,23 +166,178 @@ def _grid_axes(fig):
     return [(plots[i], r, c) for r, c, i in cells]
 
 
-def _legend_below(fig) -> bool:
-    """Move the one legend of ``fig``'s plots under the figure, its full width restored (constrained
-    layout's "outside lower center"); False when there is not exactly one or the layout cannot."""
+def _legend_out_of_plots(fig) -> bool:
+    """Move the one legend of ``fig``'s plots out of them, across the figure's full width
+    (constrained layout's "outside" legends): above the plots when its plot is in the top row of
+    several (the legend stays next to the plot it explains) or a shared x label sits at the
+    bottom, else under them. False when there is not exactly one or the layout cannot."""
     axes = [ax for ax in fig.get_axes() if ax.get_legend() is not None]
     if len(axes) != 1 or not hasattr(fig.get_layout_engine(), "get"):
         return False
     legend = axes[0].get_legend()
     handles, labels = axes[0].get_legend_handles_labels()
+    if not labels:
+        return False
     size = legend.get_texts()[0].get_fontsize() if legend.get_texts() else None
+    ncols = 2 if len(labels) > 1 and max(map(len, labels)) <= 18 else 1
+    spec = axes[0].get_subplotspec()
+    top_of_several = spec is not None and spec.rowspan.start == 0 and spec.get_gridspec().nrows > 1
+    shared_xlabel = getattr(fig, "_supxlabel", None) is not None
+    where = "upper" if top_of_several or shared_xlabel else "lower"
     try:
-        fig.legend(handles, labels, loc="outside lower center", fontsize=size, frameon=False)
+        fig.legend(handles, labels, loc=f"outside {where} center", fontsize=size, frameon=False, ncols=ncols)
     except (ValueError, TypeError):
         return False
     legend.remove()
-    w, h = fig.get_size_inches()
-    fig.set_size_inches(PHONE_FIGURE_WIDTH, h + 0.22 * len(labels))
+    _, h = fig.get_size_inches()
+    fig.set_size_inches(PHONE_FIGURE_WIDTH, h + 0.24 * -(-len(labels) // ncols))
     return True
+
+
+def _legend_covers_data(ax, renderer) -> bool:
+    """Whether ``ax``'s legend (drawn inside the plot) lies over any of its data points: the
+    vertices of its lines and the centres of its markers (scatter), in display pixels."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return False
+    box = legend.get_window_extent(renderer)
+    if not ax.get_window_extent(renderer).overlaps(box):
+        return False  # placed outside the plot
+    points = [line.get_transform().transform(line.get_xydata()) for line in ax.get_lines()
+              if line.get_visible() and len(line.get_xydata())]
+    for collection in ax.collections:
+        offsets = collection.get_offsets()
+        if collection.get_visible() and len(offsets):
+            points.append(collection.get_offset_transform().transform(offsets))
+    if not points:
+        return False
+    xy = np.concatenate(points)
+    inside = (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0) & (xy[:, 1] <= box.y1)
+    return bool(inside.any())
+
+
+def _shared_labels(fig, cells) -> None:
+    """One figure-level label for a label every plot of a grid repeats (``supxlabel`` / ``supylabel``):
+    on a phone, a long label repeated under each of two narrow columns (or beside each row of
+    short plots) runs into its neighbour ("training point (key)training point (key)")."""
+    if len(cells) < 2:
+        return
+    axes = [ax for ax, _, _ in cells]
+    for which in ("x", "y"):
+        labels = [getattr(ax, f"get_{which}label")() for ax in axes]
+        shown = {label for label in labels if label}
+        if len(shown) != 1 or labels.count(next(iter(shown))) < 2:
+            continue
+        label = getattr(axes[0], f"{which}axis").label
+        for ax in axes:
+            getattr(ax, f"set_{which}label")("")
+        getattr(fig, f"sup{which}label")(next(iter(shown)), fontsize=label.get_fontsize())
+
+
+def _fewer_ticks(cells, cols: int) -> None:
+    """At most about four numbered ticks per axis (three across a plot in two columns): the default
+    locator's seven or eight numbers run together on a plot 150 px wide. Ticks a chapter placed
+    itself (tokens, positions) are kept."""
+    from matplotlib.ticker import AutoLocator, MaxNLocator
+
+    for ax, _, _ in cells:
+        for axis, bins in ((ax.xaxis, 4 if cols == 1 else 3), (ax.yaxis, 4)):
+            locator = axis.get_major_locator()
+            if isinstance(locator, AutoLocator):
+                axis.set_major_locator(MaxNLocator(nbins=bins, steps=[1, 2, 2.5, 5, 10]))
+            elif type(locator) is MaxNLocator:
+                locator.set_params(nbins=bins)
+
+
+def _thin_ticks(fig, cells) -> None:
+    """Fewer numbered ticks on any axis whose tick labels, as drawn, touch each other (five-digit
+    numbers under a plot 150 px wide): one bin fewer per round, down to two."""
+    from matplotlib.ticker import MaxNLocator
+
+    for _ in range(3):
+        renderer = fig.canvas.get_renderer()
+        fig.draw_without_rendering()
+        changed = False
+        for ax, _, _ in cells:
+            for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
+                locator = axis.get_major_locator()
+                if not isinstance(locator, MaxNLocator):
+                    continue  # ticks a chapter placed (tokens): kept
+                low, high = sorted(axis.get_view_interval())
+                boxes = sorted((t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
+                                if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()),
+                               key=lambda b: b.x0 if along == 0 else b.y0)
+                touch = any((b.x0 - a.x1 if along == 0 else b.y0 - a.y1) < 3 for a, b in itertools.pairwise(boxes))
+                bins = locator._nbins if isinstance(locator._nbins, int) else 4
+                if touch and bins > 2:
+                    axis.set_major_locator(MaxNLocator(nbins=bins - 1, steps=[1, 2, 2.5, 5, 10]))
+                    changed = True
+        if not changed:
+            return
+
+
+def _fit_titles(fig) -> None:
+    """Wrap each plot's title that is wider than its plot (measured as drawn), so that titles of
+    neighbouring plots never run together ("layer 1, headlayer 1, head 2"): first at its commas,
+    then between words, on as few lines as fit. Three rounds: wrapping moves the layout."""
+    for _ in range(3):
+        renderer = fig.canvas.get_renderer()
+        fig.draw_without_rendering()
+        changed = False
+        for ax in fig.get_axes():
+            title = ax.title
+            text = title.get_text()
+            if not text or not title.get_visible():
+                continue
+            room = _title_room(fig, ax, renderer)
+            width = title.get_window_extent(renderer).width
+            if width <= room:
+                continue
+            lines = text.split("\n")
+            per_line = max(6, -(-max(map(len, lines)) // math.ceil(width / max(room, 1.0))))
+            wrapped = "\n".join(_wrap_line(line, per_line) for line in lines)
+            if wrapped != text:
+                title.set_text(wrapped)
+                changed = True
+        if not changed:
+            return
+
+
+def _title_room(fig, ax, renderer) -> float:
+    """How wide (display px) ``ax``'s centred title may be: up to the nearest plot beside it in
+    the same row (its neighbour's title sits there) or the figure's edge, on either side."""
+    box = ax.get_window_extent(renderer)
+    centre = (box.x0 + box.x1) / 2
+    left, right = 0.0, fig.bbox.width
+    for other in fig.get_axes():
+        if other is ax or not other.get_visible() or hasattr(other, "_colorbar"):
+            continue
+        near = other.get_window_extent(renderer)
+        if near.y1 < box.y0 or near.y0 > box.y1:
+            continue  # another row
+        if near.x1 <= centre:
+            left = max(left, near.x1)
+        elif near.x0 >= centre:
+            right = min(right, near.x0)
+    return 2 * min(centre - left, right - centre) - 6
+
+
+def _wrap_line(line: str, per_line: int) -> str:
+    """``line`` on lines of about ``per_line`` characters: after its commas when every part then
+    fits ("layer 1,\nhead 1"), else between words."""
+    import textwrap
+
+    parts = line.split(", ")
+    if len(parts) > 1 and all(len(part) + 1 <= per_line for part in parts):
+        out = [parts[0]]
+        for part in parts[1:]:
+            if len(out[-1]) + 2 + len(part) <= per_line:
+                out[-1] += ", " + part
+            else:
+                out[-1] += ","
+                out.append(part)
+        return "\n".join(out)
+    return "\n".join(textwrap.wrap(line, per_line, break_long_words=False)) or line
 
 
 def _wrap_text(text, width_in: float) -> None:
@@ -252,8 +409,16 @@ def phone_figure(fig):
     copy.set_size_inches(PHONE_FIGURE_WIDTH, min(rows * row_h + suptitle + 0.3, 14.0))
     if copy.get_layout_engine() is None:
         copy.set_layout_engine("constrained")
+    _shared_labels(copy, cells)
+    _fewer_ticks(cells, cols)
     copy.set_dpi(PHONE_DPI)
     fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
+    _fit_titles(copy)
+    _thin_ticks(copy, cells)
+    renderer = copy.canvas.get_renderer()
+    if any(_legend_covers_data(ax, renderer) for ax, _, _ in cells):
+        _legend_out_of_plots(copy)  # a legend over the points (ch05's accuracies): under the figure instead
+        _fit_titles(copy)
     return copy
 
 
@@ -290,11 +455,13 @@ def phone_png(fig) -> bytes | None:
             if width <= PHONE_MAX_PX:
                 break
             if narrower < 0.6 * PHONE_FIGURE_WIDTH:
-                if moved or not _legend_below(copy):
+                if moved or not _legend_out_of_plots(copy):
                     break
                 moved = True  # one legend beside its plot (long labels) goes under the figure instead
                 continue
             copy.set_size_inches(narrower, h)
+            _fit_titles(copy)  # narrower plots: their titles may need more lines
+            _thin_ticks(copy, _grid_axes(copy) or [])  # and their tick labels fewer numbers
     finally:
         plt.close(copy)
     # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box

@@ -1,0 +1,243 @@
+"""Phone copies of figures (core/plot.py's phone_figure / phone_png, issue 38): drawn for a
+390 px phone's column, every text legible and apart from every other.
+
+The copies are measured as drawn: each text's box in display pixels (the renderer's
+``get_window_extent``), the PNG's width, the number of numbered ticks per axis.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import attention_book as ab
+from attention_book.core import plot
+from attention_book.core.plot import (
+    MIN_TEXT_PX,
+    PHONE_COLUMN_PX,
+    PHONE_MAX_PX,
+    TEXT_SIZE_KEY,
+    phone_figure,
+    phone_png,
+)
+
+
+def text_boxes(fig):
+    """(text, box) of every text the figure shows, in display pixels as drawn."""
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    hidden = set()  # labels of ticks outside the view: matplotlib keeps them, but does not draw them
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low - 1e-9 * (high - low) <= tick.get_loc() <= high + 1e-9 * (high - low):
+                    hidden |= {id(tick.label1), id(tick.label2)}
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in plot._drawn_texts(fig) if id(t) not in hidden]
+
+
+def overlapping(fig, slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts whose boxes overlap by more than ``slack`` px both ways."""
+    pairs = []
+    for (a, box_a), (b, box_b) in itertools.combinations(text_boxes(fig), 2):
+        dx = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)
+        dy = min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0)
+        if dx > slack and dy > slack:
+            pairs.append((a, b))
+    return pairs
+
+
+def check_png(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    assert image.width <= PHONE_MAX_PX
+    shown = min(image.width, PHONE_COLUMN_PX)
+    assert float(image.text[TEXT_SIZE_KEY]) * shown / image.width >= MIN_TEXT_PX
+    return image
+
+
+def translation_like_maps(layers=2, heads=4):
+    torch.manual_seed(ab.book_seed())
+    tokens = ["i'm", "home", ".", "<eos>"]
+    weights = torch.rand(layers, heads, 4, 4).softmax(-1)
+    titles = [f"layer {i + 1}, head {h + 1}" for i in range(layers) for h in range(heads)]
+    return ab.heatmaps_figure(weights.reshape(-1, 2, 4, 4), xlabel="key (source token)",
+                              ylabel="query (source token)", titles=titles, figsize=(6.6, 10.9),
+                              xticklabels=tokens, yticklabels=tokens, vmin=0.0, vmax=1.0)
+
+
+def test_the_overlap_check_sees_titles_that_run_together():
+    fig, axes = plt.subplots(1, 2, figsize=(2.4, 1.5))
+    for ax in axes:
+        ax.set_title("layer 1, head 1, a long title")
+    assert overlapping(fig), "two long titles side by side on a narrow figure must be caught"
+    apart, axes = plt.subplots(1, 2, figsize=(8, 3), layout="constrained")
+    for ax in axes:
+        ax.set_title("head 1")
+    assert not overlapping(apart)
+
+
+def test_titles_of_neighbouring_maps_never_run_together():
+    """Chapter 7's translation maps read "layer 1, headlayer 1, head 2" on a phone: each title
+    now wraps (at its comma) within its own plot's room."""
+    fig = translation_like_maps()
+    copy = phone_figure(fig)
+    assert overlapping(copy) == []
+    titles = [ax.get_title() for ax in copy.axes if ax.get_title()]
+    assert titles[0] == "layer 1,\nhead 1" and len(titles) == 8
+    check_png(phone_png(fig))
+
+
+def test_a_label_every_plot_repeats_is_shown_once():
+    """Chapter 2's and 10's copies showed a shared axis label once per column, one on top of the
+    other: the copy gives the grid one figure-level label instead."""
+    torch.manual_seed(ab.book_seed())
+    fig = ab.heatmaps_figure(torch.rand(2, 2, 50, 40), xlabel="training point (key)",
+                             ylabel="validation point (query)", titles=["a", "b", "c", "d"], figsize=(7.5, 6.0))
+    copy = phone_figure(fig)
+    shown = [text for text, _ in text_boxes(copy)]
+    assert shown.count("training point (key)") == 1 and shown.count("validation point (query)") == 1
+    assert copy._supxlabel.get_text() == "training point (key)"
+    assert overlapping(copy) == []
+    check_png(phone_png(fig))
+    # labels that differ stay on their own plots
+    other, axes = plt.subplots(1, 4, figsize=(9, 2.5), layout="constrained")
+    for k, ax in enumerate(axes):
+        ax.plot([0, 1], [0, k])
+        ax.set_xlabel(f"x{k}")
+    copy = phone_figure(other)
+    assert [ax.get_xlabel() for ax in copy.axes] == ["x0", "x1", "x2", "x3"]
+    assert getattr(copy, "_supxlabel", None) is None
+
+
+def test_numbered_axes_get_few_enough_ticks_to_read():
+    """Chapter 2's tick numbers ran together: a copy's numbered axes carry at most 5 ticks
+    (MaxNLocator(4)), fewer where their labels as drawn would touch (five-digit numbers under a
+    plot 150 px wide); ticks a chapter placed (tokens) are kept."""
+    fig, axes = plt.subplots(1, 4, figsize=(9, 2.4), layout="constrained")
+    xs = np.linspace(10000, 12345, 50)
+    for k, ax in enumerate(axes):
+        ax.plot(xs, np.sin(xs / 200) * 1e4)
+        ax.set_title(f"run {k}")
+    copy = phone_figure(fig)
+    for ax in copy.axes:
+        for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            ticks = [t for t in axis.get_majorticklocs() if min(lim) <= t <= max(lim)]
+            assert 2 <= len(ticks) <= 5, ticks
+    assert overlapping(copy) == []
+    check_png(phone_png(fig))
+    tokens = ab.heatmaps_figure(torch.rand(1, 1, 6, 6), "keys", "queries", xticklabels=list("abcdef"),
+                                yticklabels=list("abcdef"), figsize=(9, 4))
+    copy = phone_figure(tokens)
+    assert [t.get_text() for t in copy.axes[0].get_xticklabels()] == list("abcdef")
+
+
+def _dots_under_legend(legend_loc: str):
+    fig, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
+    # every head count has seeds spread from 60 to 100 %: some dots lie in each corner
+    ax.scatter(np.repeat([1, 2, 4, 8], 5), np.tile([60, 70, 80, 90, 100], 4), s=22, label="one seed")
+    ax.plot([1, 2, 4, 8], [70, 80, 90, 97], marker="o", label="mean over seeds")
+    ax.set_xlabel("heads")
+    ax.set_ylabel("accuracy (%)")
+    ax.legend(fontsize=8, loc=legend_loc)
+    return fig
+
+
+def test_a_legend_over_the_data_moves_out_of_the_plot():
+    """Chapter 5's legend covered dots at phone size: on the copy a legend that lies over any
+    data point goes under the figure (_legend_out_of_plots); one clear of the data stays."""
+    fig = _dots_under_legend("lower right")
+    copy = phone_figure(fig)
+    assert copy.axes[0].get_legend() is None and len(copy.legends) == 1
+    assert [t.get_text() for t in copy.legends[0].get_texts()] == ["one seed", "mean over seeds"]
+    assert not plot._legend_covers_data(copy.axes[0], copy.canvas.get_renderer())
+    assert overlapping(copy) == []
+    check_png(phone_png(fig))
+    clear, ax = plt.subplots(figsize=(5.6, 3.6), layout="constrained")
+    ax.plot([0, 1], [0, 0.2], label="low line")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left", fontsize=8)
+    copy = phone_figure(clear)
+    assert copy.axes[0].get_legend() is not None and not copy.legends
+
+
+def test_legend_out_of_plots_places_one_legend_beside_its_plot():
+    """Above the plots when its plot tops a stack (the legend stays next to the plot it names),
+    under a single plot; nothing moves with no legend or with two."""
+    fig, (top, _) = plt.subplots(2, 1, figsize=(3.6, 5), layout="constrained")
+    top.plot([0, 1], label="a")
+    top.legend()
+    assert plot._legend_out_of_plots(fig) is True
+    assert top.get_legend() is None and fig.legends[0]._loc == 9  # "upper center"
+    single, ax = plt.subplots(figsize=(3.6, 3), layout="constrained")
+    ax.plot([0, 1], label="a")
+    ax.legend()
+    assert plot._legend_out_of_plots(single) is True and single.legends[0]._loc == 8  # "lower center"
+    none, ax = plt.subplots(layout="constrained")
+    assert plot._legend_out_of_plots(none) is False
+    two, axes = plt.subplots(1, 2, layout="constrained")
+    for a in axes:
+        a.plot([0, 1], label="a")
+        a.legend()
+    assert plot._legend_out_of_plots(two) is False and all(a.get_legend() for a in axes)
+    loose, ax = plt.subplots()  # no constrained layout: it cannot place an outside legend
+    ax.plot([0, 1], label="a")
+    ax.legend()
+    assert plot._legend_out_of_plots(loose) is False
+
+
+@pytest.mark.parametrize("maker", ["kernels", "estimates", "explorer"])
+def test_chapter_2_figures_on_a_phone(maker):
+    data = ab.make_kernel_data()
+    fig = {"kernels": lambda: ab.kernels_figure(sigma=1.0),
+           "estimates": lambda: ab.estimates_figure(data, [(k, 1.0) for k in ab.KERNEL_NAMES]),
+           "explorer": lambda: ab.kernel_explorer_figure()}[maker]()
+    copy = phone_figure(fig)
+    assert overlapping(copy) == []
+    check_png(phone_png(fig))
+
+
+def _row_of_maps(n: int = 2):
+    return ab.heatmaps_figure(torch.eye(6).expand(1, 4, 6, 6) * n, xlabel="key position", ylabel="query position",
+                              titles=[f"layer {n}, head {h + 1}" for h in range(4)])
+
+
+def _small_plot(n: int = 2):
+    fig, ax = plt.subplots(figsize=(3, 2), layout="constrained")
+    ax.plot(range(n))
+    return fig
+
+
+def test_explorer_frames_carry_phone_copies(monkeypatch, tmp_path):
+    """Issue 38: an explorer's frame that a phone would shrink below 9 px gets a phone copy (the
+    same phone_png as a notebook's figure), stored beside it in the page's data and shown by
+    the player below 600 px wide; a frame already legible on a phone gets none."""
+    import base64
+    import json
+    import re
+
+    from attention_book.book import explorer
+
+    monkeypatch.setenv("ATTENTION_BOOK_FRAMES", str(tmp_path))
+    wide = explorer.StaticExplorer(_row_of_maps, "ch99.wide", {"n": ab.Steps([1, 2, 3], value=2)})
+    assert len(wide.phone_images) == len(wide.images) == 3 and all(wide.phone_images)
+    for desktop, small in zip(wide.images, wide.phone_images):
+        phone = check_png(small)
+        assert phone.width < Image.open(io.BytesIO(desktop)).width and phone.height > phone.width
+    page = wide._repr_html_()
+    data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page).group(1))
+    assert [base64.b64decode(b) for b in data["small"]] == wide.phone_images
+    assert data["smallPhone"] == [explorer.phone_width(b) for b in wide.phone_images]
+    assert all(0 < w <= PHONE_MAX_PX for w in data["smallPhone"])
+    assert 'matchMedia("(max-width: 600px)")' in page and "data.small[id]" in page
+    record = json.loads((tmp_path / "ch99.wide.json").read_text())
+    assert record["phone_images"] == 3 and record["phone_bytes"] == sum(map(len, wide.phone_images))
+    small = explorer.StaticExplorer(_small_plot, "ch99.small", {"n": ab.Steps([2, 3], value=2)})
+    assert small.phone_images == [None, None]
+    assert json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>',
+                                small._repr_html_()).group(1))["small"] == ["", ""]
