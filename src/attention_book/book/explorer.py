@@ -42,7 +42,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
-from ..core.plot import MIN_TEXT_PX, TEXT_SIZE_KEY, figure_alt_text, fit_page, page_png_metadata
+from ..core.plot import MIN_TEXT_PX, TEXT_SIZE_KEY, figure_alt_text, fit_page, page_png_metadata, phone_png
 from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
@@ -256,27 +256,50 @@ def frame_digest(images: Sequence[bytes], text: str) -> str:
 
 def _png(fig, dpi: int) -> bytes:
     """A frame's PNG: legible in the page's column, its smallest text recorded (core/plot.py)."""
-    from PIL import Image
-    from PIL.PngImagePlugin import PngInfo
-
     fit_page(fig, dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    buf.seek(0)
+    return _palette_png(buf.getvalue(), page_png_metadata(fig, dpi))
+
+
+def _palette_png(data: bytes, text: dict[str, str]) -> bytes:
+    """``data`` as a 64-colour palette PNG carrying the tEXt entries ``text``."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
     # 64 colours by octree keep the book's greys and colour maps (median cut shifted greys to
     # red) at a third of the size of a full-colour PNG.
-    image = Image.open(buf).convert("RGB").quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+    image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=64, method=Image.Quantize.FASTOCTREE)
     info = PngInfo()
-    for key, value in page_png_metadata(fig, dpi).items():
+    for key, value in text.items():
         info.add_text(key, value)
     out = io.BytesIO()
     image.save(out, format="png", optimize=True, pnginfo=info)
     return out.getvalue()
 
 
-def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], list[str], str]:
+def _phone_frame(fig) -> bytes | None:
+    """A frame's phone copy (core/plot.py's :func:`phone_png`: its plots restacked for a 390 px
+    phone's column, text at least 9 px), as a palette PNG; None when the frame needs none or
+    cannot be re-laid out (then the phone shows the frame itself, scrolling in its box)."""
+    from PIL import Image
+
+    try:
+        data = phone_png(fig)
+    except Exception:  # noqa: BLE001 (a figure the re-layout does not understand: the frame itself)
+        return None
+    if data is None:
+        return None
+    with Image.open(io.BytesIO(data)) as image:
+        text = dict(getattr(image, "text", {}))
+    return _palette_png(data, text)
+
+
+def _draw(fn: Callable, kwargs: dict, dpi: int,
+          known: frozenset[str] | set[str] = frozenset()) -> tuple[list[bytes], list[str], str, list]:
     """Call ``fn(**kwargs)``; return the PNGs of the figures it made, their text equivalents
-    (core/plot.py's :func:`figure_alt_text`) and the text it printed."""
+    (core/plot.py's :func:`figure_alt_text`), the text it printed, and each figure's phone copy
+    (:func:`_phone_frame`; None for a figure whose PNG's hash is in ``known``: drawn before)."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -289,7 +312,10 @@ def _draw(fn: Callable, kwargs: dict, dpi: int) -> tuple[list[bytes], list[str],
         if isinstance(result, Figure) and result not in figures:
             figures.append(result)
         alts = [figure_alt_text(f) for f in figures]
-        return [_png(f, dpi) for f in figures], alts, printed.getvalue()
+        pngs = [_png(f, dpi) for f in figures]
+        phones = [None if hashlib.sha256(png).hexdigest() in known else _phone_frame(f)
+                  for f, png in zip(figures, pngs)]
+        return pngs, alts, printed.getvalue(), phones
     finally:
         for n in set(plt.get_fignums()) - before:
             plt.close(n)
@@ -300,6 +326,8 @@ _PLAYER_JS = """
   var data = JSON.parse(root.querySelector("script.ab-explorer-data").textContent);
   var controls = Array.prototype.slice.call(root.querySelectorAll("[data-ab-control]"));
   var view = root.querySelector(".ab-explorer-frame");
+  // Below 600 px (book.css's phone width) a frame with a phone copy shows that copy instead.
+  var narrow = window.matchMedia ? window.matchMedia("(max-width: 600px)") : null;
   function update() {
     var flat = 0, said = [];
     controls.forEach(function (c, i) {
@@ -314,9 +342,11 @@ _PLAYER_JS = """
     frame[0].forEach(function (id, j) {
       var img = imgs[j];
       if (!img) { img = document.createElement("img"); view.insertBefore(img, view.querySelector("pre")); }
-      img.src = "data:image/png;base64," + data.images[id];
+      var small = narrow && narrow.matches && data.small && data.small[id];
+      img.src = "data:image/png;base64," + (small || data.images[id]);
       img.alt = data.alts[id] + " (" + said.join(", ") + ")";
-      img.style.setProperty("--ab-phone-width", (data.phone ? data.phone[id] : 0) + "px");
+      img.style.setProperty("--ab-phone-width",
+                            (small ? data.smallPhone[id] : (data.phone ? data.phone[id] : 0)) + "px");
       img.hidden = false;
     });
     for (var j = frame[0].length; j < imgs.length; j++) { imgs[j].hidden = true; imgs[j].removeAttribute("src"); }
@@ -332,6 +362,7 @@ _PLAYER_JS = """
     }
   }
   controls.forEach(function (c) { c.addEventListener("input", update); c.addEventListener("change", update); });
+  if (narrow && narrow.addEventListener) { narrow.addEventListener("change", update); }
   update();
 })(document.currentScript.parentElement);
 """
@@ -367,20 +398,22 @@ class StaticExplorer:
         images: dict[str, int] = {}
         image_data: list[bytes] = []
         alts: list[str] = []  # each image's text equivalent (its figure's titles and labels)
+        small_data: list[bytes | None] = []  # each image's phone copy, None where it needs none
         frames: dict[tuple, int] = {}
         frame_list: list[tuple[list[int], str]] = []
         index: list[int] = []
         digests: list[str] = []
         for setting in settings:
             kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
-            pngs, png_alts, text = _draw(fn, kwargs, dpi)
+            pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys())
             ids = []
-            for png, alt in zip(pngs, png_alts):
+            for png, alt, small in zip(pngs, png_alts, phones):
                 h = hashlib.sha256(png).hexdigest()
                 if h not in images:
                     images[h] = len(image_data)
                     image_data.append(png)
                     alts.append(alt)
+                    small_data.append(small)
                 ids.append(images[h])
             key = (tuple(ids), text)
             if key not in frames:
@@ -393,6 +426,7 @@ class StaticExplorer:
         self.index = index
         self.frames = frame_list
         self.images = image_data
+        self.phone_images = small_data
         self.alts = alts
         self.digests = digests
         self.default_setting = self._flat([next(i for i, (_, v) in enumerate(g) if v == c.value)
@@ -424,6 +458,8 @@ class StaticExplorer:
             "frames": len(self.frames),
             "images": len(self.images),
             "bytes": sum(map(len, self.images)),
+            "phone_images": sum(1 for b in self.phone_images if b),
+            "phone_bytes": sum(len(b) for b in self.phone_images if b),
             "seconds": round(self.seconds, 2),
             "default": self.default_setting,
             "digests": self.digests,
@@ -482,6 +518,9 @@ class StaticExplorer:
             "frames": [[ids, text] for ids, text in self.frames],
             "images": [base64.b64encode(b).decode() for b in self.images],
             "phone": phone,
+            # phone copies (core/plot.py's phone_png), shown below 600 px wide: "" where none
+            "small": [base64.b64encode(b).decode() if b else "" for b in self.phone_images],
+            "smallPhone": [phone_width(b) if b else 0 for b in self.phone_images],
         }
         blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
         parts.append(f'<script type="application/json" class="ab-explorer-data">{blob}</script>')
