@@ -66,17 +66,27 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    import attention_book  # noqa: F401
-except ModuleNotFoundError as _missing:
+
+def _missing_module() -> ModuleNotFoundError | None:
+    try:
+        import attention_book  # noqa: F401
+    except ModuleNotFoundError as err:
+        return err
+    return None
+
+
+_MISSING = _missing_module()
+_SRC = Path(__file__).resolve().parent.parent / "src"
+if _MISSING is not None and _MISSING.name == "attention_book" and (_SRC / "attention_book").is_dir():
     # A clone whose Python has the dependencies (torch, nbclient) but not this package installed: grade with
     # the clone's own source (children, the judge and the kernels, find it through PYTHONPATH too).
-    _SRC = Path(__file__).resolve().parent.parent / "src"
-    if _missing.name != "attention_book" or not (_SRC / "attention_book").is_dir():
-        sys.exit(f"grade.py: {_missing}. The grader needs a Python with the book's dependencies: `make venv` "
-                 "makes one in .venv (make grade then uses it), or `pip install -e .` in your own environment")
     sys.path.insert(0, str(_SRC))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
+    _MISSING = _missing_module()
+if _MISSING is not None:
+    sys.exit(f"grade.py: {sys.executable} has no module {_MISSING.name!r}. The grader needs a Python with the "
+             "book's dependencies: `make venv` makes one in .venv (make grade then uses it); or name yours with "
+             "`make grade GRADE_PYTHON=/path/to/python`, or run `/path/to/python scripts/grade.py ...`")
 
 from attention_book.assignments import assignment_names
 from attention_book.assignments.grading import (RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
@@ -1275,9 +1285,6 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
             lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
-        step = next_step(r)
-        if step:  # every outcome but full marks says what to do next
-            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
         failed = [c for c in r.get("cases", []) if not c["passed"]]
         causes = [c.get("cause") or "" for c in failed]
         common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""
@@ -1303,6 +1310,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed shows after the due date
             lines += [f"{hidden} hidden case(s) failed; which ones, and why, is shown with the tests after "
                       "the due date.", ""]
+        step = next_step(r)
+        if step:  # every outcome but full marks ends with what to do next, after what it refers to
+            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
     return "\n".join(lines)
 
 

@@ -234,10 +234,18 @@ def test_every_outcome_but_full_marks_says_what_to_do_next():
         text = grade.feedback_markdown({"student": "ada"}, [row])
         step = [line for line in text.splitlines() if line.startswith("**What to do:** ")]
         assert len(step) == 1 and len(step[0].split()) > 8, (status, text)
+        # last, after the causes, the failed cases and the cell it refers to ("named above")
+        assert text.rstrip().splitlines()[-1] == step[0], (status, text)
         if status in ("graded", "not implemented", "timeout", "memory", "kernel died", "no results"):
             assert "Run All from the top" in step[0], (status, step)
         if status in ("not submitted", "misnamed file"):
             assert "ch03_exercises.ipynb" in step[0], (status, step)
+    failed = dict(base, status="graded", passed=8, cases=[
+        {"index": 2, "passed": False, "visible": False, "label": "rows with no allowed key",
+         "why": "the result is wrong", "cause": ""}])
+    text = grade.feedback_markdown({"student": "ada"}, [failed]).rstrip().splitlines()
+    assert text.index("### Hidden case 2: rows with no allowed key") < len(text) - 1
+    assert text[-1].startswith("**What to do:** Restart your kernel and Run All from the top"), text
     full = dict(base, status="graded", passed=9, points=10.0)
     assert "What to do" not in grade.feedback_markdown({"student": "ada"}, [full])
     raised = dict(full, cell_error="code cell 1 of 4 raised RuntimeError: boom")
