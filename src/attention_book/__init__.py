@@ -216,6 +216,7 @@ from .book.diagrams import (
 from .book.live import LiveView, live
 from .book.live_ch02 import ch02_live_view
 from .book.live_ch04 import ch04_live_view
+from .book.live_ch07 import ch07_live_view
 from .book.live_ch08 import ch08_live_view
 from .book.live_ch09 import ch09_live_view
 

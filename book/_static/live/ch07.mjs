@@ -1,0 +1,222 @@
+// Chapter 7's live view: type English, read the trained Transformer's French and its
+// encoder–decoder attention (src/attention_book/book/live_ch07.py exports the graphs).
+// The model comes as one graph per encoder block and two per decoder block (a page may load
+// 2 MB a graph): enc0, enc1, …; dec0_self, dec0_cross, dec1_self, dec1_cross, …. The page
+// encodes the padded source once, then decodes greedily as ab.translate does, running the
+// decoder over <bos> and every token so far at each step; the last step's cross-attention
+// weights are the maps translation.translation_attention collects in Python.
+// The tokenizer and the heatmap are chapter 4's (one definition of each).
+
+import { encodeSource, heatmap } from "./ch04.mjs";
+
+function argmax(values) {
+  let best = 0; // the first of equal maxima, as torch.argmax
+  for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
+  return best;
+}
+
+function ids64(ort, ids, dims) {
+  return new ort.Tensor("int64", BigInt64Array.from(ids, (i) => BigInt(i)), dims);
+}
+
+// Run a graph on its inputs in the order of its inputNames; returns its outputs in order.
+async function call(session, inputs) {
+  const feeds = {};
+  session.inputNames.forEach((name, i) => {
+    feeds[name] = inputs[i];
+  });
+  const out = await session.run(feeds);
+  return session.outputNames.map((name) => out[name]);
+}
+
+// A (1, heads, T, S) tensor as heads × rows × columns arrays, cut to `rows` rows and `cols` columns.
+function headsOf(tensor, rows, cols) {
+  const [, heads, T, S] = tensor.dims;
+  const flat = tensor.data;
+  return Array.from({ length: heads }, (_, h) =>
+    Array.from({ length: rows }, (_, t) =>
+      Array.from(flat.subarray((h * T + t) * S, (h * T + t) * S + cols))));
+}
+
+// Greedy decoding with the graphs; the result is what transformer_reference gives in Python.
+// graphs = {enc: [sessions], dec: [[self, cross] per block]}.
+export async function translate(ort, graphs, data, text) {
+  const src = encodeSource(text, data);
+  const T = data.num_steps;
+  const validLen = ids64(ort, [src.validLen], [1]);
+  let x = ids64(ort, src.ids, [1, T]);
+  for (const block of graphs.enc) [x] = await call(block, [x, validLen]);
+  const encoded = x;
+  const tokens = [];
+  const prefix = [data.bos];
+  let cross = [];
+  let wroteEos = false;
+  for (let s = 0; s < data.max_steps; s++) {
+    let y = ids64(ort, prefix, [1, prefix.length]);
+    cross = [];
+    for (const [self, crossGraph] of graphs.dec) {
+      [y] = await call(self, [y]);
+      const [out, weights] = await call(crossGraph, [y, encoded, validLen]);
+      y = out;
+      cross.push(weights);
+    }
+    const next = argmax(y.data); // the last block gives the next token's scores
+    if (next === data.eos) {
+      wroteEos = true;
+      break;
+    }
+    tokens.push(data.tgt_vocab[next]);
+    prefix.push(next);
+  }
+  // each row is the step that predicts a token: the French tokens, then <eos> if it was written
+  const rows = wroteEos ? tokens.concat(["<eos>"]) : tokens;
+  return {
+    source: src.labels, reads: src.reads, cut: src.cut, tokens, rows,
+    cross: cross.map((w) => headsOf(w, rows.length, src.labels.length)),
+    steps: tokens.length + (wroteEos ? 1 : 0),
+  };
+}
+
+// One map (rows × columns): a head of a layer, or the mean of the layer's heads (head null),
+// as pick_map in Python. Layers and heads count from 1.
+export function pickMap(cross, layer, head) {
+  const heads = cross[layer - 1];
+  if (head !== null) return heads[head - 1];
+  return heads[0].map((row, t) => row.map((_, j) =>
+    heads.reduce((sum, h) => sum + h[t][j], 0) / heads.length));
+}
+
+// The map in words, for screen readers: each row's most-attended source token and its weight.
+export function describe(result, map, label) {
+  const parts = result.rows.map((row, t) => {
+    const j = argmax(map[t]);
+    return `${row} ← ${result.source[j]} (${map[t][j].toFixed(2)})`;
+  });
+  return `Where each step looks most, ${label}: ${parts.join("; ")}.`;
+}
+
+function el(tag, attrs = {}, text = null) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  return node;
+}
+
+export function mount(root, ctx) {
+  const { ort, data } = ctx;
+  // A model too big for a page was not exported: the loader keeps the translations and shows why.
+  if (!ctx.manifest.models.enc0) throw new Error(data.too_large || "the Transformer was not exported");
+  const uid = `ab-ch07-${Math.random().toString(36).slice(2, 8)}`;
+  const form = el("form", { class: "ab-live-form" });
+  const input = el("input", { type: "text", "aria-label": "English sentence", size: 40,
+    placeholder: "type an English sentence, e.g. we are tired .", spellcheck: "false" });
+  input.value = data.examples[0] || "";
+  input.style.maxWidth = "100%";
+  const button = el("button", { type: "submit" }, "Translate");
+  form.append(input, " ", button);
+  const examples = el("div", { class: "ab-live-examples" });
+  examples.style.margin = "0.4em 0 0.8em";
+  const controls = el("div", { class: "ab-live-controls" });
+  const control = el("label", { class: "ab-live-control", for: `${uid}-map` }, "attention map ");
+  const menu = el("select", { id: `${uid}-map`, name: "map" });
+  const last = data.num_layers;
+  data.choices.forEach((c, i) => {
+    const chosen = c.layer === last && c.head === null; // the last layer's average to start
+    menu.add(new Option(c.label, String(i), chosen, chosen));
+  });
+  controls.append(control, menu);
+  const reads = el("p", { class: "ab-live-reads" });
+  const french = el("p", { class: "ab-live-output", "aria-live": "polite" }); // the answer, said
+  const words = el("p", { class: "ab-live-words", "aria-live": "polite" }); // the map, said
+  const figure = el("div", { class: "ab-live-figure" });
+  const panel = el("div", { class: "ab-live-panel" });
+  panel.append(form, examples, reads, french, controls, words, figure);
+  const line = root.querySelector(".ab-live-status");
+  if (line) root.insertBefore(panel, line); // the status line stays under the view
+  else root.append(panel);
+
+  let graphs = null;
+  let shown = null; // the result on the page
+  let queue = Promise.resolve();
+  let latest = 0;
+
+  function draw() {
+    if (!shown) return;
+    const choice = data.choices[Number(menu.value)];
+    const map = pickMap(shown.cross, choice.layer, choice.head);
+    figure.replaceChildren(heatmap({ source: shown.source, rows: shown.rows, attention: map }));
+    words.textContent = describe(shown, map, choice.label);
+    root.dataset.map = JSON.stringify({ layer: choice.layer, head: choice.head, weights: map });
+  }
+
+  async function load() {
+    const session = (name) => ctx.session(name);
+    const enc = [];
+    const dec = [];
+    for (let i = 0; i < data.enc_layers; i++) enc.push(session(`enc${i}`));
+    for (let i = 0; i < data.num_layers; i++) {
+      dec.push(Promise.all([session(`dec${i}_self`), session(`dec${i}_cross`)]));
+    }
+    return { enc: await Promise.all(enc), dec: await Promise.all(dec) };
+  }
+
+  async function run(text) {
+    if (!text.trim()) {
+      shown = null;
+      root.dataset.result = "";
+      reads.textContent = "";
+      words.textContent = "";
+      french.textContent = "Type an English sentence to translate (for example: i'm home .).";
+      figure.replaceChildren();
+      ctx.status(""); // no line about an earlier sentence under an empty box
+      return;
+    }
+    ctx.status("Translating…"); // said at once, so that every request is answered in words
+    if (!graphs) {
+      ctx.status("Loading the Transformer…");
+      graphs = await load();
+    }
+    const start = performance.now();
+    const result = await translate(ort, graphs, data, text);
+    const ms = performance.now() - start;
+    reads.textContent = `The model reads: ${result.reads.join(" ")}` + (result.cut ?
+      ` (cut to the first ${data.num_steps} tokens: the model reads no more, as in training)` : "");
+    french.textContent = result.tokens.length ? `French: ${result.tokens.join(" ")}` :
+      "French: (the model wrote <eos> at once: an empty translation)";
+    shown = result;
+    draw();
+    root.dataset.result = JSON.stringify({ sentence: text, ...result, ms });
+    ctx.result(ms);
+    ctx.status(`Translated in your browser: ${result.steps} decoder steps in ${ms.toFixed(0)} ms.`);
+  }
+
+  function request(text) {
+    const ticket = ++latest;
+    // one translation at a time; one typed over by a newer sentence is skipped
+    queue = queue.then(() => (ticket === latest ? run(text) : null)).catch((err) => {
+      ctx.status(`The translator failed: ${err && err.message ? err.message : err}`);
+    });
+    return queue;
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    request(input.value);
+  });
+  let timer = null;
+  input.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => request(input.value), 250);
+  });
+  menu.addEventListener("change", draw);
+  menu.addEventListener("input", draw);
+  for (const sentence of data.examples) {
+    const b = el("button", { type: "button", class: "ab-live-example" }, sentence);
+    b.addEventListener("click", () => {
+      input.value = sentence;
+      request(sentence);
+    });
+    examples.append(b, " ");
+  }
+  return request(input.value);
+}
