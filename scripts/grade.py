@@ -747,6 +747,9 @@ def next_step(row: dict) -> str:
     """The line that tells a student what to do after this row's outcome; '' for full marks."""
     if row["status"] == "graded" and row.get("passed") == row.get("total") and not row.get("cell_error"):
         return ""
+    if row["status"] == "graded" and row.get("passed") == row.get("total"):  # full marks, a cell that raised
+        return (FROM_THE_TOP + " and fix the cell named above, so that your notebook runs to its end (your "
+                "points stand)")
     step = NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
     return step.format(notebook=row.get("notebook", "the notebook"))
 
