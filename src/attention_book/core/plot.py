@@ -249,58 +249,62 @@ def _fewer_ticks(cells, cols: int) -> None:
                 locator.set_params(nbins=bins)
 
 
-def _thin_ticks(fig, cells) -> None:
+def _tidy_text(fig, cells) -> None:
+    """Measure the copy as drawn and fix what runs together, in rounds (a fix moves the layout;
+    one draw per round, at most three): :func:`_thin_ticks` and :func:`_fit_titles`."""
+    for _ in range(3):
+        renderer = fig.canvas.get_renderer()
+        fig.draw_without_rendering()
+        changed = _thin_ticks(cells, renderer)
+        changed = _fit_titles(fig, renderer) or changed
+        if not changed:
+            return
+
+
+def _thin_ticks(cells, renderer) -> bool:
     """Fewer numbered ticks on any axis whose tick labels, as drawn, touch each other (five-digit
-    numbers under a plot 150 px wide): one bin fewer per round, down to two."""
+    numbers under a plot 150 px wide): one bin fewer, down to two. True if any changed."""
     from matplotlib.ticker import MaxNLocator
 
-    for _ in range(3):
-        renderer = fig.canvas.get_renderer()
-        fig.draw_without_rendering()
-        changed = False
-        for ax, _, _ in cells:
-            for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
-                locator = axis.get_major_locator()
-                if not isinstance(locator, MaxNLocator):
-                    continue  # ticks a chapter placed (tokens): kept
-                low, high = sorted(axis.get_view_interval())
-                boxes = sorted((t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
-                                if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()),
-                               key=lambda b: b.x0 if along == 0 else b.y0)
-                touch = any((b.x0 - a.x1 if along == 0 else b.y0 - a.y1) < 3 for a, b in itertools.pairwise(boxes))
-                bins = locator._nbins if isinstance(locator._nbins, int) else 4
-                if touch and bins > 2:
-                    axis.set_major_locator(MaxNLocator(nbins=bins - 1, steps=[1, 2, 2.5, 5, 10]))
-                    changed = True
-        if not changed:
-            return
-
-
-def _fit_titles(fig) -> None:
-    """Wrap each plot's title that is wider than its plot (measured as drawn), so that titles of
-    neighbouring plots never run together ("layer 1, headlayer 1, head 2"): first at its commas,
-    then between words, on as few lines as fit. Three rounds: wrapping moves the layout."""
-    for _ in range(3):
-        renderer = fig.canvas.get_renderer()
-        fig.draw_without_rendering()
-        changed = False
-        for ax in fig.get_axes():
-            title = ax.title
-            text = title.get_text()
-            if not text or not title.get_visible():
-                continue
-            room = _title_room(fig, ax, renderer)
-            width = title.get_window_extent(renderer).width
-            if width <= room:
-                continue
-            lines = text.split("\n")
-            per_line = max(6, -(-max(map(len, lines)) // math.ceil(width / max(room, 1.0))))
-            wrapped = "\n".join(_wrap_line(line, per_line) for line in lines)
-            if wrapped != text:
-                title.set_text(wrapped)
+    changed = False
+    for ax, _, _ in cells:
+        for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
+            locator = axis.get_major_locator()
+            if not isinstance(locator, MaxNLocator):
+                continue  # ticks a chapter placed (tokens): kept
+            low, high = sorted(axis.get_view_interval())
+            boxes = sorted((t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
+                            if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()),
+                           key=lambda b: b.x0 if along == 0 else b.y0)
+            touch = any((b.x0 - a.x1 if along == 0 else b.y0 - a.y1) < 3 for a, b in itertools.pairwise(boxes))
+            bins = locator._nbins if isinstance(locator._nbins, int) else 4
+            if touch and bins > 2:
+                axis.set_major_locator(MaxNLocator(nbins=bins - 1, steps=[1, 2, 2.5, 5, 10]))
                 changed = True
-        if not changed:
-            return
+    return changed
+
+
+def _fit_titles(fig, renderer) -> bool:
+    """Wrap each plot's title that is wider than its room (measured as drawn), so that titles of
+    neighbouring plots never run together ("layer 1, headlayer 1, head 2"): first at its commas,
+    then between words, on as few lines as fit. True if any changed."""
+    changed = False
+    for ax in fig.get_axes():
+        title = ax.title
+        text = title.get_text()
+        if not text or not title.get_visible():
+            continue
+        room = _title_room(fig, ax, renderer)
+        width = title.get_window_extent(renderer).width
+        if width <= room:
+            continue
+        lines = text.split("\n")
+        per_line = max(6, -(-max(map(len, lines)) // math.ceil(width / max(room, 1.0))))
+        wrapped = "\n".join(_wrap_line(line, per_line) for line in lines)
+        if wrapped != text:
+            title.set_text(wrapped)
+            changed = True
+    return changed
 
 
 def _title_room(fig, ax, renderer) -> float:
@@ -413,12 +417,11 @@ def phone_figure(fig):
     _fewer_ticks(cells, cols)
     copy.set_dpi(PHONE_DPI)
     fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
-    _fit_titles(copy)
-    _thin_ticks(copy, cells)
+    _tidy_text(copy, cells)
     renderer = copy.canvas.get_renderer()
     if any(_legend_covers_data(ax, renderer) for ax, _, _ in cells):
         _legend_out_of_plots(copy)  # a legend over the points (ch05's accuracies): under the figure instead
-        _fit_titles(copy)
+        _tidy_text(copy, cells)
     return copy
 
 
@@ -460,8 +463,7 @@ def phone_png(fig) -> bytes | None:
                 moved = True  # one legend beside its plot (long labels) goes under the figure instead
                 continue
             copy.set_size_inches(narrower, h)
-            _fit_titles(copy)  # narrower plots: their titles may need more lines
-            _thin_ticks(copy, _grid_axes(copy) or [])  # and their tick labels fewer numbers
+            _tidy_text(copy, _grid_axes(copy) or [])  # narrower plots: titles and ticks measured again
     finally:
         plt.close(copy)
     # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box
