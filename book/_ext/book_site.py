@@ -129,25 +129,32 @@ document.addEventListener("DOMContentLoaded", function () {
 """
 
 
-# A figure or explorer frame kept wider than a phone's column (so that its text stays legible)
-# scrolls sideways inside its own box (book.css); a box that scrolls is reachable by keyboard
-# (Tab, then the arrow keys) and named, and only while it scrolls.
+# A figure or explorer frame kept wider than a phone's column (so that its text stays legible),
+# and on a phone a printed output or a code line too long for the column (book.css), scrolls
+# sideways inside its own box; a box that scrolls is reachable by keyboard (Tab, then the arrow
+# keys) and named, and only while it scrolls.
 SCROLL_BOXES_JS = """
 (function () {
+  var boxes = [["#main-content div.cell_output, .ab-explorer-frame", "Figure, scrolls sideways", "img"],
+               ["#main-content div.cell_output pre", "Output, scrolls sideways", null],
+               ["#main-content div.cell_input pre", "Code, scrolls sideways", null]];
   function mark() {
-    document.querySelectorAll("#main-content div.cell_output, .ab-explorer-frame").forEach(function (box) {
-      if (!box.querySelector("img")) { return; }
-      if (box.scrollWidth > box.clientWidth + 1) {
-        box.tabIndex = 0;
-        box.setAttribute("role", "group");
-        box.setAttribute("aria-label", "Figure, scrolls sideways");
-        box.classList.add("ab-scrolls");
-      } else if (box.classList.contains("ab-scrolls")) {
-        box.removeAttribute("tabindex");
-        box.removeAttribute("role");
-        box.removeAttribute("aria-label");
-        box.classList.remove("ab-scrolls");
-      }
+    boxes.forEach(function (kind) {
+      document.querySelectorAll(kind[0]).forEach(function (box) {
+        if (kind[2] && !box.querySelector(kind[2])) { return; }
+        if (box.scrollWidth > box.clientWidth + 1) {
+          if (box.classList.contains("ab-scrolls")) { return; }
+          box.tabIndex = 0;
+          box.setAttribute("role", "group");
+          box.setAttribute("aria-label", kind[1]);
+          box.classList.add("ab-scrolls");
+        } else if (box.classList.contains("ab-scrolls")) {
+          box.removeAttribute("tabindex");
+          box.removeAttribute("role");
+          box.removeAttribute("aria-label");
+          box.classList.remove("ab-scrolls");
+        }
+      });
     });
   }
   window.addEventListener("load", mark);
