@@ -109,7 +109,7 @@ export function mount(root, ctx) {
   const uid = `ab-ch07-${Math.random().toString(36).slice(2, 8)}`;
   const form = el("form", { class: "ab-live-form" });
   const input = el("input", { type: "text", "aria-label": "English sentence", size: 40,
-    placeholder: "type an English sentence, e.g. we are tired .", spellcheck: "false" });
+    placeholder: "type an English sentence, e.g. we lost .", spellcheck: "false" });
   input.value = data.examples[0] || "";
   input.style.maxWidth = "100%";
   const button = el("button", { type: "submit" }, "Translate");

@@ -1,0 +1,129 @@
+"""Chapter 7's live Transformer on the built site, in headless Chromium.
+
+The test types sentences of its own (unknown words, capitals, a sentence longer than the
+model reads) into the page, waits for the page's translation, and compares the tokens and
+every cross-attention weight with the package run in Python on the same weights (the
+notebook saved its model for this test when the site was built:
+``<ATTENTION_BOOK_FRAMES>/live/ch07.translate.pt``). It then picks one head in the menu and
+compares the drawn map and the sentence said to screen readers. The map fits the column at
+1280 and at 390 px. No page error and no request leaving 127.0.0.1 are allowed
+(tests/live_site.py records them); from ``file://`` the precomputed translations stay and
+the page says how to serve the site.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from test_site import FRAMES, PHONE
+
+from attention_book.book.live_ch07 import pick_map, transformer_reference
+
+pytestmark = pytest.mark.browser
+
+DOC, NAME = "notebooks/ch07_transformer", "ch07.translate"
+TOL = 1e-4
+# Not among the page's examples: unknown words, capitals and no space before "!", a sentence
+# longer than the model's num_steps (the page cuts it as the package does), accented capitals.
+TYPED = [
+    "My cat is VERY tired!",
+    "i am happy , but she is not home today , sadly .",
+    "ÉLODIE   is RICH?",
+]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    path = FRAMES / "live" / f"{NAME}.pt"
+    if not path.is_file():
+        pytest.skip(
+            f"no {path}: `make book` builds chapter 7, which saves its Transformer there"
+        )
+    saved = torch.load(path, weights_only=False)
+    return saved["model"], saved["data"]
+
+
+def _translate(live: LivePage, sentence: str) -> dict:
+    """Type ``sentence`` into the view, press Enter, and wait for the page's translation of it."""
+    box = live.page.locator(f"{live.root} input[type=text]")
+    box.fill(sentence)
+    box.press("Enter")
+    live.page.wait_for_function(
+        """([root, s]) => { const r = document.querySelector(root).dataset.result;
+             return r && JSON.parse(r).sentence === s; }""",
+        arg=[live.root, sentence],
+    )
+    return json.loads(live.dataset()["result"])
+
+
+def _fits(view) -> bool:
+    heatmap = view.locator("svg.ab-live-heatmap")
+    heatmap.wait_for(state="visible")  # laid out (a loaded machine may lag a frame)
+    svg, column = heatmap.bounding_box(), view.bounding_box()
+    return svg["x"] + svg["width"] <= column["x"] + column["width"] + 1
+
+
+def test_typed_sentences_translate_as_in_python(browser, site, reference):  # noqa: F811
+    model, data = reference
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        view = live.page.locator(live.root)
+        for sentence in TYPED:
+            got = _translate(live, sentence)
+            want = transformer_reference(model, data, sentence)
+            for key in ("source", "reads", "cut", "tokens", "rows"):
+                assert got[key] == want[key], f"{sentence!r}: {key}"
+            np.testing.assert_allclose(
+                np.array(got["cross"]), np.array(want["cross"]), atol=TOL
+            )
+            # what the reader sees: the French, what the model read, one cell per weight
+            said = view.locator(".ab-live-output").inner_text()
+            assert " ".join(want["tokens"]) in said
+            assert "<unk>" in view.locator(".ab-live-reads").inner_text()
+            cells = view.locator("svg.ab-live-heatmap rect").count()
+            assert cells == len(want["rows"]) * len(want["source"])
+        assert _fits(view)
+        # another map from the menu: layer 1, head 2 (drawn and said without translating again)
+        results = live.results()
+        menu = view.locator("select[name=map]")
+        assert menu.get_attribute("id") == view.locator("label").first.get_attribute(
+            "for"
+        )
+        menu.select_option(label="layer 1, head 2")
+        shown = json.loads(live.dataset()["map"])
+        assert (shown["layer"], shown["head"]) == (1, 2)
+        cross = torch.tensor(want["cross"])
+        np.testing.assert_allclose(shown["weights"], pick_map(cross, 1, 2), atol=TOL)
+        words = view.locator(".ab-live-words").inner_text()
+        assert words.startswith("Where each step looks most, layer 1, head 2:")
+        assert live.results() == results
+        # on a phone the map still fits the column
+        live.page.set_viewport_size(PHONE)
+        assert _fits(view)
+        # an empty sentence gets a message, not an error or a stale map
+        box = view.locator("input[type=text]")
+        box.fill("   ")
+        box.press("Enter")
+        live.page.wait_for_function(
+            "(root) => document.querySelector(root).dataset.result === ''",
+            arg=live.root,
+        )
+        said = view.locator(".ab-live-output").inner_text()
+        assert "Type an English sentence" in said
+        assert view.locator("svg.ab-live-heatmap").count() == 0
+        status = view.locator(".ab-live-status").inner_text()
+        assert "Translated in your browser" not in status
+        assert live.events == []
+
+
+def test_file_url_keeps_the_translations_and_says_how_to_serve(browser):  # noqa: F811
+    if not (HTML / f"{DOC}.html").is_file():
+        pytest.skip(f"{DOC}.html is not built in {HTML}: run `make book` first")
+    shown = open_from_file(browser, DOC, NAME)
+    assert shown["state"] == "file"
+    assert shown["fallback_shown"]
+    assert "python -m http.server" in shown["note"]
