@@ -1620,8 +1620,11 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                     r.setdefault("seconds", 0.0)
                     log.write(json.dumps(r) + "\n")
                     status = r["status"]
-                    print(f"{clean(who, 120)}/{r['notebook']} {r['assignment']}: {r['passed']}/{r['total']} cases "
-                          f"({status})")
+                    # the file that was graded, as the student named it (ch05_exercises (1).ipynb), then what as
+                    handed = clean(Path(path).name, 120) if path else r["notebook"]
+                    graded_as = "" if handed == r["notebook"] else f" (graded as {r['notebook']})"
+                    print(f"{clean(who, 120)}/{handed}{graded_as} {r['assignment']}: {r['passed']}/{r['total']} "
+                          f"cases ({status})")
                 log.flush()
                 rows.extend(found)
 
