@@ -53,6 +53,13 @@ VIEWS = {
             root.querySelector('input[type=text]').value = words.slice(0, 2 + (i % 6)).join(' ') + ' .';
             root.querySelector('form').requestSubmit(); }""",
     },
+    "ch07.translate": {
+        "page": "notebooks/ch07_transformer",
+        # a typed sentence of 2 to 7 words submitted (six block graphs, greedy decoding over the prefix)
+        "step": """(root, i) => { const words = ['we', 'are', 'very', 'tired', 'and', 'sick', 'today'];
+            root.querySelector('input[type=text]').value = words.slice(0, 2 + (i % 6)).join(' ') + ' .';
+            root.querySelector('form').requestSubmit(); }""",
+    },
     "ch08.draw": {
         "page": "notebooks/ch08_vision_transformer",
         # clear the box and draw one stroke, somewhat to the side each time (pointer events)

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.browser
 VIEWS = [
     ("notebooks/ch02_attention_pooling", "ch02.pooling"),
     ("notebooks/ch04_bahdanau", "ch04.translate"),
+    ("notebooks/ch07_transformer", "ch07.translate"),
     ("notebooks/ch08_vision_transformer", "ch08.draw"),
     ("notebooks/ch09_pretraining", "ch09.generate"),
 ]
