@@ -22,13 +22,15 @@ FULL_LINE = CI_LINE.replace("size: ci (small CPU-friendly sizes", "size: full (t
                             ).replace("device: cpu", "device: cuda")
 
 
-def executed(title: str, run_line: str | None) -> dict:
+def executed(title: str, run_line: str | None, code: str = "steps = ab.sized(ci=50, full=2000)") -> dict:
     hidden = {"cell_type": "code", "id": "setup", "metadata": {"tags": ["remove-cell"]},
               "execution_count": 1, "source": "ab.describe_run()",
               "outputs": [{"output_type": "stream", "name": "stdout", "text": run_line}] if run_line else []}
     return {"nbformat": 4, "nbformat_minor": 5,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-            "cells": [hidden, {"cell_type": "markdown", "id": "t", "metadata": {}, "source": f"# {title}\n\nText."}]}
+            "cells": [hidden, {"cell_type": "markdown", "id": "t", "metadata": {}, "source": f"# {title}\n\nText."},
+                      {"cell_type": "code", "id": "c", "metadata": {}, "execution_count": 2, "source": code,
+                       "outputs": []}]}
 
 
 def test_run_of_reads_the_hidden_describe_run_output(tmp_path):
@@ -63,6 +65,18 @@ def test_the_ci_line_links_the_full_size_results_and_the_full_line_says_only_siz
     assert not list(full.findall(size_banner.nodes.reference))
 
 
+def test_a_page_whose_code_picks_nothing_by_size_names_only_the_device(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(executed("T", CI_LINE, code="weights = scores.softmax(-1)")), encoding="utf-8")
+    assert not size_banner.size_matters(path)
+    line = size_banner.banner({"size": "ci", "device": "cpu"}, "https://x/y.html", "t.html", sized=False)
+    assert line.astext() == ("This page ran on a CPU. Nothing on it depends on the experiment size: "
+                             "a full-size run gives the same results.")
+    assert not list(line.findall(size_banner.nodes.reference))
+    path.write_text(json.dumps(executed("T", CI_LINE)), encoding="utf-8")
+    assert size_banner.size_matters(path)
+
+
 @pytest.mark.slow
 def test_a_tiny_sphinx_build_puts_the_line_under_each_notebook_title(tmp_path):
     sphinx = pytest.importorskip("sphinx.cmd.build")
@@ -77,11 +91,13 @@ def test_a_tiny_sphinx_build_puts_the_line_under_each_notebook_title(tmp_path):
         "nb_execution_mode = 'off'\n"
         "html_theme_options = {'repository_url': 'https://github.com/someone/attention-book'}\n",
         encoding="utf-8")
-    (src / "index.md").write_text("# Book\n\n```{toctree}\nnotebooks/quick\nnotebooks/big\nbook/instructors\n```\n",
+    (src / "index.md").write_text("# Book\n\n```{toctree}\nnotebooks/quick\nnotebooks/big\nnotebooks/same\n"
+                                  "book/instructors\n```\n",
                                   encoding="utf-8")
     (src / "book" / "instructors.md").write_text("# Instructors\n\n## What needs a GPU\n\nTimes.\n", encoding="utf-8")
     (src / "notebooks" / "quick.ipynb").write_text(json.dumps(executed("Quick", CI_LINE)), encoding="utf-8")
     (src / "notebooks" / "big.ipynb").write_text(json.dumps(executed("Big", FULL_LINE)), encoding="utf-8")
+    (src / "notebooks" / "same.ipynb").write_text(json.dumps(executed("Same", CI_LINE, code="x = 1")), encoding="utf-8")
     out = tmp_path / "html"
     assert sphinx.build_main(["-q", "-b", "html", str(src), str(out)]) == 0
     quick = (out / "notebooks" / "quick.html").read_text(encoding="utf-8")
@@ -92,4 +108,7 @@ def test_a_tiny_sphinx_build_puts_the_line_under_each_notebook_title(tmp_path):
     assert 'href="../book/instructors.html#what-needs-a-gpu"' in quick
     assert quick.index(">Quick<a class=\"headerlink\"") < quick.index("size-banner")
     assert "This page ran the full size (the original chapter's settings) on a GPU (CUDA)." in big
+    same = (out / "notebooks" / "same.html").read_text(encoding="utf-8")
+    assert "This page ran on a CPU. Nothing on it depends on the experiment size" in same
+    assert "quick (ci) size" not in same
     assert "quick (ci) size" not in big and "Experiment size" not in big and "size-banner" not in index

@@ -7,7 +7,10 @@ see scripts/stage.py) and puts one line under the page's title:
 
 * the quick size: "This page ran the quick (ci) size on a CPU: ..." with links to the same page
   of the published full-size site and to the timings of every chapter at each size;
-* the full size: one line naming the size and the device, nothing else.
+* the full size: one line naming the size and the device, nothing else;
+* a page whose code never calls ``sized(ci=..., full=...)`` (its results are the same at every
+  size): one line naming the device only, so a page without training does not open on a note
+  about shortened training.
 
 A notebook without that output (it prints no run description, or was not executed before the
 build) falls back to ``ATTENTION_BOOK_SIZE`` as the build saw it; a page that is not a notebook
@@ -47,6 +50,16 @@ def run_of(path: Path) -> dict[str, str] | None:
     return None
 
 
+def size_matters(path: Path) -> bool:
+    """Whether the notebook's code picks anything by size (calls ``sized(ci=..., full=...)``)."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return True
+    return any("sized(" in "".join(cell.get("source", "")) for cell in nb.get("cells", [])
+               if cell.get("cell_type") == "code")
+
+
 def site_url(repository_url: str, configured: str = "") -> str:
     """The published site's root: the configured one, else GitHub Pages' address of the repository."""
     if configured:
@@ -65,10 +78,15 @@ def device_words(device: str) -> str:
     return {"cpu": "a CPU", "mps": "an Apple GPU (MPS)"}.get(kind, device)
 
 
-def banner(run: dict[str, str], full_page_url: str, timings_url: str) -> nodes.paragraph:
-    """The line itself, as a docutils paragraph."""
+def banner(run: dict[str, str], full_page_url: str, timings_url: str,
+           sized: bool = True) -> nodes.paragraph:
+    """The line itself, as a docutils paragraph (``sized``: the page's code picks by size)."""
     para = nodes.paragraph(classes=["size-banner"])
     on = device_words(run["device"])
+    if not sized:
+        para += nodes.Text(f"This page ran on {on}. Nothing on it depends on the experiment size: "
+                           "a full-size run gives the same results.")
+        return para
     if run["size"] == "full":
         para += nodes.Text(f"This page ran the full size (the original chapter's settings) on {on}.")
         return para
@@ -97,7 +115,7 @@ def add_banner(app, doctree, docname: str) -> None:
     full_page = root + docname + ".html" if root else ""
     timings = app.builder.get_relative_uri(docname, TIMINGS_DOC) + "#" + TIMINGS_ANCHOR
     sections = list(doctree.findall(nodes.section))
-    line = banner(run, full_page, timings)
+    line = banner(run, full_page, timings, sized=size_matters(source))
     if sections and sections[0].children and isinstance(sections[0][0], nodes.title):
         sections[0].insert(1, line)
     else:
