@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 import attention_book as ab
+from attention_book.book import diagrams
 from attention_book.core import plot
 from attention_book.core.plot import (
     MIN_TEXT_PX,
@@ -241,3 +242,31 @@ def test_explorer_frames_carry_phone_copies(monkeypatch, tmp_path):
     assert small.phone_images == [None, None]
     assert json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>',
                                 small._repr_html_()).group(1))["small"] == ["", ""]
+
+
+@pytest.mark.parametrize("name", diagrams.__all__)
+def test_diagrams_get_a_phone_copy_whose_labels_stay_apart(name):
+    """Issue 38: a hand-placed diagram (book/diagrams.py) cannot be restacked; its phone copy is
+    the same drawing with its small labels enlarged so that, shown in a 390 px phone's column,
+    every text is at least 9 px high, and none of them runs into another (measured as drawn)."""
+    fig = getattr(diagrams, name)()
+    assert plot._is_diagram(fig)
+    data = phone_png(fig)
+    assert data is not None, f"{name}: no phone copy (its enlarged labels overlap: {plot._overlapping_texts(fig)})"
+    image = Image.open(io.BytesIO(data))
+    legible = image.width * MIN_TEXT_PX / float(image.text[TEXT_SIZE_KEY])
+    assert legible <= PHONE_MAX_PX, f"{name}: legible only from {legible:.0f} px wide"
+    assert image.text[plot.ALT_TEXT_KEY] == plot.figure_alt_text(fig)
+
+
+def test_a_diagram_whose_enlarged_labels_collide_keeps_its_desktop_drawing():
+    fig = plt.figure(figsize=(6.6, 2))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_axis_off()
+    ax.set_xlim(0, 6.6)
+    ax.set_ylim(0, 2)
+    ax.text(1.0, 1.0, "a label of nine points", fontsize=9, ha="right")
+    ax.text(1.05, 1.0, "right beside it", fontsize=9, ha="left")
+    assert plot._is_diagram(fig) and not plot._overlapping_texts(fig)
+    assert phone_png(fig) is None  # enlarged to 12 pt for the phone, the two would overlap
+    assert not plot._is_diagram(plt.subplots(figsize=(6.6, 2))[0])

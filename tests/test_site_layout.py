@@ -526,19 +526,14 @@ JS_FIGURE_WIDTHS = """() => Array.from(document.querySelectorAll('#main-content 
               column: i.closest('div.cell_output').clientWidth}))"""
 
 # Figures that keep their desktop layout on a phone and scroll sideways in their own box (book.css):
-# docname -> the start of each such figure's alt text. Each is a diagram drawn with hand-placed axes
-# (core/plot.py's phone_figure cannot restack it): keep this list in step with book.css's comment.
+# docname -> the start of each such figure's alt text. Diagrams (book/diagrams.py) have phone copies
+# with their labels enlarged (core/plot.py's _diagram_png); what is left cannot be restacked or
+# enlarged without its text running together. Keep this list in step with book.css's comment.
 PHONE_SCROLL_EXCEPTIONS: dict[str, tuple[str, ...]] = {
-    "notebooks/ch01_queries_keys_values": ("Diagram: an exact lookup",),
-    "notebooks/ch04_bahdanau": ("Diagram: one decoding step",),
-    "notebooks/ch05_multihead_attention": ("Diagram of multi-head attention",),
-    "notebooks/ch06_self_attention": ("Diagram comparing which of",),
-    "notebooks/ch07_transformer": ("Diagram of the encoder-decoder Transformer",),
     # four category labels side by side under one plot do not fit a phone's width
     "notebooks/ch07_exercises": ("Figure: Post-norm reversal model",),
     # the patch figure's cost plot spans both columns of its grid
-    "notebooks/ch08_vision_transformer": ("Diagram of the vision Transformer", "Figure of 3 plots: "),
-    "notebooks/ch09_pretraining": ("Diagram of three pretraining modes",),
+    "notebooks/ch08_vision_transformer": ("Figure of 3 plots: ",),
 }
 
 

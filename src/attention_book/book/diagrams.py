@@ -497,7 +497,7 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
     k = _check_at_most("kernel_size", kernel_size, n, why=f"the number of tokens, num_tokens={n}")
     d = check_positive_int("num_hiddens", num_hiddens)
     s = _Sketch(6.6, 5.95)
-    xs = _columns(n, 0.4, 3.35)
+    xs = _columns(n, 0.4, 3.05)  # the costs' labels start at 3.65: room for a phone's larger text
     r = 0.085
     s.text(0.1, 5.8, f"$n = {n}$ tokens of size $d = {d}$; convolution kernel $k = {k}$", size=TITLE, ha="left",
            bold=True)
@@ -533,7 +533,7 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
         s.text(xs[-1] + 0.3, y_out, rf"$\mathbf{{y}}_{{{n}}}$", size=SMALL, color=colour)
         for row, (label, cost) in enumerate(zip(rows, costs)):
             y = base + 1.12 - row * 0.36
-            s.text(4.0, y, label, size=SMALL, ha="left", color=MUTED)
+            s.text(3.65, y, label, size=SMALL, ha="left", color=MUTED)
             s.text(6.5, y, cost, size=FONT, ha="right")
     return s.done(f"Diagram comparing which of {num_tokens} inputs one output sees: a convolution of kernel size {kernel_size} sees its neighbours, an RNN sees the inputs before it through a chain of states, self-attention connects every output to every input directly")
 
@@ -829,11 +829,12 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
         if key == "t5":
             ex, dx, w = cx - 0.6, cx + 0.6, 1.05
             for x, what in ((ex, "inputs"), (dx, "targets")):
-                emb = s.box(x, 3.35, w, 0.4, f"embed {what}", role="embed", size=SMALL - 1)
+                # on two lines: side by side, one line each ran together in a phone's larger text
+                emb = s.box(x, 3.33, w, 0.5, f"embed\n{what}", role="embed", size=SMALL - 1)
             enc = s.box(ex, 4.05, w, 0.6, f"{N} × encoder\nblock", role="attention", size=SMALL - 1)
             dec = s.box(dx, 4.05, w, 0.6, f"{N} × decoder\nblock", role="attention", size=SMALL - 1)
             for x, box in ((ex, enc), (dx, dec)):
-                s.arrow((x, 3.55), box.at("bottom"))
+                s.arrow((x, 3.58), box.at("bottom"))
             s.arrow(enc.at("right"), dec.at("left"), color=_ROLES["attention"])
             head = s.box(dx, 4.75, w, 0.4, f"spans: ${d} \\to$ {vocab}", role="output", size=SMALL - 1)
             s.arrow(dec.at("top"), head.at("bottom"))

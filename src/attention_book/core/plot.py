@@ -437,7 +437,7 @@ def phone_png(fig) -> bytes | None:
         return None
     copy = phone_figure(fig)
     if copy is None:
-        return None
+        return _diagram_png(fig)
     meta = page_png_metadata(copy, PHONE_DPI)
     meta[ALT_TEXT_KEY] = figure_alt_text(fig)
     from PIL import Image
@@ -468,6 +468,61 @@ def phone_png(fig) -> bytes | None:
         plt.close(copy)
     # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box
     return buf.getvalue() if width <= PHONE_MAX_PX else None
+
+
+def _is_diagram(fig) -> bool:
+    """A diagram: one visible plot area spanning the whole figure with its axes turned off,
+    everything placed in it by hand (book/diagrams.py's drawing kit)."""
+    axes = [ax for ax in fig.get_axes() if ax.get_visible()]
+    return (len(axes) == 1 and not axes[0].axison
+            and np.allclose(axes[0].get_position().bounds, (0, 0, 1, 1), atol=0.02))
+
+
+def _overlapping_texts(fig) -> list[tuple[str, str]]:
+    """Pairs of the figure's texts whose boxes, as drawn, overlap (more than 1 px both ways)."""
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _drawn_texts(fig)]
+    pairs = []
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        if min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 1 and \
+                min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 1:
+            pairs.append((a, b))
+    return pairs
+
+
+def _diagram_png(fig) -> bytes | None:
+    """A diagram's phone copy: the same drawing with its small text enlarged so that, shown
+    :data:`PHONE_COLUMN_PX` wide, every text is :data:`MIN_TEXT_PX` high (a diagram's labels are
+    sized for the desktop column; their boxes have room to spare). None for a figure that is not
+    a diagram, or whose enlarged labels would run into each other (measured as drawn): such a
+    diagram keeps its desktop drawing, which scrolls in its box on a phone."""
+    import io
+    import pickle
+
+    from PIL import Image
+
+    if not _is_diagram(fig):
+        return None
+    try:
+        copy = pickle.loads(pickle.dumps(fig))
+    except Exception:  # noqa: BLE001 (an artist that cannot be copied: the desktop figure only)
+        return None
+    try:
+        copy.set_dpi(PHONE_DPI)
+        fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
+        if _overlapping_texts(copy):
+            return None
+        meta = page_png_metadata(copy, PHONE_DPI)
+        meta[ALT_TEXT_KEY] = figure_alt_text(fig)
+        buf = io.BytesIO()
+        copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
+    finally:
+        plt.close(copy)
+    width = Image.open(io.BytesIO(buf.getvalue())).width
+    px = smallest_text_px(copy, PHONE_DPI)
+    # legible at the phone's column: the page shows it no narrower than width * 9 / px (book_site.py)
+    return buf.getvalue() if px and width * MIN_TEXT_PX / px <= PHONE_MAX_PX else None
 
 
 def _phone_metadata(fig) -> dict[str, str]:
