@@ -566,6 +566,26 @@ def test_explorer_frames_fit_a_phones_column(browser, site, docname):  # noqa: F
     assert not problems, f"{docname} at {PHONE['width']} px:\n  " + "\n  ".join(problems)
 
 
+JS_PHONE_OUTPUTS = """() => Array.from(document.querySelectorAll('#main-content div.cell_output pre'))
+  .filter(p => p.getBoundingClientRect().width > 0).map(p => {
+    const lines = p.textContent.split('\\n').filter(l => l.trim());
+    const style = getComputedStyle(p);
+    return {columns: lines.length >= 2 && lines.filter(l => /\\S {2,}\\S/.test(l)).length >= 2,
+            white: style.whiteSpace, overflow: style.overflowX, text: p.innerText.trim().slice(0, 60)};
+  })"""
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_printed_tables_keep_their_columns_on_a_phone(browser, site, docname):  # noqa: F811
+    """Issue 38: at 390 px a printed output whose lines line up in columns (a table, a tensor)
+    keeps each line whole and scrolls inside its own box, instead of wrapping a row's numbers
+    under the next row's names; prose-like output wraps (book.css, book_site.py)."""
+    bad = [o for o in _measured(browser, site, docname, PHONE, "outputs")
+           if o["columns"] and (o["white"] != "pre" or o["overflow"] not in ("auto", "scroll"))]
+    assert not bad, (f"{docname} at {PHONE['width']} px: tables that wrap:\n  "
+                     + "\n  ".join(f"{o['white']}/{o['overflow']}: {o['text']!r}" for o in bad))
+
+
 # What each test reads from the one load of a page at each width (see _measured).
 _SCRIPTS = {
     DESKTOP["width"]: {"sideways": JS_SIDEWAYS, "cell images": JS_CELL_IMAGES, "inner scroll": JS_INNER_SCROLL,
@@ -574,7 +594,7 @@ _SCRIPTS = {
     PHONE["width"]: {"figure widths": JS_FIGURE_WIDTHS, "lines split": JS_LINES_SPLIT, "wrapped out of indent": JS_WRAPPED_OUT_OF_INDENT,
                      "mid-token wraps": JS_MID_TOKEN_WRAPS, "page wider (code)": JS_PAGE_WIDER,
                      "equations": JS_EQUATIONS, "figures": JS_FIGURES, "page wider (figures)": JS_PAGE_WIDER,
-                     "explorer widths": JS_EXPLORER_WIDTHS},
+                     "explorer widths": JS_EXPLORER_WIDTHS, "outputs": JS_PHONE_OUTPUTS},
 }
 
 

@@ -125,6 +125,14 @@ document.addEventListener("DOMContentLoaded", function () {
       return '<span class="ab-line" style="--indent: ' + indent + 'ch">' + html + "\\n</span>";
     }).join("");
   });
+  // A printed output whose lines line up in columns (two or more lines with a run of two
+  // spaces inside: a table, a tensor) keeps its lines whole on a phone and scrolls in its box
+  // (book.css); prose-like output (a message, a sentence) wraps as on the desktop.
+  document.querySelectorAll("div.cell_output pre").forEach(function (pre) {
+    var lines = pre.textContent.split("\\n").filter(function (l) { return l.trim(); });
+    var aligned = lines.filter(function (l) { return /\\S {2,}\\S/.test(l); }).length;
+    if (lines.length >= 2 && aligned >= 2) { pre.classList.add("ab-columns"); }
+  });
 });
 """
 
