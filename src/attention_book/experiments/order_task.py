@@ -131,9 +131,11 @@ def train_previous_token(
 
 
 def accuracy_curves_figure(runs: list[dict], seq_len: int = 10, figsize=(5.5, 3.4)):
-    """Validation accuracy against training step, one thin line per run of
-    :func:`train_previous_token`, coloured by whether the model had positions; the dashed
-    line is the ceiling ``1 / (seq_len - 1)`` of a model without them."""
+    """Validation accuracy against training step: one thin line per run of
+    :func:`train_previous_token`, coloured by whether the model had positions, and a thick
+    line of each group's mean over its runs (the labelled lines, and so the values the page
+    lists as a table); the dashed line is the ceiling ``1 / (seq_len - 1)`` of a model
+    without them."""
     import matplotlib.pyplot as plt
 
     from ..core.plot import ensure_style
@@ -145,15 +147,27 @@ def accuracy_curves_figure(runs: list[dict], seq_len: int = 10, figsize=(5.5, 3.
     ensure_style()
     fig, ax = plt.subplots(figsize=figsize, layout="constrained")
     colours = {True: "C0", False: "C3"}
-    labels = {True: "with positional encoding", False: "without positions"}
-    for run in runs:
-        key = run["positions"]
+    names = {True: "with positional encoding", False: "without positions"}
+    for key in (True, False):
+        group = [run for run in runs if run["positions"] == key]
+        if not group:
+            continue
+        for run in group:  # every run, thin and unlabelled
+            ax.plot(
+                run["steps"],
+                run["val_accuracy"],
+                color=colours[key],
+                alpha=0.35,
+                linewidth=0.8,
+            )
+        length = min(len(run["val_accuracy"]) for run in group)
+        mean = torch.tensor([run["val_accuracy"][:length] for run in group]).mean(0)
         ax.plot(
-            run["steps"],
-            run["val_accuracy"],
+            group[0]["steps"][:length],
+            mean.tolist(),
             color=colours[key],
-            alpha=0.8,
-            label=labels.pop(key, None),
+            linewidth=2,
+            label=f"{names[key]} (mean of {len(group)})",
         )
     ax.axhline(
         1 / (seq_len - 1),
@@ -165,6 +179,6 @@ def accuracy_curves_figure(runs: list[dict], seq_len: int = 10, figsize=(5.5, 3.
     ax.set_xlabel("training step")
     ax.set_ylabel("validation accuracy")
     ax.set_ylim(0, 1.02)
-    ax.set_title("Predict the token one place to the left")
+    ax.set_title("Thin lines: single runs; thick: their mean")
     ax.legend(loc="center right")
     return fig
