@@ -28,8 +28,9 @@ def main(frames: str) -> int:
         grid = " × ".join(f"{len(c['values'])} {c['label']}" for c in r["controls"])
         r.setdefault("phone_images", 0)  # manifests written before phone copies existed
         r.setdefault("phone_bytes", 0)
+        dropped = f" (phone copies left out: {r['phone_dropped']})" if r.get("phone_dropped") else ""
         print(f"{r['name']:<18} {r['settings']:>8} {r['images']:>7} {r['bytes'] / 1e3:>7.0f} "
-              f"{r['phone_images']:>6} {r['phone_bytes'] / 1e3:>6.0f} {r['seconds']:>8.1f}  {grid}")
+              f"{r['phone_images']:>6} {r['phone_bytes'] / 1e3:>6.0f} {r['seconds']:>8.1f}  {grid}{dropped}")
         for key in total:
             total[key] += r[key]
     print(f"{'total':<18} {total['settings']:>8} {total['images']:>7} {total['bytes'] / 1e3:>7.0f} "

@@ -270,3 +270,18 @@ def test_a_diagram_whose_enlarged_labels_collide_keeps_its_desktop_drawing():
     assert plot._is_diagram(fig) and not plot._overlapping_texts(fig)
     assert phone_png(fig) is None  # enlarged to 12 pt for the phone, the two would overlap
     assert not plot._is_diagram(plt.subplots(figsize=(6.6, 2))[0])
+
+
+def test_an_explorer_whose_phone_copies_would_weigh_too_much_keeps_none(monkeypatch, tmp_path):
+    """Its page would pass the site's 3 MB page weight: the frames scroll on a phone instead, and
+    the manifest says how many copies were left out."""
+    import json
+
+    from attention_book.book import explorer
+
+    monkeypatch.setenv("ATTENTION_BOOK_FRAMES", str(tmp_path))
+    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", 1_000)
+    heavy = explorer.StaticExplorer(_row_of_maps, "ch99.heavy", {"n": ab.Steps([1, 2], value=2)})
+    assert heavy.phone_images == [None, None] and heavy.phone_dropped >= 1
+    record = json.loads((tmp_path / "ch99.heavy.json").read_text())
+    assert record["phone_images"] == 0 and record["phone_dropped"] == heavy.phone_dropped

@@ -50,6 +50,11 @@ __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_d
 MAX_SETTINGS = 600
 """Most settings one explorer may precompute (the product of its grids' sizes)."""
 
+PHONE_COPIES_MAX_BYTES = 500_000
+"""Most bytes of phone copies one explorer may inline (issue 38): more would take its page past
+the site's 3 MB page weight (tests/test_site.py), so an explorer whose copies are larger keeps
+none, and on a phone its frames scroll sideways in their box instead."""
+
 _NAME = re.compile(r"^ch\d\d\.[a-z0-9_]+$")
 
 
@@ -295,11 +300,12 @@ def _phone_frame(fig) -> bytes | None:
     return _palette_png(data, text)
 
 
-def _draw(fn: Callable, kwargs: dict, dpi: int,
-          known: frozenset[str] | set[str] = frozenset()) -> tuple[list[bytes], list[str], str, list]:
+def _draw(fn: Callable, kwargs: dict, dpi: int, known=frozenset(),
+          phones: bool = True) -> tuple[list[bytes], list[str], str, list]:
     """Call ``fn(**kwargs)``; return the PNGs of the figures it made, their text equivalents
     (core/plot.py's :func:`figure_alt_text`), the text it printed, and each figure's phone copy
-    (:func:`_phone_frame`; None for a figure whose PNG's hash is in ``known``: drawn before)."""
+    (:func:`_phone_frame`; None for a figure whose PNG's hash is in ``known``: drawn before, and
+    for every figure when ``phones`` is False)."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -313,9 +319,9 @@ def _draw(fn: Callable, kwargs: dict, dpi: int,
             figures.append(result)
         alts = [figure_alt_text(f) for f in figures]
         pngs = [_png(f, dpi) for f in figures]
-        phones = [None if hashlib.sha256(png).hexdigest() in known else _phone_frame(f)
+        copies = [None if not phones or hashlib.sha256(png).hexdigest() in known else _phone_frame(f)
                   for f, png in zip(figures, pngs)]
-        return pngs, alts, printed.getvalue(), phones
+        return pngs, alts, printed.getvalue(), copies
     finally:
         for n in set(plt.get_fignums()) - before:
             plt.close(n)
@@ -405,7 +411,8 @@ class StaticExplorer:
         digests: list[str] = []
         for setting in settings:
             kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
-            pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys())
+            over = sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES  # none kept: stop drawing them
+            pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys(), phones=not over)
             ids = []
             for png, alt, small in zip(pngs, png_alts, phones):
                 h = hashlib.sha256(png).hexdigest()
@@ -421,6 +428,10 @@ class StaticExplorer:
                 frame_list.append((ids, text))
             index.append(frames[key])
             digests.append(frame_digest(pngs, text))
+        self.phone_dropped = 0
+        if sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES:
+            self.phone_dropped = sum(1 for b in small_data if b)  # the copies drawn before the budget ran out
+            small_data = [None] * len(small_data)
         self.seconds = time.perf_counter() - start
         self.grids = grids
         self.index = index
@@ -460,6 +471,7 @@ class StaticExplorer:
             "bytes": sum(map(len, self.images)),
             "phone_images": sum(1 for b in self.phone_images if b),
             "phone_bytes": sum(len(b) for b in self.phone_images if b),
+            "phone_dropped": self.phone_dropped,  # copies left out: over PHONE_COPIES_MAX_BYTES
             "seconds": round(self.seconds, 2),
             "default": self.default_setting,
             "digests": self.digests,
