@@ -27,8 +27,9 @@ Editions:
   scaffold, its checker, which prints "Not done yet"); the code that needs an
   unfinished scaffold guarded (:func:`guard_dependents`); every ``instructor`` answer
   folded in a closed dropdown labelled "Show answer" (:func:`fold_answer`); ungraded
-  solution code folded behind a "Show code" toggle (``hide-input``, its
-  ``BEGIN/END SOLUTION`` marker lines dropped; the outputs stay).
+  solution cell folded whole, code and outputs, behind a "Show solution" toggle
+  (``hide-cell``, its ``BEGIN/END SOLUTION`` marker lines dropped): a reader meets the
+  exercise before its answer, and the printed results of the solution are part of it.
 * ``student``: ``instructor`` answers removed; every solution replaced by a
   ``# YOUR CODE HERE`` stub (:func:`stub`); the code that needs an unfinished stub
   guarded (:func:`guard_dependents`), so "Run All" reaches the last cell; outputs cleared.
@@ -253,7 +254,7 @@ def guard_dependents(cells: list[dict]) -> None:
 
 
 ANSWER_LABEL = "Show answer"  # the toggle over an instructor answer on the website
-CODE_LABELS = ("Show code", "Hide code")  # the toggle over solution code on the website
+CODE_LABELS = ("Show solution", "Hide solution")  # the toggle over a solution cell on the website
 
 
 def fold_answer(markdown: str) -> str:
@@ -367,7 +368,7 @@ def make_edition(nb: dict, edition: str, solutions: dict[str, str] | None = None
         elif "solution" in cell_tags and cell.get("cell_type") == "code":
             if edition == "public":
                 cell["source"] = strip_markers(source(cell))
-                _add_tag(cell, "hide-input")
+                _add_tag(cell, "hide-cell")
                 show, hide = CODE_LABELS
                 cell["metadata"].setdefault("mystnb", {}).update(code_prompt_show=show, code_prompt_hide=hide)
             else:

@@ -82,14 +82,16 @@ def test_editions_treat_tags_as_documented():
     assert len(texts) == 3 and "The answer is 42" not in "".join(texts)
     assert "raise NotImplementedError" in texts[1] and "x * 2" not in texts[1]
     assert texts[2] == "check_double(f)" and student["cells"][1]["outputs"] == []
-    # The public site shows the answer folded under "Show answer", and folds solution code under "Show code".
+    # The public site shows the answer folded under "Show answer", and folds a solution cell (code and
+    # outputs: its printed results would give the answer away) under "Show solution".
     public = editions.make_edition(nb, "public")
     assert len(public["cells"]) == 4
     assert editions.source(public["cells"][1]) == ":::{dropdown} Show answer\nThe answer is 42 because $x^2$ ...\n:::"
     code = public["cells"][2]
-    assert "hide-input" in editions.tags(code) and "x * 2" in editions.source(code)
+    assert "hide-cell" in editions.tags(code) and "hide-input" not in editions.tags(code)
+    assert "x * 2" in editions.source(code)
     assert "SOLUTION" not in editions.source(code)  # the markers are dropped on the website
-    assert code["metadata"]["mystnb"] == {"code_prompt_show": "Show code", "code_prompt_hide": "Hide code"}
+    assert code["metadata"]["mystnb"] == {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
     assert code["outputs"] == nb["cells"][2]["outputs"]
     assert editions.make_edition(nb, "instructor") == nb
     with pytest.raises(ValueError, match="edition"):
