@@ -285,3 +285,15 @@ def test_an_explorer_whose_phone_copies_would_weigh_too_much_keeps_none(monkeypa
     assert heavy.phone_images == [None, None] and heavy.phone_dropped >= 1
     record = json.loads((tmp_path / "ch99.heavy.json").read_text())
     assert record["phone_images"] == 0 and record["phone_dropped"] == heavy.phone_dropped
+
+
+def test_a_long_figure_title_wraps_to_the_phone_copys_width():
+    """Chapter 7's explorer lost its copies for two sentences: the figure's own title ("encoder–
+    decoder attention go . → va !") stayed wider than the phone's column, whatever the width."""
+    fig = translation_like_maps(layers=1)
+    fig.suptitle("encoder–decoder attention\ngo . → va ! and one sentence more", fontsize=16)
+    data = phone_png(fig)
+    assert data is not None
+    check_png(data)
+    copy = phone_figure(fig)
+    assert copy._suptitle.get_window_extent(copy.canvas.get_renderer()).width <= copy.bbox.width

@@ -289,12 +289,14 @@ def _fit_titles(fig, renderer) -> bool:
     neighbouring plots never run together ("layer 1, headlayer 1, head 2"): first at its commas,
     then between words, on as few lines as fit. True if any changed."""
     changed = False
-    for ax in fig.get_axes():
-        title = ax.title
+    suptitle = getattr(fig, "_suptitle", None)
+    titles = [(ax.title, ax) for ax in fig.get_axes()] + ([(suptitle, None)] if suptitle is not None else [])
+    for title, ax in titles:
         text = title.get_text()
         if not text or not title.get_visible():
             continue
-        room = _title_room(fig, ax, renderer)
+        # the figure's own title may take the figure's width
+        room = fig.bbox.width - 6 if ax is None else _title_room(fig, ax, renderer)
         width = title.get_window_extent(renderer).width
         if width <= room:
             continue
