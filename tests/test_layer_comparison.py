@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,9 +45,14 @@ def test_encoding_figures_draw_the_table():
     line = fig.axes[0].lines[0]
     assert len(line.get_xdata()) == 60
     assert math.isclose(line.get_ydata()[10], math.sin(10 / 10000 ** (6 / 32)), abs_tol=1e-6)
-    fig = ab.positional_encoding_figure(8, 20)  # columns 6, 7 only
-    assert len(fig.axes[0].lines) == 2
+    fig = ab.positional_encoding_figure(8, 20)  # the middle pair 4, 5 and the fast pair 6, 7
+    assert len(fig.axes[0].lines) == 4 and fig.axes[0].get_title() == "columns 4, 5, 6, 7 of P"
     assert fig.axes[1].images[0].get_array().shape == (20, 8)
+    fig = ab.positional_encoding_figure(128, 500)  # a fast and a slow pair: four lines, not a block
+    assert fig.axes[0].get_title() == "columns 6, 7, 64, 65 of P"
+    crossings = [int((np.diff(np.sign(line.get_ydata())) != 0).sum()) for line in fig.axes[0].lines]
+    assert crossings[0] > 50 and crossings[2] <= 2  # fast: dozens of waves in 500 rows; slow: under one
+    assert ab.positional_encoding_figure(2, 10).axes[0].get_title() == "columns 0, 1 of P"
     assert ab.encoding_heatmap_figure(16, 10).axes[0].images[0].get_array().shape == (10, 16)
 
 

@@ -286,7 +286,12 @@ def encoding_heatmap_figure(encoding_dim: int = 32, num_steps: int = 60):
 
 
 def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
-    """Widget callback: columns 6–9 (those that exist) and the heatmap, side by side."""
+    """Widget callback: a fast and a slow pair of columns, and the heatmap, side by side.
+
+    The fast pair is columns 6 and 7 (0 and 1 when d < 8), the slow pair the middle columns d/2
+    and d/2 + 1: their wavelength grows with d, so moving the dimension slider shows the slow
+    waves in the line plot too, not only in the heatmap. Four lines at most, so the plot stays
+    readable over 500 positions."""
     _check_encoding_args(encoding_dim, num_steps)
     from ..core.plot import PAGE_FIGURE_WIDTH, ensure_style
 
@@ -296,9 +301,11 @@ def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     P = sinusoidal_table(num_steps, encoding_dim)
     fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.4, 1]})
-    columns = [c for c in (6, 7, 8, 9) if c < encoding_dim] or list(range(min(encoding_dim, 4)))
+    fast = 6 if encoding_dim >= 8 else 0
+    middle = encoding_dim // 2 - (encoding_dim // 2) % 2
+    columns = sorted({c for c in (fast, fast + 1, middle, middle + 1) if c < encoding_dim})
     encoding_columns_figure(encoding_dim, num_steps, columns, ax=left)
-    left.set_title(f"columns {columns[0]}–{columns[-1]} of P")
+    left.set_title("columns " + ", ".join(map(str, columns)) + " of P")
     image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
     right.grid(False)
     right.set_xlabel("column (encoding dimension)")
