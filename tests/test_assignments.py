@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -58,8 +59,8 @@ def _references() -> dict[str, tuple[str, object]]:
                 exec(editions.source(cell), namespace)
         for cell in instructor["cells"]:
             if "checker" in editions.tags(cell):
-                call = editions.source(cell).split("ab.assignments.")[1]
-                checker, argument = call.split("(")[0], call.split("(")[1].split(")")[0]
+                # ab.assignments.check_x(fn) or check_x(fn) imported from attention_book.assignments
+                checker, argument = re.search(r"\b(check_\w+)\((\w+)\)", editions.source(cell)).groups()
                 found[checker[len("check_"):]] = (checker, namespace[argument])
     return found
 

@@ -5,24 +5,115 @@ the encoding of any positions, integer or not, in any order, with any base:
 ``fn(positions, num_hiddens, base=10000.0)`` with positions (n,) a float tensor
 returns (n, num_hiddens) in the positions' dtype, with
 ``P[i, 2j] = sin(p_i / base^(2j / d))`` and ``P[i, 2j + 1] = cos(p_i / base^(2j / d))``.
+
+A failed case names its own cause: a wrong type, shape or dtype says so, and wrong values
+are compared with what each common mistake gives (the base ignored, the exponent j / d,
+sines and cosines swapped or in two halves, …) so the feedback names the mistake made.
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import Case, case_generator, compare, draw, run_checks
+from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_encode_positions"]
 
 
-def reference(positions: torch.Tensor, num_hiddens: int, base: float = 10000.0) -> torch.Tensor:
-    """The answer computed in float64, returned in the positions' dtype."""
+def _table(positions, num_hiddens: int, base: float, exponent=lambda columns: columns - columns % 2,
+           cosine_first: bool = False, halves: bool = False, scale=None) -> torch.Tensor:
+    """The table in float64; the keyword arguments make the common mistakes (the right table by default).
+
+    ``exponent(columns)`` is the number k in base^(k / d) for each column; ``scale`` (a function of the
+    positions and base^(k / d)) replaces the division; ``halves`` puts all sines before all cosines."""
     p = positions.double()[:, None]
     columns = torch.arange(num_hiddens, dtype=torch.float64)
-    angles = p / base ** ((columns - columns % 2) / num_hiddens)  # columns 2j and 2j + 1 share a frequency
-    table = torch.where(columns % 2 == 0, torch.sin(angles), torch.cos(angles))
-    return table.to(positions.dtype)
+    if halves:  # column c < ceil(d / 2) is the sine of frequency c, the rest the cosines in the same order
+        first = (num_hiddens + 1) // 2
+        pair = torch.where(columns < first, columns, columns - first)
+        power = base ** (exponent(2 * pair) / num_hiddens)
+        angles = p / power if scale is None else scale(p, power)
+        is_sine = columns < first
+    else:
+        power = base ** (exponent(columns) / num_hiddens)
+        angles = p / power if scale is None else scale(p, power)
+        is_sine = columns % 2 == 0
+    if cosine_first:
+        is_sine = ~is_sine
+    return torch.where(is_sine, torch.sin(angles), torch.cos(angles))
+
+
+def reference(positions: torch.Tensor, num_hiddens: int, base: float = 10000.0) -> torch.Tensor:
+    """The answer computed in float64, returned in the positions' dtype."""
+    return _table(positions, num_hiddens, base).to(positions.dtype)  # columns 2j and 2j + 1 share a frequency
+
+
+# Common mistakes: (cause in words that hold no value of a case, the table a function with that mistake gives).
+MISTAKES = [
+    ("the base argument is ignored (10000 is used whatever base is passed): divide by base ** (2j / d)",
+     lambda p, d, b: _table(p, d, 10000.0)),
+    (("the exponent uses j, the index of the sine/cosine pair, instead of the even column index 2j: the "
+     "frequency of columns 2j and 2j + 1 is 1 / base^(2j / d)"),
+     lambda p, d, b: _table(p, d, b, exponent=lambda c: (c - c % 2) / 2)),
+    (("each column uses its own index in the exponent: the cosine column 2j + 1 must share the frequency "
+     "1 / base^(2j / d) of the sine column 2j before it"),
+     lambda p, d, b: _table(p, d, b, exponent=lambda c: c)),
+    ("sines and cosines are swapped: sines go to the even columns 0, 2, 4, … and cosines to the odd ones",
+     lambda p, d, b: _table(p, d, b, cosine_first=True)),
+    (("all sines come first and all cosines after them: interleave them, the sine of frequency j in column "
+     "2j and its cosine in column 2j + 1"),
+     lambda p, d, b: _table(p, d, b, halves=True)),
+    ("the positions are multiplied by base^(2j / d) instead of divided by it",
+     lambda p, d, b: _table(p, d, b, scale=lambda pos, power: pos * power)),
+    (("the positions passed in are ignored (the table of 0, 1, …, n - 1 is returned): use positions itself "
+     "as p in sin(p / base^(2j / d)), whatever its values and their order"),
+     lambda p, d, b: _table(torch.arange(len(p)), d, b)),
+]
+
+VALUES = ("columns 2j and 2j + 1 share the frequency 1 / base^(2j / d): the exponent uses the even column index "
+          "2j (not j), sines go to even columns and cosines to odd ones; use the positions and the base passed in")
+DTYPE = ("the result must come back in the positions' dtype (float32 in, float32 out; float64 in, float64 out): "
+         "build the table in that dtype, or compute it in float64 and return table.to(positions.dtype)")
+TRANSPOSED = ("the table is transposed: one row per position and one column per dimension, shape "
+              "(len(positions), num_hiddens)")
+ODD_WIDTH = ("with an odd num_hiddens the table has num_hiddens columns, the last one a sine with no cosine "
+             "after it: drop the extra cosine column (e.g. fill P[:, 1::2] with the first num_hiddens // 2 "
+             "cosine columns only)")
+SHAPE = "the result must have shape (len(positions), num_hiddens): one row per position, one column per dimension"
+NOT_TENSOR = "return a torch tensor of shape (len(positions), num_hiddens)"
+NAN = "the table holds NaN: every entry is the sine or cosine of a finite angle p / base^(2j / d)"
+
+
+def _diagnosing(positions, num_hiddens: int, base: float):
+    """The case's check: ``compare`` with the reference, then the cause of a failure in words."""
+    want = reference(positions, num_hiddens, base)
+    positions = positions.clone()  # what the mistakes are computed from, whatever a call writes into the input
+    base_check = compare(want, atol=1e-5, rtol=1e-4)
+
+    def check(got):
+        why = base_check(got)
+        if why is None:
+            return None
+        if not isinstance(got, torch.Tensor):
+            cause = NOT_TENSOR
+        elif tuple(got.shape) != tuple(want.shape):
+            n = len(positions)
+            cause = (TRANSPOSED if tuple(got.shape) == (num_hiddens, n) else
+                     ODD_WIDTH if num_hiddens % 2 and tuple(got.shape) == (n, num_hiddens + 1) else SHAPE)
+        elif got.dtype != want.dtype:
+            cause = DTYPE
+        elif got.is_floating_point() and bool(torch.isnan(got).any()):
+            cause = NAN
+        else:
+            got64 = got.detach().double().cpu()
+            right = want.double()
+            cause = next((text for text, wrong in MISTAKES
+                          for bad in [wrong(positions, num_hiddens, base)]
+                          if not torch.allclose(bad, right, atol=1e-5, rtol=1e-4)
+                          and torch.allclose(got64, bad, atol=1e-5, rtol=1e-4)), VALUES)
+        return Diagnosis(f"{why} — {cause}", cause)
+
+    return check
 
 
 def check_encode_positions(fn, verbose: bool = True):
@@ -45,8 +136,6 @@ def check_encode_positions(fn, verbose: bool = True):
         ("far positions in float64", torch.rand(draw(g, 3, 8), generator=g, dtype=torch.float64) * 1e5, even(),
          10000.0),
     ]
-    hint = ("columns 2j and 2j + 1 share the frequency 1 / base^(2j / d): the exponent uses the even column "
-            "index 2j (not j), sines go to even columns and cosines to odd ones; use the base argument")
-    cases = [Case(name, (p, d), compare(reference(p, d, b), atol=1e-5, rtol=1e-4), {"base": b}, hint=hint)
-             for name, p, d, b in cases_in]
+    # No general hint on the cases: each failure's own cause is named by the check (a crash shows its error).
+    cases = [Case(name, (p, d), _diagnosing(p, d, b), {"base": b}) for name, p, d, b in cases_in]
     return run_checks("encode_positions", fn, cases, verbose=verbose)

@@ -9,6 +9,10 @@ Every case checks that count and the (inputs, labels) contract; the cases on a l
 batch are statistical too: the selected positions spread over the whole row, and the
 80 / 10 / 10 split of the selected tokens lies within a few standard deviations.
 Special tokens (``<pad>``, ``<cls>``, …) must never be selected.
+
+A failed case names its own cause: a wrong count says which mistake gives it (each token
+selected independently, k rounded down, special tokens selected, …), and each other
+property failed gets the hint of that property, never another case's.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 
 import torch
 
-from . import Case, case_generator, draw, run_checks
+from . import Case, Diagnosis, case_generator, draw, run_checks
 
 __all__ = ["check_mlm_masking"]
 
@@ -58,6 +62,32 @@ def call_masking(fn, tokens, select_prob=0.15, probe=None):
     return _call(fn, tokens, select_prob)
 
 
+SHAPE = ("inputs and labels must both be tensors with the shape and dtype of tokens (torch.where(selected, ..., "
+         "tokens) keeps both)")
+INDEPENDENT = ("the number selected in a row is not k = round(select_prob * n) of its n ordinary tokens, and misses "
+               "it by different amounts in different rows: each token seems to be selected on its own "
+               "(torch.rand(...) < select_prob, as chapter 9's page does), which gives about k per row, not "
+               "exactly k; draw one uniform score per ordinary token, rank the scores within each row "
+               "(argsort of argsort) and select the k lowest ranks")
+ROUNDED_DOWN = ("every row selects floor(select_prob * n) tokens: k is rounded down (int() or floor), but it is "
+                "round(select_prob * n), the nearest whole number")
+ROUNDED_UP = "every row selects ceil(select_prob * n) tokens: k is rounded up, but it is round(select_prob * n)"
+SPECIALS_COUNTED = ("special tokens (<pad>, <cls>, <unk>) were selected, so the count of ordinary tokens selected "
+                    "is off: select only among the ordinary tokens of a row (give the special ones a score that "
+                    "sorts last) and take k = round(select_prob * n), n the number of ordinary tokens")
+PROB_IGNORED = ("every row selects round(0.15 * n) tokens whatever select_prob is passed: use the select_prob "
+                "argument")
+SAME_COUNT = ("every row selects the same number of tokens: k depends on each row's own number n of ordinary "
+              "tokens (padding and special tokens not counted), k = round(select_prob * n) row by row")
+
+
+def _because(why, cause: str):
+    """``why`` (a reason, or None when the property holds) with ``cause`` named, for the grader's hidden cases too."""
+    if why is None or isinstance(why, Diagnosis):
+        return why
+    return Diagnosis(f"{why} — {cause}", cause)
+
+
 def _shape_problem(tokens, inputs, labels) -> str | None:
     for name, t in (("inputs", inputs), ("labels", labels)):
         if not isinstance(t, torch.Tensor):
@@ -67,6 +97,22 @@ def _shape_problem(tokens, inputs, labels) -> str | None:
         if t.dtype != tokens.dtype:
             return f"{name} should have the dtype of tokens {tokens.dtype}, got {t.dtype}"
     return None
+
+
+def _count_cause(tokens, labels, p, got, n) -> str:
+    """Why the rows' counts ``got`` of selected ordinary tokens differ from round(p * n): the mistake that gives them."""
+    if bool(((labels != IGNORE) & ~_eligible(tokens)).any()):
+        return SPECIALS_COUNTED
+    pn = p * n.double()
+    if torch.equal(got.double(), torch.floor(pn)):
+        return ROUNDED_DOWN
+    if torch.equal(got.double(), torch.ceil(pn)):
+        return ROUNDED_UP
+    if p != 0.15 and torch.equal(got.double(), torch.round(0.15 * n.double())):
+        return PROB_IGNORED
+    if len(got) > 1 and bool((got == got[0]).all()) and bool((n != n[0]).any()):
+        return SAME_COUNT
+    return INDEPENDENT
 
 
 def _sigma_ok(observed: float, p: float, n: int, name: str, k: float = 5.0) -> str | None:
@@ -90,23 +136,28 @@ def _count_problem(tokens, labels, p) -> str | None:
     if not off.any():
         return None
     r = int(off.nonzero()[0, 0])
-    return (f"a row with {int(n[r])} ordinary tokens should have exactly {round(p * int(n[r]))} selected "
-            f"(select_prob={p}), got {int(got[r])}; {int(off.sum())} of {len(n)} rows have the wrong count")
+    why = (f"a row with {int(n[r])} ordinary tokens should have exactly {round(p * int(n[r]))} selected "
+           f"(select_prob={p}), got {int(got[r])}; {int(off.sum())} of {len(n)} rows have the wrong count")
+    return _because(why, _count_cause(tokens, labels, p, got, n))
 
 
-def _unpacked(tokens, p):
-    """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then the exact count per row."""
+def _unpacked(tokens, p, hint: str):
+    """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then the exact count per row, then
+    the case's own property, whose failure is named with ``hint`` (the shape and the count name their own)."""
     def wrap(check):
         def on_pair(out):
             inputs, labels = out
-            return (_shape_problem(tokens, inputs, labels) or _count_problem(tokens, labels, p)
-                    or check(inputs, labels))
+            return (_because(_shape_problem(tokens, inputs, labels), SHAPE) or _count_problem(tokens, labels, p)
+                    or _because(check(inputs, labels), hint))
         return on_pair
     return wrap
 
 
+CONTRACT = "labels = torch.where(selected, tokens, -100); change inputs only where selected"
+
+
 def _check_contract(tokens, p=0.15):
-    @_unpacked(tokens, p)
+    @_unpacked(tokens, p, CONTRACT)
     def check(inputs, labels):
         selected = labels != IGNORE
         if not torch.equal(labels[selected], tokens[selected]):
@@ -121,7 +172,7 @@ def _check_contract(tokens, p=0.15):
 def _check_specials(tokens):
     special = ~_eligible(tokens)
 
-    @_unpacked(tokens, 0.15)
+    @_unpacked(tokens, 0.15, "rank only the ordinary tokens of a row: give the special ones a score that sorts last")
     def check(inputs, labels):
         bad = special & (labels != IGNORE)
         if bad.any():
@@ -133,13 +184,17 @@ def _check_specials(tokens):
     return check
 
 
+SPREAD = ("the selected tokens crowd one part of the row: draw one uniform score per token, rank the scores "
+          "within each row (argsort of argsort gives ranks) and select the ranks below k, not the first k tokens")
+
+
 def _check_spread(tokens, p):
     """Drawn uniformly without replacement: the first half of each row's ordinary tokens gets its share."""
     eligible = _eligible(tokens)
     rank = eligible.long().cumsum(-1) - 1
     first = eligible & (2 * rank < eligible.sum(-1, keepdim=True))
 
-    @_unpacked(tokens, p)
+    @_unpacked(tokens, p, SPREAD)
     def check(inputs, labels):
         selected = (labels != IGNORE) & eligible
         overall = int(selected.sum()) / max(int(eligible.sum()), 1)
@@ -150,7 +205,8 @@ def _check_spread(tokens, p):
 
 
 def _check_split(tokens):
-    @_unpacked(tokens, 0.15)
+    @_unpacked(tokens, 0.15, "draw a second uniform number per token: < 0.8 → <mask>, 0.8–0.9 → random ordinary "
+                             "id, else keep")
     def check(inputs, labels):
         selected = labels != IGNORE
         n = int(selected.sum())
@@ -174,10 +230,12 @@ def _check_split(tokens):
     return check
 
 
-def _check_extreme(tokens, p):
+def _check_extreme(tokens, p, hint=""):
     eligible = _eligible(tokens)
+    hint = hint or ("select_prob = 0 selects no token and changes none" if p == 0 else
+                    "select_prob = 1 selects every ordinary token of every row and no special one")
 
-    @_unpacked(tokens, p)
+    @_unpacked(tokens, p, hint)
     def check(inputs, labels):
         selected = labels != IGNORE
         if p == 0 and (selected.any() or not torch.equal(inputs, tokens)):
@@ -198,7 +256,8 @@ def _same_twice(tokens):
             return problem
         if torch.equal(first[0], second[0]) and torch.equal(first[1], second[1]):
             return None
-        return "two calls with generators seeded alike gave different results"
+        return _because("two calls with generators seeded alike gave different results",
+                        "draw every random number with generator=generator")
 
     return check
 
@@ -209,11 +268,13 @@ def _unchanged(tokens):
     def check(out):
         before, after, pair = out
         if not (isinstance(pair, tuple) and len(pair) == 2):
-            return f"expected a pair (inputs, labels), got {type(pair).__name__}"
+            return _because(f"expected a pair (inputs, labels), got {type(pair).__name__}", "return (inputs, labels)")
         problem = contract(pair)
         if problem:
             return problem
-        return None if torch.equal(before, after) else "the tokens tensor passed in was modified in place"
+        return None if torch.equal(before, after) else _because(
+            "the tokens tensor passed in was modified in place",
+            "build new tensors (torch.where, clone) instead of writing into tokens")
 
     return check
 
@@ -234,31 +295,22 @@ def check_mlm_masking(fn, verbose: bool = True):
     small = _batch(g, draw(g, 6, 10), draw(g, 10, 14))
     all_pad = torch.full((draw(g, 2, 5), draw(g, 6, 12)), PAD)
     other_p = round(0.2 + 0.3 * float(torch.rand(1, generator=g)), 3)
+    # No general hint on the cases: each property failed is named by its own check (a crash shows its error).
     cases = [
         Case("returns (inputs, labels): labels = original token where selected, -100 elsewhere",
-             (small,), _check_contract(small), label="the (inputs, labels) contract",
-             hint="labels = torch.where(selected, tokens, -100); change inputs only where selected"),
-        Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big),
-             hint="rank only the ordinary tokens of a row: give the special ones a score that sorts last"),
+             (small,), _check_contract(small), label="the (inputs, labels) contract"),
+        Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big)),
         Case("the selected positions spread over the whole row", (big,), _check_spread(big, 0.15),
-             label="exactly k per row, drawn uniformly",
-             hint="one uniform score per token, sorted within its row (argsort of argsort gives ranks); "
-                  "select the ranks below k"),
+             label="exactly k per row, drawn uniformly"),
         Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
-             label="the 80/10/10 split of the selected tokens",
-             hint="draw a second uniform number per token: < 0.8 → <mask>, 0.8–0.9 → random ordinary id, else keep"),
-        Case("another select_prob", (big,), _check_spread(big, other_p), {"select_prob": other_p},
-             hint="k = round(select_prob * number of ordinary tokens in the row), from the argument"),
+             label="the 80/10/10 split of the selected tokens"),
+        Case("another select_prob", (big,), _check_spread(big, other_p), {"select_prob": other_p}),
         Case("select_prob=0 changes nothing", (small,), _check_extreme(small, 0), {"select_prob": 0.0}),
         Case("select_prob=1 selects every ordinary token", (small,), _check_extreme(small, 1), {"select_prob": 1.0}),
-        Case("a batch of padding only: nothing selected", (all_pad,), _check_extreme(all_pad, 0)),
-    ]
-
-    cases += [
-        Case("the same generator seed gives the same masking", (small,), _same_twice(small), {"probe": "twice"},
-             hint="draw every random number with generator=generator"),
-        Case("the tokens passed in are not modified", (small.clone(),), _unchanged(small), {"probe": "in place"},
-             hint="build new tensors (torch.where, clone) instead of writing into tokens"),
+        Case("a batch of padding only: nothing selected", (all_pad,), _check_extreme(
+            all_pad, 0, "padding is never selected: a row of padding only has no ordinary token, so k = 0")),
+        Case("the same generator seed gives the same masking", (small,), _same_twice(small), {"probe": "twice"}),
+        Case("the tokens passed in are not modified", (small.clone(),), _unchanged(small), {"probe": "in place"}),
     ]
     # A module-level adapter (not a closure): the grader's sandbox calls the student's function
     # through it by name, without the cases' checks ever entering the student's kernel.

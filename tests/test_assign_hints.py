@@ -1,0 +1,187 @@
+"""Checker feedback a learner can act on (issue 36 item 7, issue 37): each failed case names the cause of
+ITS failure, never another case's hint.
+
+Fresh learners found hints that pointed the wrong way: chapter 6 gave every failure (a float32 result, a
+crash) the hint about the exponent 2j and the base; chapter 9 answered the chapter's own "select each token
+independently" with a count error and the hint of the in-place case; chapter 8 told a channels-last patchify
+to "use the patch height for the image rows". Each plausible wrong solution below is checked as a student
+sees it (the visible cases) and as the grader describes a hidden case (inputs drawn from another seed): its
+feedback must name its mistake and must not carry the hint of another one.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention_book as ab
+from attention_book.assignments import hidden_cases
+from attention_book.assignments.grading import (
+    case_results,
+    dump_data,
+    hidden_arguments,
+    load_results,
+    run_hidden,
+)
+
+OFFSETS = (0, 97, 4242)  # 0: the cases a student sees; the others: hidden runs
+
+
+def failures(checker, fn) -> list[str]:
+    """The reason of every failed case, over the visible cases and two hidden runs."""
+    out = []
+    for offset in OFFSETS:
+        with hidden_cases(offset):
+            report = checker(fn, verbose=False)
+        out += [why for _name, ok, why in report.results if not ok]
+    return out
+
+
+def assert_named(checker, fn, words: str, wrong: tuple[str, ...] = ()):
+    found = failures(checker, fn)
+    assert found, "the wrong solution passed every case"
+    for why in found:
+        assert words in why, (words, why)
+        for other in wrong:
+            assert other not in why, (other, why)
+
+
+# Chapter 6: sinusoidal encodings of any positions ------------------------------------------------------------
+
+def _encode(positions, num_hiddens, base=10000.0, *, j_not_2j=False, swap=False, dtype=None, own_base=True,
+            transpose=False, odd_extra=False):
+    """A learner's encode_positions, right by default, with one mistake switched on by each keyword."""
+    pairs = (num_hiddens + 1) // 2
+    index = torch.arange(pairs, dtype=torch.float64) * (1 if j_not_2j else 2)
+    angles = positions.double()[:, None] / (base if own_base else 10000.0) ** (index / num_hiddens)
+    first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+    table = torch.stack([first(angles), second(angles)], dim=-1).reshape(len(positions), 2 * pairs)
+    table = table if odd_extra else table[:, :num_hiddens]
+    table = table.T if transpose else table
+    return table.to(dtype or positions.dtype)
+
+
+def always_float32(positions, num_hiddens, base=10000.0):
+    return _encode(positions, num_hiddens, base, dtype=torch.float32)
+
+
+def crashes(positions, num_hiddens, base=10000.0):
+    return torch.zeros(len(positions), num_hiddens) @ torch.zeros(num_hiddens + 1, 1)
+
+
+EXPONENT = "2j (not j)"  # the old hint, given to every failure whatever its cause
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (always_float32, "the positions' dtype"),
+    (lambda p, d, base=1e4: _encode(p, d, base, transpose=True), "transposed"),
+    (lambda p, d, base=1e4: _encode(p, d, base, odd_extra=True), "drop the extra cosine column"),
+    (lambda p, d, base=1e4: _encode(p, d, base, own_base=False), "the base argument is ignored"),
+    (lambda p, d, base=1e4: _encode(p, d, base, j_not_2j=True), "the exponent uses j"),
+    (lambda p, d, base=1e4: _encode(p, d, base, swap=True), "sines and cosines are swapped"),
+    (lambda p, d, base=1e4: _encode(torch.arange(len(p), dtype=p.dtype), d, base), "positions passed in are ignored"),
+])
+def test_each_encode_positions_mistake_gets_its_own_cause(wrong, words):
+    assert_named(ab.assignments.check_encode_positions, wrong, words, wrong=() if "exponent" in words else (EXPONENT,))
+
+
+def test_a_crashing_encode_positions_shows_its_error_and_no_unrelated_hint():
+    found = failures(ab.assignments.check_encode_positions, crashes)
+    assert found and all(why.startswith("raised RuntimeError") and EXPONENT not in why and "hint" not in why
+                         for why in found), found
+
+
+def test_the_right_encoding_passes():
+    assert ab.assignments.check_encode_positions(_encode, verbose=False)
+
+
+# Chapter 8: patchify --------------------------------------------------------------------------------------------
+
+def _patchify(X, patch_size, *, inner=(1, 3, 5), by_column=False, swap_hw=False):
+    ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
+    ph, pw = (pw, ph) if swap_hw else (ph, pw)
+    b, c, h, w = X.shape
+    blocks = X.reshape(b, c, h // ph, ph, w // pw, pw)
+    blocks = blocks.permute(0, *((4, 2) if by_column else (2, 4)), *inner)
+    return blocks.reshape(b, -1, c * ph * pw)
+
+
+PATCH_HINTS = ("use the patch height for the image rows", "flatten each patch channel first", "hint:")
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda X, p: _patchify(X, p, inner=(3, 5, 1)), "the channel comes last within a patch (channels-last)"),
+    (lambda X, p: _patchify(X, p, by_column=True), "numbered column by column"),
+    (lambda X, p: X.reshape(X.shape[0], -1, X.shape[1] * (p * p if isinstance(p, int) else p[0] * p[1])),
+     "without moving any axis"),
+])
+def test_each_patchify_mistake_gets_its_own_cause(wrong, words):
+    assert_named(ab.assignments.check_patchify, wrong, words, wrong=PATCH_HINTS)
+
+
+def test_the_right_patchify_passes():
+    assert ab.assignments.check_patchify(_patchify, verbose=False)
+
+
+# Chapter 9: exactly k tokens per row ----------------------------------------------------------------------------
+
+IN_PLACE = "instead of writing into tokens"  # the in-place case's hint, once given to every count error
+
+
+def _masking(tokens, mask_id, vocab_size, special_ids, select_prob=0.15, generator=None, *, floor=False,
+             specials=False, independent=False):
+    special = torch.tensor(list(special_ids) + [mask_id])
+    eligible = (tokens >= 0) if specials else ~torch.isin(tokens, special)
+    n = select_prob * eligible.sum(-1, keepdim=True).double()
+    k = torch.floor(n) if floor else torch.round(n)
+    rank = torch.rand(tokens.shape, generator=generator).masked_fill(~eligible, 2.0).argsort(-1).argsort(-1)
+    selected = eligible & (rank < k)
+    if independent:  # each token on its own, as the chapter's page does: about k per row
+        selected = eligible & (torch.rand(tokens.shape, generator=generator) < select_prob)
+    action = torch.rand(tokens.shape, generator=generator)
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in set(special.tolist())])
+    random_tokens = ordinary[torch.randint(len(ordinary), tokens.shape, generator=generator)]
+    inputs = torch.where(selected & (action < 0.8), mask_id, tokens)
+    inputs = torch.where(selected & (action >= 0.8) & (action < 0.9), random_tokens, inputs)
+    return inputs, torch.where(selected, tokens, -100)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (ab.mask_for_mlm, "each token seems to be selected on its own"),  # the chapter's page: about k, not k
+    (lambda *a, **k: _masking(*a, **k, independent=True), "each token seems to be selected on its own"),
+    (lambda *a, **k: _masking(*a, **k, floor=True), "k is rounded down"),
+])
+def test_each_mlm_count_mistake_is_named_on_every_case_it_fails(wrong, words):
+    assert_named(ab.assignments.check_mlm_masking, wrong, words, wrong=(IN_PLACE, "draw every random number"))
+
+
+def test_selected_special_tokens_are_named_where_the_count_is_off():
+    found = failures(ab.assignments.check_mlm_masking, lambda *a, **k: _masking(*a, **k, specials=True))
+    assert found and all("special" in why or "padding" in why for why in found), found
+    assert not any(IN_PLACE in why for why in found), found
+
+
+def test_the_right_masking_passes():
+    assert ab.assignments.check_mlm_masking(_masking, verbose=False)
+
+
+# As the grader describes them: a hidden case's feedback names the kind of failure and its cause ---------------
+
+def _graded(tmp_path, name: str, fn, seed: int) -> list[dict]:
+    (tmp_path / "cases.bin").write_bytes(dump_data(hidden_arguments(name, seed, "hints")))
+    run_hidden(name, fn, str(tmp_path / "cases.bin"), str(tmp_path / "results.bin"))
+    return case_results(name, seed, "hints", load_results((tmp_path / "results.bin").read_bytes()))
+
+
+@pytest.mark.parametrize("name, wrong, words, other", [
+    ("patchify", lambda X, p: _patchify(X, p, inner=(3, 5, 1)), "channel comes last", "patch height"),
+    ("mlm_masking", lambda *a, **k: _masking(*a, **k, independent=True), "selected on its own", IN_PLACE),
+    ("encode_positions", lambda p, d, base=1e4: _encode(p, d, base, own_base=False), "base argument is ignored",
+     EXPONENT),
+])
+def test_the_graders_feedback_names_the_cause_of_each_failed_case(tmp_path, name, wrong, words, other):
+    failed = [c for c in _graded(tmp_path, name, wrong, 4242) if not c["passed"]]
+    assert failed, name
+    for case in failed:
+        assert words in case["why"] and other not in case["why"], case
+        assert words in case["cause"], case
