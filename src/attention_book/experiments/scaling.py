@@ -23,7 +23,7 @@ from ..models.objectives import Batches, clm_batch, clm_loss, evaluate_loss
 from ..models.transformer import TransformerDecoder
 
 __all__ = ["PowerLaw", "fit_power_law", "non_embedding_parameters", "ScalingRun", "scaling_experiment",
-           "scaling_law_figure"]
+           "scaling_law_figure", "larger_wins_at_equal_compute"]
 
 
 # --------------------------------------------------------------------------------------
@@ -181,5 +181,29 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
     ax2.set_xlabel("training compute C ≈ 6·N·D (FLOPs)")
     ax2.set_title("loss along training")
     fig.fits = {"params": law_n, "compute": law_c}
+    on_front = set(front)
+    fig._ab_values = [  # the figure's data for its "values as a table": every model, every checkpoint
+        {"caption": "same steps, different sizes: validation loss (nats / token) at the end",
+         "corner": "model", "cols": ["N", "loss", "fit"],
+         "rows": [r.label for r in runs],
+         "cells": [[f"{r.params:,}", f"{r.val_loss[-1]:.3f}", f"{law_n(r.params):.3f}"] for r in runs]},
+        {"caption": "loss along training: validation loss at each checkpoint; * = on the frontier",
+         "corner": "model, checkpoint", "cols": ["C (FLOPs)", "loss"],
+         "rows": [f"{r.label}, {k + 1}/{len(r.compute)}" for r in runs for k in range(len(r.compute))],
+         "cells": [[f"{c:.2e}", f"{v:.3f}{' *' if (c, v) in on_front else ''}"]
+                   for r in runs for c, v in zip(r.compute, r.val_loss)]},
+    ]
     return fig
+
+
+def larger_wins_at_equal_compute(runs: Sequence[ScalingRun]) -> list[bool]:
+    """For each pair of neighbouring sizes: did the larger model, at some checkpoint that used no more
+    compute than the smaller model's last, reach a lower loss than that last one? (Chinchilla's trade-off:
+    a larger model trained for fewer steps beating a smaller one trained for longer.)"""
+    out = []
+    for i in range(1, len(runs)):
+        small, large = runs[i - 1], runs[i]
+        budget, target = small.compute[-1], small.val_loss[-1]
+        out.append(any(c <= budget and v < target for c, v in zip(large.compute, large.val_loss)))
+    return out
 
