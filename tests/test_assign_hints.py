@@ -185,3 +185,49 @@ def test_the_graders_feedback_names_the_cause_of_each_failed_case(tmp_path, name
     for case in failed:
         assert words in case["why"] and other not in case["why"], case
         assert words in case["cause"], case
+
+
+# Chapter 4 BLEU and chapter 7's schedule: a mistake was told the hint of the case it failed ------------------
+
+def _bleu(pred_seq, label_seq, k, *, penalty=True, weights_1_k=False):
+    """A learner's BLEU (clipped n-gram precisions, brevity penalty, p_n ** (1 / 2^n)), one switch per mistake."""
+    import collections
+    import math
+
+    pred, label = pred_seq.split(), label_seq.split()
+    score = math.exp(min(0.0, 1.0 - len(label) / len(pred))) if penalty else 1.0
+    for n in range(1, min(k, len(pred)) + 1):
+        left = collections.Counter(" ".join(label[i:i + n]) for i in range(len(label) - n + 1))
+        hits = 0
+        for i in range(len(pred) - n + 1):
+            gram = " ".join(pred[i:i + n])
+            if left[gram] > 0:
+                hits, left[gram] = hits + 1, left[gram] - 1
+        score *= (hits / (len(pred) - n + 1)) ** (1 / k if weights_1_k else 0.5**n)
+    return score
+
+
+def _warmup_cosine(step, warmup, max_steps, *, ahead=False, replaces=False):
+    import math
+
+    t = min(step, max_steps)
+    cosine = (1 + math.cos(math.pi * t / max_steps)) / 2
+    if warmup == 0:
+        return cosine
+    ramp = min(1.0, (t + 1 if ahead else t) / warmup)
+    return ramp if replaces and t < warmup else ramp * cosine
+
+
+@pytest.mark.parametrize("checker, wrong, words, other", [
+    ("check_bleu", lambda p, q, k: _bleu(p, q, k, weights_1_k=True), "weighted 1 / k", "hint:"),
+    ("check_bleu", lambda p, q, k: _bleu(p, q, k, penalty=False), "brevity penalty is missing", "hint:"),
+    ("check_warmup_cosine", lambda s, w, n: _warmup_cosine(s, w, n, ahead=True), "one step ahead", "hint:"),
+    ("check_warmup_cosine", lambda s, w, n: _warmup_cosine(s, w, n, replaces=True), "ramp replaces", "hint:"),
+])
+def test_bleu_and_schedule_mistakes_are_named_on_every_case_they_fail(checker, wrong, words, other):
+    assert_named(getattr(ab.assignments, checker), wrong, words, wrong=(other,))
+
+
+def test_the_right_bleu_and_schedule_pass():
+    assert ab.assignments.check_bleu(_bleu, verbose=False)
+    assert ab.assignments.check_warmup_cosine(_warmup_cosine, verbose=False)

@@ -180,15 +180,38 @@ NO_CLIPPING = ("every predicted n-gram found in the label was counted; clip the 
                "at most as often as the label has it, min(count in prediction, count in label)")
 
 
-def _unclipped_bleu(pred_seq: str, label_seq: str, k: int) -> float:
-    """The mistaken BLEU that counts every predicted n-gram found in the label, however often."""
+def _mistaken_bleu(pred_seq: str, label_seq: str, k: int, clip: bool = True, penalty: str = "min",
+                   weights: str = "1/2^n") -> float:
+    """BLEU with one mistake switched on: ``clip=False`` counts every predicted n-gram found in the label,
+    however often; ``penalty`` "none" leaves the brevity penalty out, "always" drops its min(0, ·);
+    ``weights`` "1/k" weighs every p_n alike."""
     parts, label = bleu_parts(pred_seq, label_seq, k), label_seq.split()
-    score = parts["penalty"]
+    ratio = 1.0 - len(label) / max(len(pred_seq.split()), 1)
+    score = {"min": parts["penalty"], "none": 1.0, "always": math.exp(ratio)}[penalty]
     for order in parts["orders"]:
         n = order["n"]
-        found = {" ".join(label[i:i + n]) for i in range(len(label) - n + 1)}
-        score *= (sum(gram in found for gram in order["grams"]) / len(order["grams"])) ** order["weight"]
+        if clip:
+            precision = order["precision"]
+        else:
+            found = {" ".join(label[i:i + n]) for i in range(len(label) - n + 1)}
+            precision = sum(gram in found for gram in order["grams"]) / len(order["grams"])
+        score *= precision ** (order["weight"] if weights == "1/2^n" else 1.0 / k)
     return score
+
+
+def _unclipped_bleu(pred_seq: str, label_seq: str, k: int) -> float:
+    """The mistaken BLEU that counts every predicted n-gram found in the label, however often."""
+    return _mistaken_bleu(pred_seq, label_seq, k, clip=False)
+
+
+NO_PENALTY = ("the brevity penalty is missing: multiply by exp(min(0, 1 - len_label / len_pred)), which lowers "
+              "the score of a prediction shorter than its label")
+PENALTY_ALWAYS = ("the brevity penalty also changes a prediction longer than its label: exp(min(0, 1 - len_label "
+                  "/ len_pred)) is 1 when the prediction is at least as long as the label")
+WEIGHTS_1_K = "every p_n is weighted 1 / k: the exponent of p_n is 1 / 2^n"
+# Common mistakes: (cause, keyword arguments of _mistaken_bleu that make it).
+BLEU_MISTAKES = [(NO_CLIPPING, {"clip": False}), (NO_PENALTY, {"penalty": "none"}),
+                 (PENALTY_ALWAYS, {"penalty": "always"}), (WEIGHTS_1_K, {"weights": "1/k"})]
 
 
 def check_bleu(fn, verbose: bool = True):
@@ -196,8 +219,12 @@ def check_bleu(fn, verbose: bool = True):
     is drawn from the case seed."""
     rows = _bleu_rows(case_generator(8))
 
-    def number(expected: float, unclipped: float):
+    def number(expected: float, args: tuple):
         inner = compare(expected, atol=1e-9, rtol=1e-6)
+        # what each common mistake scores where it changes the score: the feedback names the mistake it matches
+        mistaken = [(cause, score) for cause, switch in BLEU_MISTAKES
+                    for score in [_mistaken_bleu(*args, **switch)]
+                    if not math.isclose(score, expected, rel_tol=1e-6, abs_tol=1e-9)]
 
         def check(got):
             if isinstance(got, torch.Tensor) and got.numel() == 1:
@@ -205,13 +232,12 @@ def check_bleu(fn, verbose: bool = True):
             if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
                 return f"expected a finite number, got {got!r}"
             why = inner(float(got))
-            # wrong, and equal to the unclipped score (which clipping changes here): the clipping is missing
-            if why and math.isclose(float(got), unclipped, rel_tol=1e-6, abs_tol=1e-9):
-                return Diagnosis(f"{why} — {NO_CLIPPING}", NO_CLIPPING)
-            return why
+            cause = next((cause for cause, score in mistaken
+                          if math.isclose(float(got), score, rel_tol=1e-6, abs_tol=1e-9)), None) if why else None
+            return Diagnosis(f"{why} — {cause}", cause) if cause else why
 
         return check
 
-    cases = [Case(name, args, number(reference_bleu(*args), _unclipped_bleu(*args)), hint=hint)
+    cases = [Case(name, args, number(reference_bleu(*args), args), hint=hint)
              for name, args, hint in rows]
     return run_checks("bleu", fn, cases, verbose=verbose)

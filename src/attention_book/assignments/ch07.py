@@ -2,20 +2,55 @@
 
 from __future__ import annotations
 
-from . import Case, case_generator, compare, draw, run_checks
+import math
+
+from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_warmup_cosine"]
 
 
-def _number(expected: float):
+def _cosine(t, total):
+    return (1 + math.cos(math.pi * t / total)) / 2
+
+
+def _ramp(t, warmup):
+    return 1.0 if warmup == 0 else min(1.0, t / warmup)
+
+
+# Common mistakes: (cause in words that hold no value of a case, the factor a schedule with that mistake gives).
+MISTAKES = [
+    ("the ramp runs one step ahead: the warm-up term is t / warmup, 0 at step 0, not (t + 1) / warmup",
+     lambda s, w, n: min(1.0, (min(s, n) + 1) / w) * _cosine(min(s, n), n)),
+    ("during the warm-up the ramp replaces the cosine term: the factor is the product of the two at every step",
+     lambda s, w, n: min(s, n) / w if s < w else _cosine(min(s, n), n)),
+    ("the step is not clipped to max_steps: past the end the cosine climbs back up; use t = min(step, max_steps)",
+     lambda s, w, n: _ramp(s, w) * _cosine(s, n)),
+    (("the cosine starts after the warm-up, (t - warmup) / (max_steps - warmup): in this schedule it runs over "
+     "the whole run, cos(pi t / max_steps) from step 0"),
+     lambda s, w, n: _ramp(min(s, n), w) * _cosine(max(min(s, n) - w, 0), n - w)),
+]
+
+
+def _number(expected: float, args: tuple = ()):
     inner = compare(float(expected), atol=1e-6, rtol=1e-6)
+    mistaken = []
+    for cause, wrong in MISTAKES if args else []:
+        try:
+            value = wrong(*args)
+        except ZeroDivisionError:
+            continue
+        if not math.isclose(value, expected, rel_tol=1e-6, abs_tol=1e-6):
+            mistaken.append((cause, value))
 
     def check(got):
         if hasattr(got, "item") and getattr(got, "ndim", 0) == 0:  # a 0-d tensor or NumPy scalar
             got = got.item()
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             return f"expected a number, got {type(got).__name__}"
-        return inner(float(got))
+        why = inner(float(got))
+        cause = next((cause for cause, value in mistaken
+                      if math.isclose(float(got), value, rel_tol=1e-6, abs_tol=1e-6)), None) if why else None
+        return Diagnosis(f"{why} — {cause}", cause) if cause else why
 
     return check
 
@@ -67,5 +102,5 @@ def check_warmup_cosine(fn, verbose: bool = True):
     total = draw(g, 3, 12)
     rows.append(("the warm-up is the whole run", (draw(g, 1, total - 1), total, total),
                  "both terms apply together at every step"))
-    cases = [Case(name, args, _number(reference(*args)), hint=hint) for name, args, hint in rows]
+    cases = [Case(name, args, _number(reference(*args), args), hint=hint) for name, args, hint in rows]
     return run_checks("warmup_cosine", fn, cases, verbose=verbose)
