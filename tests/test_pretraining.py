@@ -512,6 +512,61 @@ def test_scaling_experiment_and_figures(tok, capsys):
         ab.fill_masks(bert, corpus.tokenizer, "the fire")
 
 
+
+def _fake_scaling_runs():
+    """Four models, three checkpoints each (D = 100, 200, 300 tokens), losses chosen so that the
+    answers are known by hand: compute C = 6 N D, so the larger model's first checkpoint costs
+    what the smaller one's second did."""
+    losses = ([3.0, 2.5, 2.2], [2.1, 1.9, 1.8], [2.0, 1.5, 1.3], [1.2, 1.0, 0.9])
+    sizes = ((8, 1, 1000), (16, 1, 2000), (32, 1, 4000), (64, 2, 8000))
+    return [ab.experiments.scaling.ScalingRun(d, blks, n, 10 * n, [6.0 * n * t for t in (100, 200, 300)],
+                                              loss)
+            for (d, blks, n), loss in zip(sizes, losses)]
+
+
+def test_larger_wins_at_equal_compute_on_a_frontier_known_by_construction():
+    wins = ab.experiments.scaling.larger_wins_at_equal_compute
+    runs = _fake_scaling_runs()
+    # d=16 at 1.2e6 FLOPs (2.1) beats d=8's last (1.8e6, 2.2); d=32 only gets below d=16's last (1.8) at
+    # 4.8e6 > 3.6e6 FLOPs; d=64 at 4.8e6 (1.2) beats d=32's last (7.2e6, 1.3).
+    assert wins(runs) == [True, False, True]
+    assert wins(runs[:1]) == []
+    small, large = runs[0], runs[1]
+    # a checkpoint at exactly the smaller model's last compute counts; an equal loss is no win
+    large.compute, large.val_loss = [small.compute[-1], 3.6e6], [small.val_loss[-1] - 1e-3, 0.5]
+    assert wins([small, large]) == [True]
+    large.val_loss = [small.val_loss[-1], 0.5]
+    assert wins([small, large]) == [False]
+
+
+def test_scaling_figure_values_table_holds_every_model_and_checkpoint():
+    import matplotlib.pyplot as plt
+
+    runs = _fake_scaling_runs()
+    fig = ab.experiments.scaling.scaling_law_figure(runs)
+    try:
+        models, checkpoints = fig._ab_values
+    finally:
+        plt.close(fig)
+    assert models["cols"] == ["N", "loss", "fit"]
+    assert models["rows"] == ["d=8, 1 block", "d=16, 1 block", "d=32, 1 block", "d=64, 2 blocks"]
+    assert [row[:2] for row in models["cells"]] == [["1,000", "2.200"], ["2,000", "1.800"],
+                                                   ["4,000", "1.300"], ["8,000", "0.900"]]
+    law = fig.fits["params"]
+    assert [row[2] for row in models["cells"]] == [f"{law(n):.3f}" for n in (1000, 2000, 4000, 8000)]
+    assert checkpoints["cols"] == ["C (FLOPs)", "loss"]
+    assert len(checkpoints["rows"]) == len(checkpoints["cells"]) == 12  # one row per checkpoint
+    assert checkpoints["rows"][:4] == ["d=8, 1 block, 1/3", "d=8, 1 block, 2/3", "d=8, 1 block, 3/3",
+                                       "d=16, 1 block, 1/3"]
+    assert checkpoints["cells"][0] == ["6.00e+05", "3.000 *"]
+    # the frontier (lowest loss at each compute so far), worked out by hand: d=8's first checkpoint,
+    # all of d=16's, none of d=32's (each is beaten at no more compute), all of d=64's
+    starred = [row for row, (_, loss) in zip(checkpoints["rows"], checkpoints["cells"]) if loss.endswith(" *")]
+    assert starred == ["d=8, 1 block, 1/3", "d=16, 1 block, 1/3", "d=16, 1 block, 2/3", "d=16, 1 block, 3/3",
+                       "d=64, 2 blocks, 1/3", "d=64, 2 blocks, 2/3", "d=64, 2 blocks, 3/3"]
+    assert [cell[1].removesuffix(" *") for cell in checkpoints["cells"]] == [
+        f"{v:.3f}" for r in runs for v in r.val_loss]
+
 # --- robustness of sampling, decoding, reading and evaluation (issue 17) ------------------------
 
 def test_tiny_temperatures_give_the_greedy_limit_never_nan():
