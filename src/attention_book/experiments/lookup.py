@@ -26,6 +26,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.patches import Rectangle
 
 from ..core.config import resolve_seed
 
@@ -198,7 +199,8 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     """The temperature explorer: soft-lookup weights for several queries, and for one of them.
 
     Left: a heatmap of ``lookup_weights(queries, keys, temperature)`` with each
-    weight written in its cell. Right: the pooled probabilities of the first
+    weight written in its cell, the row of ``query`` framed (when it is one of
+    ``queries``). Right: the pooled probabilities of the first
     names for ``query``. Returns the figure.
     """
     from ..core.plot import BOOK_CMAP, PAGE_FIGURE_WIDTH, ensure_style
@@ -225,6 +227,11 @@ def lookup_figure(temperature: float = 0.3, query: str = "Li", database=NAME_DAT
     left.set_ylabel("queries")
     left.set_title(f"attention weights at temperature {t:.3g}")
     fig.colorbar(image, ax=left, shrink=0.8)
+    if query in queries:  # frame the chosen query's row: the right panel pools it
+        row = list(queries).index(query)
+        left.add_patch(Rectangle((-0.5, row - 0.5), len(keys), 1.0, fill=False,
+                                 edgecolor="#1f77b4", linewidth=2.5, clip_on=False))
+        left.get_yticklabels()[row].set_fontweight("bold")
 
     names, probs = list(answer), np.array(list(answer.values()))
     right.barh(range(len(names)), probs, color=plt.get_cmap(BOOK_CMAP)(0.3 + 0.6 * probs))
