@@ -7,6 +7,9 @@
   ``translation.translation_attention`` (through ``transformer_reference``) to 1e-4.
 * The page's own decoding (ch07.mjs ``translate`` with onnxruntime-web under Node) gives
   the same, and its ``pickMap`` the head or head average ``pick_map`` gives.
+* Rows are labelled by their query (decoder input), ``<bos>`` first, as the chapter's static
+  figures label them; a ``<pad>``, ``<bos>`` or ``<eos>`` the reader types is an unknown word,
+  in Python and on the page.
 
 Node and the vendored onnxruntime-web (``make book`` stages it) are needed by the last
 group; without them those tests are skipped and say why. The browser test over the built
@@ -48,6 +51,10 @@ SENTENCES = [
     "they are lazy and very rich and tired today .",
     "",
 ]
+# Control tokens typed by the reader: unknown words, read as <unk>; only the <eos> the
+# tokenizer appends ends the sentence.
+CONTROL = "<eos> we <bos> won <pad> ."
+CONTROL_READS = ["<unk>", "we", "<unk>", "won", "<unk>", ".", "<eos>"]
 
 
 @pytest.fixture(scope="module")
@@ -171,13 +178,33 @@ def test_reference_follows_the_maps_conventions(trained):
     cross = torch.tensor(ref["cross"])
     assert cross.shape == (2, 4, len(ref["rows"]), len(ref["source"]))
     torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:-1]))
-    if ref["rows"] and ref["rows"][-1] == "<eos>":
-        assert ref["rows"][:-1] == ref["tokens"]
+    # rows are the queries (decoder inputs), as in the static figures: <bos>, then the French;
+    # the step of each row writes the next token, the last one <eos> when the model wrote it
+    assert (
+        ref["rows"][0] == "<bos>"
+        and ref["rows"][1:] == ref["tokens"][: len(ref["rows"]) - 1]
+    )
+    assert len(ref["writes"]) == len(ref["rows"])
+    assert ref["writes"][: len(ref["tokens"])] == ref["tokens"]
     # the menu: per layer the head average, then each head; pick_map reads it
     choices = map_choices(2, 4)
     assert len(choices) == 10 and choices[0]["head"] is None
     torch.testing.assert_close(pick_map(cross, 2, None), cross[1].mean(0))
     torch.testing.assert_close(pick_map(cross, 1, 3), cross[0, 2])
+
+
+def test_typed_control_tokens_are_unknown_words(trained):
+    model, data = trained
+    ref = transformer_reference(model, data, CONTROL)
+    assert ref["reads"] == CONTROL_READS
+    assert ref["source"][:3] == ["<eos> (unk)", "we", "<bos> (unk)"]
+    assert ref["source"][4] == "<pad> (unk)" and ref["source"][-1] == "<eos>"
+    # the model is given exactly what it gets for <unk> typed in their place
+    same = transformer_reference(model, data, "<unk> we <unk> won <unk> .")
+    assert same["tokens"] == ref["tokens"]
+    np.testing.assert_allclose(
+        np.array(same["cross"]), np.array(ref["cross"]), atol=TOL
+    )
 
 
 def test_live_shows_widget_or_page(trained, monkeypatch, tmp_path):
@@ -269,15 +296,16 @@ def test_page_decoding_matches_package(trained, exported, tmp_path):
             {
                 "paths": {k: str(p) for k, p in paths.items()},
                 "data": view.data(),
-                "sentences": SENTENCES,
+                "sentences": SENTENCES + [CONTROL],
             }
         ),
         encoding="utf-8",
     )
     got = _run_node(TRANSLATE_JS, ort_module, VIEW_JS, job)
-    for sentence, page in zip(SENTENCES, got):
+    assert got[-1]["reads"] == CONTROL_READS
+    for sentence, page in zip(SENTENCES + [CONTROL], got):
         ref = transformer_reference(model, data, sentence)
-        for key in ("source", "reads", "cut", "tokens", "rows"):
+        for key in ("source", "reads", "cut", "tokens", "rows", "writes"):
             assert page[key] == ref[key], f"{sentence!r}: {key}"
         np.testing.assert_allclose(
             np.array(page["cross"]), np.array(ref["cross"]), atol=TOL, err_msg=sentence
@@ -288,7 +316,7 @@ def test_page_decoding_matches_package(trained, exported, tmp_path):
                 np.testing.assert_allclose(
                     picked, pick_map(cross, layer, head).numpy(), atol=TOL
                 )
-            first = f"{ref['rows'][0]} ← "
+            first = f"after <bos>, writing {ref['writes'][0]}: "
             assert page["said"].startswith(
                 "Where each step looks most, layer 2: " + first
             )

@@ -28,11 +28,13 @@ pytestmark = pytest.mark.browser
 DOC, NAME = "notebooks/ch07_transformer", "ch07.translate"
 TOL = 1e-4
 # Not among the page's examples: unknown words, capitals and no space before "!", a sentence
-# longer than the model's num_steps (the page cuts it as the package does), accented capitals.
+# longer than the model's num_steps (the page cuts it as the package does), accented capitals,
+# control tokens typed by the reader (unknown words: only the appended <eos> ends a sentence).
 TYPED = [
     "My cat is VERY tired!",
     "i am happy , but she is not home today , sadly .",
     "ÉLODIE   is RICH?",
+    "i'm <eos> home <bos> .",
 ]
 
 
@@ -75,7 +77,7 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
         for sentence in TYPED:
             got = _translate(live, sentence)
             want = transformer_reference(model, data, sentence)
-            for key in ("source", "reads", "cut", "tokens", "rows"):
+            for key in ("source", "reads", "cut", "tokens", "rows", "writes"):
                 assert got[key] == want[key], f"{sentence!r}: {key}"
             np.testing.assert_allclose(
                 np.array(got["cross"]), np.array(want["cross"]), atol=TOL
@@ -99,7 +101,10 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
         cross = torch.tensor(want["cross"])
         np.testing.assert_allclose(shown["weights"], pick_map(cross, 1, 2), atol=TOL)
         words = view.locator(".ab-live-words").inner_text()
-        assert words.startswith("Where each step looks most, layer 1, head 2:")
+        assert words.startswith(
+            "Where each step looks most, layer 1, head 2: after <bos>, "
+        )
+        assert got["rows"][0] == "<bos>"  # labelled as the static figures label them
         assert live.results() == results
         # on a phone the map still fits the column
         live.page.set_viewport_size(PHONE)

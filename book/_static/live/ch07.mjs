@@ -5,7 +5,8 @@
 // encodes the padded source once, then decodes greedily as ab.translate does, running the
 // decoder over <bos> and every token so far at each step; the last step's cross-attention
 // weights are the maps translation.translation_attention collects in Python.
-// The tokenizer and the heatmap are chapter 4's (one definition of each).
+// The tokenizer and the heatmap are chapter 4's (one definition of each). Rows are labelled
+// as in the chapter's static figures: each row's query (decoder input), <bos> first.
 
 import { encodeSource, heatmap } from "./ch04.mjs";
 
@@ -38,10 +39,26 @@ function headsOf(tensor, rows, cols) {
       Array.from(flat.subarray((h * T + t) * S, (h * T + t) * S + cols))));
 }
 
+// What the model reads, as encodeSource, except that a <pad>, <bos> or <eos> the reader typed
+// is an unknown word (<unk>): only the <eos> the tokenizer appends ends the sentence.
+export function encodeTyped(text, data) {
+  const src = encodeSource(text, data);
+  const control = new Set(data.control_tokens);
+  const typed = src.cut ? src.tokens.length : src.tokens.length - 1; // the appended <eos> last
+  for (let i = 0; i < typed; i++) {
+    if (!control.has(src.tokens[i])) continue;
+    src.ids[i] = 0; // <unk>
+    src.reads[i] = "<unk>";
+    src.labels[i] = `${src.tokens[i]} (unk)`;
+  }
+  src.validLen = src.ids.filter((i) => i !== data.pad).length;
+  return src;
+}
+
 // Greedy decoding with the graphs; the result is what transformer_reference gives in Python.
 // graphs = {enc: [sessions], dec: [[self, cross] per block]}.
 export async function translate(ort, graphs, data, text) {
-  const src = encodeSource(text, data);
+  const src = encodeTyped(text, data);
   const T = data.num_steps;
   const validLen = ids64(ort, [src.validLen], [1]);
   let x = ids64(ort, src.ids, [1, T]);
@@ -68,10 +85,12 @@ export async function translate(ort, graphs, data, text) {
     tokens.push(data.tgt_vocab[next]);
     prefix.push(next);
   }
-  // each row is the step that predicts a token: the French tokens, then <eos> if it was written
-  const rows = wroteEos ? tokens.concat(["<eos>"]) : tokens;
+  // each row's step writes a token: the French tokens, then <eos> if it was written;
+  // its query (the row's label) is the decoder input before it: <bos>, then the French tokens
+  const writes = wroteEos ? tokens.concat(["<eos>"]) : tokens;
+  const rows = ["<bos>"].concat(tokens).slice(0, writes.length);
   return {
-    source: src.labels, reads: src.reads, cut: src.cut, tokens, rows,
+    source: src.labels, reads: src.reads, cut: src.cut, tokens, rows, writes,
     cross: cross.map((w) => headsOf(w, rows.length, src.labels.length)),
     steps: tokens.length + (wroteEos ? 1 : 0),
   };
@@ -86,11 +105,13 @@ export function pickMap(cross, layer, head) {
     heads.reduce((sum, h) => sum + h[t][j], 0) / heads.length));
 }
 
-// The map in words, for screen readers: each row's most-attended source token and its weight.
+// The map in words, for screen readers: for each row (its query, and the token its step
+// writes), the most-attended source token and its weight.
 export function describe(result, map, label) {
   const parts = result.rows.map((row, t) => {
     const j = argmax(map[t]);
-    return `${row} ← ${result.source[j]} (${map[t][j].toFixed(2)})`;
+    const weight = map[t][j].toFixed(2);
+    return `after ${row}, writing ${result.writes[t]}: ${result.source[j]} (${weight})`;
   });
   return `Where each step looks most, ${label}: ${parts.join("; ")}.`;
 }
@@ -144,7 +165,14 @@ export function mount(root, ctx) {
     if (!shown) return;
     const choice = data.choices[Number(menu.value)];
     const map = pickMap(shown.cross, choice.layer, choice.head);
-    figure.replaceChildren(heatmap({ source: shown.source, rows: shown.rows, attention: map }));
+    const drawn = heatmap({ source: shown.source, rows: shown.rows, attention: map });
+    // chapter 4's heatmap names its rows output tokens; here they are the decoder inputs
+    drawn.querySelector("svg").setAttribute("aria-label",
+      "attention weights: one row per query (decoder input), one column per source token");
+    drawn.querySelector(".ab-live-caption").textContent = "Columns: source tokens (keys); " +
+      "rows: queries (decoder inputs: <bos>, then each token written; a row's step writes the " +
+      `next token); the darkest cell: ${Math.max(...map.flat()).toFixed(2)}.`;
+    figure.replaceChildren(drawn);
     words.textContent = describe(shown, map, choice.label);
     root.dataset.map = JSON.stringify({ layer: choice.layer, head: choice.head, weights: map });
   }

@@ -33,7 +33,7 @@ from torch import nn
 import attention_book as ab
 
 from ..core.config import frames_dir
-from ..data.text import BOS, EOS, PAD, preprocess_nmt, tokenize_nmt
+from ..data.text import BOS, EOS, PAD, UNK, preprocess_nmt, tokenize_nmt
 from ..experiments import translation
 from .live import MAX_MODEL_BYTES, LiveView
 from .live_ch04 import save_reference
@@ -162,37 +162,54 @@ def pick_map(cross, layer: int, head: int | None) -> torch.Tensor:
     return per_layer.mean(dim=0) if head is None else per_layer[head - 1]
 
 
-def _source_labels(data, sentence: str) -> list[str]:
-    tokens = tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
-    return [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in tokens]
+# Control tokens: typed by the reader, they are words the vocabulary does not know.
+CONTROL_TOKENS = (PAD, BOS, EOS)
+
+
+def _typed(data, sentence: str) -> tuple[list[str], list[bool], str]:
+    """The tokens of ``sentence`` (``<eos>`` appended), whether the model knows each, and the
+    sentence the model is given.
+
+    Only the ``<eos>`` the tokenizer appends ends the sentence: a ``<pad>``, ``<bos>`` or
+    ``<eos>`` the reader typed is an unknown word, given to the model as ``<unk>``.
+    """
+    tokens = tokenize_nmt(preprocess_nmt(sentence))
+    typed = tokens[:-1]
+    known = [
+        t in data.src_vocab.token_to_idx and t not in CONTROL_TOKENS for t in typed
+    ] + [True]
+    if any(t in CONTROL_TOKENS for t in typed):
+        sentence = " ".join(UNK if t in CONTROL_TOKENS else t for t in typed)
+    return tokens, known, sentence
 
 
 def transformer_reference(model: nn.Module, data, sentence: str) -> dict:
     """What the page must show for ``sentence``, computed by the package.
 
-    ``{"source": column labels (the tokens read, ``<eos>`` included, unknown words marked),
-    "reads": those tokens as the model gets them (``<unk>``), "cut": whether the sentence
-    had more than ``num_steps`` tokens, "tokens": the greedy French of ``ab.translate``
-    without ``<eos>``, "rows": the row labels (each row is the step that predicts that
-    token: the French tokens, then ``<eos>`` if the model wrote it), "cross": the
+    ``{"source": column labels (the tokens read, ``<eos>`` included, unknown words marked;
+    a typed ``<pad>``, ``<bos>`` or ``<eos>`` is an unknown word), "reads": those tokens as
+    the model gets them (``<unk>``), "cut": whether the sentence had more than
+    ``num_steps`` tokens, "tokens": the greedy French of ``ab.translate`` without
+    ``<eos>``, "rows": the row labels, each row's query (decoder input) as in the chapter's
+    static figures: ``<bos>``, then the French tokens, "writes": the token each row's step
+    writes (the French tokens, then ``<eos>`` if the model wrote it), "cross": the
     encoder-decoder attention weights (layers, heads, rows, columns) of
     ``translation.translation_attention``}``.
     """
-    maps = translation.translation_attention(model, data, sentence)
-    tokens = tokenize_nmt(preprocess_nmt(sentence))
-    source = _source_labels(data, sentence)
+    tokens, known, given = _typed(data, sentence)
+    maps = translation.translation_attention(model, data, given)
+    read = list(zip(tokens, known))[: data.num_steps]
     output = maps["output"]
-    rows = output + ([EOS] if len(output) < data.num_steps else [])
+    writes = output + ([EOS] if len(output) < data.num_steps else [])
+    rows = maps["queries"][: len(writes)]
     return {
-        "source": source,
-        "reads": [
-            t if t in data.src_vocab.token_to_idx else "<unk>"
-            for t in tokens[: data.num_steps]
-        ],
+        "source": [t if k else f"{t} (unk)" for t, k in read],
+        "reads": [t if k else UNK for t, k in read],
         "cut": len(tokens) > data.num_steps,
         "tokens": output,
         "rows": rows,
-        "cross": maps["cross"][:, :, : len(rows), : len(source)].tolist(),
+        "writes": writes,
+        "cross": maps["cross"][:, :, : len(rows), : len(read)].tolist(),
     }
 
 
@@ -317,6 +334,7 @@ class TransformerTranslatorView(LiveView):
             "pad": src_vocab[PAD],
             "bos": tgt_vocab[BOS],
             "eos": tgt_vocab[EOS],
+            "control_tokens": list(CONTROL_TOKENS),  # typed, they are unknown words
             "enc_layers": len(self.model.encoder.blks),
             "num_layers": self.num_layers,
             "num_heads": heads,
@@ -351,8 +369,8 @@ class TransformerTranslatorView(LiveView):
         which = "average of the heads" if head is None else f"head {head}"
         fig = ab.heatmaps_figure(
             weights.reshape(1, 1, *weights.shape),
-            xlabel="keys: source tokens",
-            ylabel="queries: the step predicting",
+            xlabel="key (source token)",
+            ylabel="query (decoder input)",
             xticklabels=ref["source"],
             yticklabels=ref["rows"],
             figsize=(4.6, 3.9),
