@@ -231,3 +231,48 @@ def test_bleu_and_schedule_mistakes_are_named_on_every_case_they_fail(checker, w
 def test_the_right_bleu_and_schedule_pass():
     assert ab.assignments.check_bleu(_bleu, verbose=False)
     assert ab.assignments.check_warmup_cosine(_warmup_cosine, verbose=False)
+
+
+def _masked_ce(logits, labels, pad_id, *, by_all=False, no_mask=False):
+    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    mask = (labels != pad_id).to(per_token.dtype)
+    count = mask.sum()
+    if no_mask:
+        return per_token.mean(), count
+    return (per_token * mask).sum() / (mask.numel() if by_all else count.clamp(min=1)), count
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda lo, la, p: _masked_ce(lo, la, p, by_all=True), "divided by every position, padding included"),
+    (lambda lo, la, p: _masked_ce(lo, la, p, no_mask=True), "padded positions' losses are counted"),
+])
+def test_masked_cross_entropy_mistakes_are_named_not_the_per_sentence_hint(wrong, words):
+    assert_named(ab.assignments.check_masked_cross_entropy, wrong, words, wrong=("not a mean per sentence",))
+
+
+def test_the_right_masked_cross_entropy_passes():
+    assert ab.assignments.check_masked_cross_entropy(_masked_ce, verbose=False)
+
+
+# Chapter 10: a merge loop that leaves states out was asked whether it rescaled l and acc --------------------
+
+def _merge(states, *, stop=None):
+    m, l, acc = states[0]
+    for m2, l2, acc2 in states[1:stop]:
+        new = torch.maximum(m, m2)
+        safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+        a, b = torch.exp(m - safe), torch.exp(m2 - safe)
+        m, l, acc = new, l * a + l2 * b, acc * a[:, None] + acc2 * b[:, None]
+    seen = l > 0
+    return acc / torch.where(seen, l, torch.ones_like(l))[:, None], m + torch.log(l)
+
+
+@pytest.mark.parametrize("stop", [2, -1])
+def test_a_merge_that_leaves_states_out_is_told_so(stop):
+    assert_named(ab.assignments.check_merge_softmax, lambda states: _merge(states, stop=stop),
+                 "merge every state of the list",
+                 wrong=("did you rescale",))
+
+
+def test_the_right_merge_passes():
+    assert ab.assignments.check_merge_softmax(_merge, verbose=False)

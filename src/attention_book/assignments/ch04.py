@@ -29,10 +29,30 @@ def _means_per_sentence(logits, labels, pad_id) -> list[torch.Tensor]:
     return [means.mean()] + ([means[lengths > 0].mean()] if bool((lengths > 0).any()) else [])
 
 
+DIVIDED_BY_ALL = ("the masked losses are divided by every position, padding included: divide their sum by the "
+                  "number of real tokens (labels != pad_id)")
+NO_MASK = ("the padded positions' losses are counted: multiply each position's loss by the mask "
+           "(labels != pad_id) before summing")
+PAD_ZERO = "the mask compares the labels with 0, not with pad_id: use labels != pad_id"
+
+
+def _other_means(logits, labels, pad_id) -> list[tuple[str, torch.Tensor]]:
+    """(cause, the mean a function with that mistake gives) for the common mistakes but the per-sentence mean."""
+    per_token = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+    real = (labels != pad_id).to(per_token.dtype)
+    out = [(DIVIDED_BY_ALL, (per_token * real).sum() / real.numel()), (NO_MASK, per_token.mean())]
+    if pad_id != 0:
+        zero = (labels != 0).to(per_token.dtype)
+        out.append((PAD_ZERO, (per_token * zero).sum() / zero.sum().clamp(min=1)))
+    return out
+
+
 def _expect(logits, labels, pad_id):
     want_mean, want_count = reference_masked_cross_entropy(logits, labels, pad_id)
     mistaken = [m for m in _means_per_sentence(logits, labels, pad_id)
                 if not torch.allclose(m.float(), want_mean.float(), atol=1e-5, rtol=1e-4)]
+    others = [(cause, m) for cause, m in _other_means(logits, labels, pad_id)
+              if not torch.allclose(m.float(), want_mean.float(), atol=1e-5, rtol=1e-4)]
 
     def check(got):
         if not isinstance(got, tuple) or len(got) != 2:
@@ -51,7 +71,9 @@ def _expect(logits, labels, pad_id):
             why = f"expected mean {want_mean.item():.5f}, got {mean.item():.5f}"
             if any(torch.allclose(mean.detach().float(), m.float(), atol=1e-5, rtol=1e-4) for m in mistaken):
                 return Diagnosis(f"{why} — {PER_SENTENCE}", PER_SENTENCE)
-            return why
+            cause = next((cause for cause, m in others
+                          if torch.allclose(mean.detach().float(), m.float(), atol=1e-5, rtol=1e-4)), None)
+            return Diagnosis(f"{why} — {cause}", cause) if cause else why
         return None
 
     return check

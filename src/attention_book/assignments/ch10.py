@@ -9,9 +9,30 @@ from __future__ import annotations
 import torch
 
 from ..models.tiled import softmax_block
-from . import Case, case_generator, draw, run_checks
+from . import Case, Diagnosis, case_generator, draw, run_checks
 
 __all__ = ["check_merge_softmax"]
+
+
+def _out_of(states) -> torch.Tensor:
+    """The attention output of the blocks whose ``states`` are given (rows that saw no key: 0)."""
+    m = torch.stack([s[0] for s in states]).amax(0)
+    safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    l = sum(s[1] * torch.exp(s[0] - safe) for s in states)
+    acc = sum(s[2] * torch.exp(s[0] - safe)[:, None] for s in states)
+    return acc / torch.where(l > 0, l, torch.ones_like(l))[:, None]
+
+
+# Common mistakes in the loop over the states: (cause, the states such a loop merges, by their positions).
+SUBSETS = [
+    ("the loop leaves the last state out: merge every state of the list, the last one too",
+     lambda n: slice(0, n - 1)),
+    (("the loop stops after the first two states and leaves the others out: merge every state of the list, "
+     "one after the other"), lambda n: slice(0, 2)),
+    (("the loop leaves the first state out: start from states[0] and merge every state of the list, "
+     "states[1:], into it"), lambda n: slice(1, n)),
+    ("only one state is used: merge every state of the list", lambda n: slice(n - 1, n)),
+]
 
 
 def _expect(states, scores, values):
@@ -21,6 +42,13 @@ def _expect(states, scores, values):
     weights = torch.softmax(scores.masked_fill(empty[..., None], 0.0), dim=-1).masked_fill(empty[..., None], 0.0)
     want_out = weights @ values
     shapes = (tuple(want_out.shape), tuple(lse.shape))
+    partial = []  # (cause, out) for each subset of the states that gives another answer than all of them
+    for cause, part in SUBSETS:
+        chosen = states[part(len(states))]
+        if 0 < len(chosen) < len(states):
+            out = _out_of(chosen)
+            if not torch.allclose(out[~torch.isneginf(lse)], want_out[~torch.isneginf(lse)], atol=1e-6, rtol=1e-5):
+                partial.append((cause, out))
 
     def check(got):
         if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -44,8 +72,12 @@ def _expect(states, scores, values):
         seen = ~empty
         if not torch.allclose(out[seen], want_out[seen], atol=1e-6, rtol=1e-5):
             worst = (out[seen] - want_out[seen]).abs().max().item()
-            return (f"out is not the attention output over all the blocks (largest difference {worst:.3g}); "
-                    "did you rescale both l and acc of every state to the new maximum, then divide acc by l?")
+            why = f"out is not the attention output over all the blocks (largest difference {worst:.3g})"
+            cause = next((cause for cause, other in partial
+                          if torch.allclose(out[seen], other[seen], atol=1e-6, rtol=1e-5)), None)
+            if cause:
+                return Diagnosis(f"{why} — {cause}", cause)
+            return f"{why}; did you rescale both l and acc of every state to the new maximum, then divide acc by l?"
         if not torch.allclose(got_lse[seen], lse[seen], atol=1e-6, rtol=1e-6):
             worst = (got_lse[seen] - lse[seen]).abs().max().item()
             return (f"lse is not the log-sum-exp of all the scores (largest difference {worst:.3g}); "
