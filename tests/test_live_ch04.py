@@ -32,6 +32,7 @@ from attention_book.book.live_ch04 import (
     SourceEncoderGraph,
     ch04_live_view,
     reference_translation,
+    typed_source,
 )
 from attention_book.data.text import preprocess_nmt, synthetic_pairs, tokenize_nmt
 
@@ -69,6 +70,7 @@ GOLDEN = [
     "   ",
     "constructor __proto__ toString hasOwnProperty",
     "<unk> <pad> <eos> <bos>",
+    "<eos> we <bos> won <pad> .",
     "go\tnow .",
     "i ❤️ paris 😀!",
     "ǅungla",
@@ -174,6 +176,20 @@ def test_reference_matches_attention_map_conventions(trained):
     assert all(abs(sum(row) - 1) < 1e-5 for row in ref["attention"])
 
 
+def test_typed_control_tokens_are_unknown_words(trained):
+    model, data = trained
+    ref = reference_translation(model, data, "<eos> we <bos> won <pad> .")
+    assert ref["reads"] == ["<unk>", "we", "<unk>", "won", "<unk>", ".", "<eos>"]
+    assert ref["source"][:3] == ["<eos> (unk)", "we", "<bos> (unk)"]
+    assert ref["source"][4] == "<pad> (unk)" and ref["source"][-1] == "<eos>"
+    # the model is given exactly what it gets for <unk> typed in their place
+    same = reference_translation(model, data, "<unk> we <unk> won <unk> .")
+    assert same["tokens"] == ref["tokens"] and same["rows"] == ref["rows"]
+    np.testing.assert_allclose(
+        np.array(same["attention"]), np.array(ref["attention"]), atol=TOL
+    )
+
+
 def test_live_shows_widget_or_page(trained, monkeypatch, tmp_path):
     model, data = trained
     view = ch04_live_view(model, data, ["i'm home .", "we won ."])
@@ -250,7 +266,8 @@ def test_page_tokenizer_matches_package(trained, tmp_path):
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"cases": GOLDEN, "data": view.data()}), encoding="utf-8")
     got = _run_node(TOKENIZE_JS, VIEW_JS, job)
-    src, _, valid, _ = data.build(GOLDEN)
+    # the ids of the sentence the model is given (a typed <pad>, <bos> or <eos> as <unk>)
+    src, _, valid, _ = data.build([typed_source(data, case)[2] for case in GOLDEN])
     for i, (case, page) in enumerate(zip(GOLDEN, got)):
         tokens = tokenize_nmt(preprocess_nmt(case))
         assert page["preprocessed"] == preprocess_nmt(case), case

@@ -23,13 +23,16 @@ export function tokenize(sentence) {
 
 // What the model reads for a typed sentence: tokens trimmed to num_steps, their ids (<unk> is 0),
 // padded with <pad>, and the valid length (the ids that are not <pad>), as TranslationData.build;
-// `cut` says whether tokens were dropped (the page says so under the sentence).
+// `cut` says whether tokens were dropped (the page says so under the sentence). A <pad>, <bos>
+// or <eos> the reader typed is an unknown word: only the <eos> tokenize appends ends the sentence.
 export function encodeSource(text, data) {
   const index = new Map(data.src_vocab.map((t, i) => [t, i]));
+  const control = new Set(data.control_tokens || []);
   const all = tokenize(preprocess(text));
   const tokens = all.slice(0, data.num_steps);
-  const known = tokens.map((t) => index.has(t));
-  const ids = tokens.map((t) => (index.has(t) ? index.get(t) : 0));
+  const typed = all.length - 1; // the appended <eos> is the last token
+  const known = tokens.map((t, i) => index.has(t) && !(i < typed && control.has(t)));
+  const ids = tokens.map((t, i) => (known[i] ? index.get(t) : 0));
   while (ids.length < data.num_steps) ids.push(data.pad);
   return {
     tokens,

@@ -23,7 +23,7 @@ from torch import nn
 import attention_book as ab
 
 from ..core.config import frames_dir
-from ..data.text import BOS, EOS, PAD, preprocess_nmt, tokenize_nmt
+from ..data.text import BOS, EOS, PAD, UNK, preprocess_nmt, tokenize_nmt
 from .live import MAX_MODEL_BYTES, LiveView
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "ch04_live_view",
     "reference_translation",
     "save_reference",
+    "typed_source",
 ]
 
 # The longest source the exported graphs accept (the page pads to the model's num_steps).
@@ -74,28 +75,42 @@ class DecoderStepGraph(nn.Module):
         return logits[:, -1], new_hidden, self.decoder.attention_weights[-1][:, 0]
 
 
-def _source_labels(data, sentence: str) -> list[str]:
-    """The heatmap's column labels, as ``ab.experiments.translation.alignment_figure`` writes them (unknown words marked)."""
-    tokens = tokenize_nmt(preprocess_nmt(sentence))[: data.num_steps]
-    return [t if t in data.src_vocab.token_to_idx else f"{t} (unk)" for t in tokens]
+# Control tokens: typed by the reader, they are words the vocabulary does not know.
+CONTROL_TOKENS = (PAD, BOS, EOS)
+
+
+def typed_source(data, sentence: str) -> tuple[list[str], list[bool], str]:
+    """The tokens of ``sentence`` (``<eos>`` appended), whether the model knows each, and the
+    sentence it is given.
+
+    Only the ``<eos>`` the tokenizer appends ends the sentence: a ``<pad>``, ``<bos>`` or
+    ``<eos>`` the reader typed is an unknown word, given to the model as ``<unk>``.
+    """
+    tokens = tokenize_nmt(preprocess_nmt(sentence))
+    typed = tokens[:-1]
+    known = [
+        t in data.src_vocab.token_to_idx and t not in CONTROL_TOKENS for t in typed
+    ] + [True]
+    if any(t in CONTROL_TOKENS for t in typed):
+        sentence = " ".join(UNK if t in CONTROL_TOKENS else t for t in typed)
+    return tokens, known, sentence
 
 
 def reference_translation(model: nn.Module, data, sentence: str) -> dict:
     """What the page must show for ``sentence``, computed by the package (``ab.translate``, greedy).
 
     ``{"source": column labels, "reads": the source tokens the model gets
-    (unknown words as <unk>, at most ``data.num_steps`` of them), "cut": whether the
+    (unknown words as <unk>, at most ``data.num_steps`` of them; a typed ``<pad>``,
+    ``<bos>`` or ``<eos>`` is an unknown word, see :func:`typed_source`), "cut": whether the
     sentence had more tokens than that (the view says so), "tokens": the French tokens without <eos>, "rows":
     the heatmap's row labels (those tokens, then <eos> if the model wrote it),
     "attention": one list of weights over the source labels per row}``.
     """
-    (result,) = ab.translate(model, data, [sentence], save_attention=True)
-    source = _source_labels(data, sentence)
-    tokens = tokenize_nmt(preprocess_nmt(sentence))
-    reads = [
-        t if t in data.src_vocab.token_to_idx else "<unk>"
-        for t in tokens[: data.num_steps]
-    ]
+    tokens, known, given = typed_source(data, sentence)
+    (result,) = ab.translate(model, data, [given], save_attention=True)
+    read = list(zip(tokens, known))[: data.num_steps]
+    source = [t if k else f"{t} (unk)" for t, k in read]
+    reads = [t if k else UNK for t, k in read]
     rows = result.tokens + (
         [EOS] if result.attention.shape[0] > len(result.tokens) else []
     )
@@ -194,6 +209,7 @@ class TranslatorView(LiveView):
             "pad": src_vocab[PAD],
             "bos": tgt_vocab[BOS],
             "eos": tgt_vocab[EOS],
+            "control_tokens": list(CONTROL_TOKENS),  # typed, they are unknown words
             "examples": self.examples,
         }
 
@@ -246,8 +262,9 @@ class TranslatorView(LiveView):
                 cut = self.corpus.num_steps
                 note = f" (cut to the first {cut} tokens: it reads no more)"
                 print("the model reads:", " ".join(ref["reads"]) + (note if ref["cut"] else ""))
+                _, _, given = typed_source(self.corpus, box.value)
                 fig = ab.experiments.translation.alignment_figure(
-                    self.model, self.corpus, box.value
+                    self.model, self.corpus, given
                 )
                 display(fig)
                 plt.close(fig)
