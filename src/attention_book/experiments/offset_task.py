@@ -299,7 +299,7 @@ def _drop_label(drop: float) -> str:
 
 def head_maps_figure(run: HeadRun, num_examples: int = 200, importance: torch.Tensor | None = None):
     """Each head's attention map averaged over held-out sequences (queries down, keys across)."""
-    from ..core.plot import heatmaps_figure
+    from ..core.plot import PAGE_COLUMN_PX, heatmaps_figure
 
     (weights,) = collect_attention(run.model, run.X_test[:num_examples])
     mean = weights.mean(0).cpu()  # (heads, queries, keys)
@@ -308,14 +308,16 @@ def head_maps_figure(run: HeadRun, num_examples: int = 200, importance: torch.Te
         titles = [f"{t}\n{_drop_label(float(d))}" for t, d in zip(titles, importance)]
     n = mean.shape[-1]
     # More than four heads wrap onto rows of four, so each map stays readable on a narrow page;
-    # one or two heads get larger maps, so that their labels are as large on the page as those
-    # of four maps side by side.
+    # one or two heads get larger maps. A row is at most the page's column wide at 100 dpi
+    # (the dpi of the page's figures and of the chapter's explorer frames), so the page never
+    # shrinks the figure and its 9-pt labels show 12.5 px high.
     cols = 4 if run.num_heads > 4 and run.num_heads % 4 == 0 else run.num_heads
     rows = run.num_heads // cols
-    cell = max(2.1, 3.4 / cols)
-    height = (cell + (0.5 if importance is None else 0.8)) * rows
+    column = PAGE_COLUMN_PX / 100 - 0.1  # inches, with a margin for the tight bounding box
+    cell = min(max(2.1, 3.4 / cols), (column - 1.2) / cols)
+    height = (cell + (0.6 if importance is None else 0.9)) * rows + 0.3  # square maps + labels
     fig = heatmaps_figure(mean.reshape(rows, cols, n, n), xlabel="key position", ylabel="query position",
-                        titles=titles, figsize=(min(cell * cols + 1.2, 14.0), height), vmin=0.0, vmax=1.0)
+                        titles=titles, figsize=(cell * cols + 1.2, height), vmin=0.0, vmax=1.0)
     for ax in fig.axes[:-1]:
         ax.set_xticks(range(0, n, 2))
         ax.set_yticks(range(0, n, 2))
