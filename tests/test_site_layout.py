@@ -77,7 +77,7 @@ def test_map_functions_are_found_and_png_dpi_is_read():
     assert "curves_figure" not in names
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(2, 1))
+    fig, _ax = plt.subplots(figsize=(2, 1))
     for dpi in (75, 100):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)
@@ -280,7 +280,9 @@ JS_MID_TOKEN_WRAPS = """() => {
       const row = Math.round(rect.top);
       if (top !== null && row > top + 2) {
         wrapped += 1;
-        if (/[\\w.]/.test(prev) && /[\\w.]/.test(ch)) {
+        // Inside a name or a number (`attention_weig|hts`, `1.|5`), or before a dot (`self|.x`);
+        // after a dot between names (`self.|dropout`) is where book_site.py lets a long word wrap.
+        if ((/\\w/.test(prev) && /[\\w.]/.test(ch)) || (prev === '.' && /[0-9]/.test(ch))) {
           bad.push({text: line.textContent.trim().slice(0, 70), at: prev + '|' + ch});
         }
       }
@@ -295,14 +297,89 @@ JS_MID_TOKEN_WRAPS = """() => {
 
 @pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
 def test_code_wraps_only_between_words_on_a_phone(browser, site, docname):  # noqa: F811
-    """Issue 38: at 390 px a code line that wraps breaks at a space, never inside a name or a
-    number (`attention_weig|hts`); a word too long for the column scrolls in the code's box."""
+    """Issue 38: at 390 px a code line that wraps breaks at a space, or inside a long word after
+    its `.`, `(`, `[`, `,` or before its `=` (book_site.py's <wbr>), never inside a name or a
+    number (`attention_weig|hts`)."""
     found = _measured(browser, site, docname, PHONE, "mid-token wraps")
     page_wider = _measured(browser, site, docname, PHONE, "page wider (code)")
     assert not found["bad"], (f"{docname} at {PHONE['width']} px: code lines wrapped inside a word "
                               f"(of {found['wrapped']} wraps):\n  " + "\n  ".join(
                                   f"{b['at']!r} in {b['text']!r}" for b in found["bad"]))
     assert not page_wider, f"{docname} at {PHONE['width']} px: the page scrolls sideways"
+
+
+JS_PHONE_CODE_SCROLLS = """() => Array.from(document.querySelectorAll('#main-content div.cell_input pre'))
+  .filter(b => b.getBoundingClientRect().width > 0 && b.scrollWidth > b.clientWidth + 1)
+  .map(b => {
+    const lines = b.textContent.split('\\n');
+    const longest = lines.reduce((a, l) => (l.length > a.length ? l : a), '');
+    return {scroll: b.scrollWidth, client: b.clientWidth, longest: longest.length, text: longest.trim().slice(0, 70)};
+  })"""
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_no_code_cell_scrolls_on_a_phone(browser, site, docname):  # noqa: F811
+    """Issue 36: at 390 px no code cell's box scrolls sideways: a notebook line (at most 88
+    characters, tests/test_notebook_layout.py) wraps at its spaces and inside its long words
+    (`torch.bmm(self.dropout(self.attention_weights),`) after `.`, `(`, `[`, `,` and before `=`."""
+    wide = [c for c in _measured(browser, site, docname, PHONE, "code scrolls") if c["longest"] <= 88]
+    assert not wide, (f"{docname} at {PHONE['width']} px: code cells that scroll sideways (content px / "
+                      "box px, longest line):\n  " + "\n  ".join(
+                          f"{c['scroll']}/{c['client']}: {c['text']!r}" for c in wide))
+
+
+# What the copy button copies (sphinx-copybutton: the innerText of a detached clone of the
+# <pre>) against the code as the server sent it (the page's HTML parsed without running its
+# scripts): the spans and <wbr> that book_site.py's script adds change no character.
+JS_COPIED_CODE = """async () => {
+  const sent = new DOMParser().parseFromString(await (await fetch(location.href)).text(), 'text/html');
+  const source = Array.from(sent.querySelectorAll('#main-content div.cell_input pre')).map(p => p.textContent);
+  const shown = Array.from(document.querySelectorAll('#main-content div.cell_input pre'));
+  return {source, copied: shown.map(p => p.cloneNode(true).innerText),
+          wbr: document.querySelectorAll('#main-content div.cell_input pre wbr').length};
+}"""
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_copying_code_gives_its_source(browser, site, docname):  # noqa: F811
+    """Issue 36: the break opportunities in long words add no text: each code cell's copied
+    text is its source, character for character."""
+    found = _measured(browser, site, docname, PHONE, "copied code")
+    assert len(found["copied"]) == len(found["source"]), f"{docname}: {found}"
+    differ = [(s, c) for s, c in zip(found["source"], found["copied"]) if s != c]
+    assert not differ, (f"{docname}: {len(differ)} of {len(found['source'])} code cells copy other text "
+                        f"({found['wbr']} <wbr> on the page); first:\n  source {differ[0][0][:200]!r}\n"
+                        f"  copied {differ[0][1][:200]!r}")
+
+
+def test_the_copy_check_sees_a_changed_character(browser, site):  # noqa: F811
+    """The copy check fails when the script changes a cell's text (a space for a <wbr>)."""
+    page = browser.new_page(viewport=PHONE)
+    try:
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+        docname = next(p for p in LAYOUT_PAGES if CHAPTER.match(p))
+        _open(page, f"{site}{docname}.html")
+        page.evaluate("""() => { const w = document.querySelector('#main-content div.cell_input pre wbr');
+                               if (w) w.replaceWith(' '); }""")
+        found = page.evaluate(JS_COPIED_CODE)
+    finally:
+        page.close()
+    assert found["wbr"] > 0, f"{docname}: no <wbr> in any code cell (book_site.py's script did not run)"
+    assert any(s != c for s, c in zip(found["source"], found["copied"]))
+
+
+JS_GLUED_WEIGHT = """() => Array.from(document.querySelectorAll('#main-content span.pasted-text'))
+  .filter(s => getComputedStyle(s).fontWeight !== getComputedStyle(s.parentElement).fontWeight)
+  .map(s => ({text: s.textContent.slice(0, 30), weight: getComputedStyle(s).fontWeight,
+              around: getComputedStyle(s.parentElement).fontWeight}))"""
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_glued_numbers_read_as_ordinary_text(browser, site, docname):  # noqa: F811
+    """Issue 36: a number glued into the prose ({glue:text}) has the weight of the text around it
+    (myst-nb's CSS sets it bold, which draws the eye to bookkeeping)."""
+    bold = _measured(browser, site, docname, DESKTOP, "glued weight")
+    assert not bold, f"{docname}: glued numbers in another weight than their sentence: {bold[:5]}"
 
 
 # --------------------------------------------------------------------------- issue 36: rendering
@@ -575,7 +652,8 @@ JS_PHONE_OUTPUTS = """() => Array.from(document.querySelectorAll('#main-content 
     const lines = p.textContent.split('\\n').filter(l => l.trim());
     const style = getComputedStyle(p);
     return {columns: lines.length >= 2 && lines.filter(l => /\\S {2,}\\S/.test(l)).length >= 2,
-            white: style.whiteSpace, overflow: style.overflowX, text: p.innerText.trim().slice(0, 60)};
+            white: style.whiteSpace, overflow: style.overflowX, wrap: style.overflowWrap,
+            text: p.innerText.trim().slice(0, 60)};
   })"""
 
 
@@ -584,19 +662,25 @@ def test_printed_tables_keep_their_columns_on_a_phone(browser, site, docname):  
     """Issue 38: at 390 px a printed output whose lines line up in columns (a table, a tensor)
     keeps each line whole and scrolls inside its own box, instead of wrapping a row's numbers
     under the next row's names; prose-like output wraps (book.css, book_site.py)."""
-    bad = [o for o in _measured(browser, site, docname, PHONE, "outputs")
-           if o["columns"] and (o["white"] != "pre" or o["overflow"] not in ("auto", "scroll"))]
+    outputs = _measured(browser, site, docname, PHONE, "outputs")
+    bad = [o for o in outputs if o["columns"] and (o["white"] != "pre" or o["overflow"] not in ("auto", "scroll"))]
     assert not bad, (f"{docname} at {PHONE['width']} px: tables that wrap:\n  "
                      + "\n  ".join(f"{o['white']}/{o['overflow']}: {o['text']!r}" for o in bad))
+    # Issue 36: prose-like output wraps at its spaces, so a number (1.2e-07) is not cut in two
+    # ("1.2e-" / "07", as overflow-wrap: anywhere did); only a word longer than a line is cut.
+    cut = [o for o in outputs if not o["columns"] and o["wrap"] not in ("break-word", "normal")]
+    assert not cut, (f"{docname} at {PHONE['width']} px: outputs that may break inside a word:\n  "
+                     + "\n  ".join(f"overflow-wrap {o['wrap']}: {o['text']!r}" for o in cut))
 
 
 # What each test reads from the one load of a page at each width (see _measured).
 _SCRIPTS = {
     DESKTOP["width"]: {"sideways": JS_SIDEWAYS, "cell images": JS_CELL_IMAGES, "inner scroll": JS_INNER_SCROLL,
                        "equations": JS_EQUATIONS, "tables": JS_TABLES_AND_RAW_PIPES, "figures": JS_FIGURES,
-                       "page wider (figures)": JS_PAGE_WIDER},
+                       "page wider (figures)": JS_PAGE_WIDER, "glued weight": JS_GLUED_WEIGHT},
     PHONE["width"]: {"figure widths": JS_FIGURE_WIDTHS, "lines split": JS_LINES_SPLIT, "wrapped out of indent": JS_WRAPPED_OUT_OF_INDENT,
                      "mid-token wraps": JS_MID_TOKEN_WRAPS, "page wider (code)": JS_PAGE_WIDER,
+                     "code scrolls": JS_PHONE_CODE_SCROLLS, "copied code": JS_COPIED_CODE,
                      "equations": JS_EQUATIONS, "figures": JS_FIGURES, "page wider (figures)": JS_PAGE_WIDER,
                      "explorer widths": JS_EXPLORER_WIDTHS, "outputs": JS_PHONE_OUTPUTS},
 }

@@ -112,7 +112,42 @@ def default_theme_mode(app, config) -> None:
 
 
 # Pygments closes its spans at every line end, so each line's HTML stands alone.
+# A line wraps at its spaces; a word longer than LONG_WORD characters
+# (`torch.bmm(self.dropout(self.attention_weights),`) also gets break opportunities
+# (`<wbr>`, which adds no text: copying the code gives the source unchanged) after `.`,
+# `(`, `[` and `,` and before `=`, never inside a name or a number, so that on a phone
+# no 88-character line makes its code box scroll (tests/test_site_layout.py).
 CODE_LINES_JS = """
+var LONG_WORD = 16;
+function breakAfter(text, i) {  // may the line break between text[i - 1] and text[i]?
+  var before = text[i - 1], after = text[i];
+  if (".([,".indexOf(before) >= 0) {
+    if (/[)\\],.]/.test(after)) { return false; }  // `()`, `[]`, `),`: keep the pair together
+    if (/^[^\\s()\\[\\]]{1,3}[)\\]]/.test(text.slice(i, i + 5))) { return false; }  // nor `[i]`, `(x)`
+    return !(before === "." && (/[0-9]/.test(after) || /[0-9]/.test(text[i - 2] || "")));
+  }
+  return after === "=" && !/[=!<>+\\-*\\/%&|^:@]/.test(before) && text[i + 1] !== "=";
+}
+function breakLongWords(line) {
+  var nodes = [], text = "";
+  var walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+  for (var node = walker.nextNode(); node; node = walker.nextNode()) {
+    nodes.push([node, text.length]);
+    text += node.data;
+  }
+  var breaks = [], word = /\\S+/g, m;
+  while ((m = word.exec(text)) !== null) {
+    if (m[0].length <= LONG_WORD) { continue; }
+    for (var i = m.index + 1; i < m.index + m[0].length; i++) {
+      if (breakAfter(text, i)) { breaks.push(i); }
+    }
+  }
+  for (var b = breaks.length - 1, n = nodes.length - 1; b >= 0; b--) {  // last first: offsets stay valid
+    while (nodes[n][1] >= breaks[b]) { n--; }  // the text node holding the break (never at its start)
+    var rest = nodes[n][0].splitText(breaks[b] - nodes[n][1]);
+    rest.parentNode.insertBefore(document.createElement("wbr"), rest);
+  }
+}
 document.addEventListener("DOMContentLoaded", function () {
   document.querySelectorAll("div.cell_input pre").forEach(function (pre) {
     if (pre.querySelector(".ab-line")) { return; }
@@ -124,7 +159,9 @@ document.addEventListener("DOMContentLoaded", function () {
       html = html.replace(/^((?:<span[^>]*>(?:<\\/span>)?)*)( +)/, '$1<span class="ab-indent">$2</span>');
       return '<span class="ab-line" style="--indent: ' + indent + 'ch">' + html + "\\n</span>";
     }).join("");
+    pre.querySelectorAll(".ab-line").forEach(breakLongWords);
   });
+  document.querySelectorAll(".ab-source pre .ab-line").forEach(breakLongWords);  // ab.show_source
   // A printed output whose lines line up in columns (two or more lines with a run of two
   // spaces inside: a table, a tensor) keeps its lines whole on a phone and scrolls in its box
   // (book.css); prose-like output (a message, a sentence) wraps as on the desktop.
