@@ -1,6 +1,7 @@
 """Tests of chapter 3's extras: distance and bilinear scores, the 1/√d figure, costs, the assignment."""
 
 import matplotlib.figure
+import matplotlib.pyplot
 import pytest
 import torch
 from hypothesis import given
@@ -161,6 +162,35 @@ def test_plot_scaling_draws_four_panels_and_follows_d():
     assert "d = 32" in fig.axes[1].get_title()
     bars = [p.get_height() for p in fig.axes[1].patches]
     assert abs(sum(bars) - 2.0) < 1e-6  # two softmax rows of bars, raw and scaled
+
+
+@pytest.mark.parametrize("d, max_dim", [(1, 1024), (64, 1024), (1024, 1024), (32, 256), (8, 8)])
+def test_score_scale_legends_cover_no_data(d, max_dim):
+    """Issue 36: no legend of the scaling figure lies over a curve's points (its markers and the
+    segments between them, sampled every few pixels) or a bar; the old bottom-left legend sat on
+    the raw curve. The dashed marker of the chosen d (a vertical line) is not data."""
+    import numpy as np
+
+    fig = ab.score_scale_figure(d=d, max_dim=max_dim, num_samples=100)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    covered = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        assert legend is not None, ax.get_title()
+        box = legend.get_window_extent(renderer)
+        for line in ax.get_lines():
+            if line.get_label().startswith("_"):  # the chosen d's dashed marker
+                continue
+            xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+            t = np.linspace(0, 1, 41)[:, None, None]
+            xy = (xy[:-1] * (1 - t) + xy[1:] * t).reshape(-1, 2)
+            if any(box.contains(x, y) for x, y in xy):
+                covered.append(f"{ax.get_title()!r}: {line.get_label()}")
+        covered += [f"{ax.get_title()!r}: a bar" for bar in ax.patches
+                    if bar.get_height() > 0 and bar.get_window_extent(renderer).overlaps(box)]
+    matplotlib.pyplot.close(fig)
+    assert not covered, covered
 
 
 # --- costs (exercise 11.3.3) -----------------------------------------------------------------------

@@ -230,7 +230,6 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
     ax.set(yscale="log", xlabel="feature size d", ylabel="variance of the scores",
            title="Score variance grows like d unless scaled")
     _powers_of_two_axis(ax, stats["dims"])
-    ax.legend()
 
     ax = axes[0, 1]
     pos = np.arange(num_keys)
@@ -240,7 +239,6 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
     ax.set(xlabel="key (sorted by scaled weight)", ylabel="attention weight", ylim=(0, 1.02),
            title=f"One query's softmax over {num_keys} keys, d = {d}")
     ax.set_xticks(pos[:: max(1, num_keys // 8)])
-    ax.legend()
 
     for ax, key, ylabel, title in (
         (axes[1, 0], "max_weight", "mean largest weight", "Raw scores saturate the softmax"),
@@ -250,12 +248,56 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
             ax.plot(stats["dims"], stats[f"{key}_{tag}"], "o-", ms=3, color=colors[tag], label=labels[tag])
         _powers_of_two_axis(ax, stats["dims"])
         ax.set(xlabel="feature size d", ylabel=ylabel, title=title)
-        ax.legend()
-    chance_line(axes[1, 0], 1.0 / num_keys, label=f"uniform weights (1/{num_keys})")
-    axes[1, 0].legend()
+    # The uniform level is named on its line, not in the legend: a legend of three entries found
+    # no place in this plot that hides no curve (issue 36: it covered the raw curve).
+    uniform = chance_line(axes[1, 0], 1.0 / num_keys, label=f"uniform weights (1/{num_keys})")
+    axes[1, 0].annotate(uniform.get_label(), (1.0, 1.0 / num_keys), xycoords=("axes fraction", "data"),
+                        xytext=(-3, 2), textcoords="offset points", ha="right", va="bottom",
+                        fontsize=plt.rcParams["legend.fontsize"], color="0.3")
+    renderer = fig.canvas.get_renderer()
+    for ax in axes.flat:  # each legend where it hides no curve and no bar
+        handles = [h for h in ax.get_legend_handles_labels()[0] if h is not uniform]
+        _legend_off_the_lines(ax, renderer, handles)
     for ax in (axes[0, 0], axes[1, 0], axes[1, 1]):
         ax.axvline(d, color="black", ls="--", lw=1)
     return fig
+
+
+# Fixed places, not "best": matplotlib would place a "best" legend again at drawing time, counting
+# the dashed marker of the chosen d that is drawn afterwards, and could move it onto a curve.
+_LEGEND_PLACES = ("upper left", "upper right", "lower right", "center right", "center left",
+                  "lower left", "upper center", "lower center", "center")
+
+
+def _legend_hides_lines(ax, renderer, pad: float = 3.0) -> bool:
+    """Whether ``ax``'s legend lies over its data: a bar, or any point of a line (its vertices and
+    20 points along each segment, in display pixels) within ``pad`` px of the legend's box."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    box = legend.get_window_extent(renderer).padded(pad)
+    if any(bar.get_height() and bar.get_window_extent(renderer).overlaps(box) for bar in ax.patches):
+        return True
+    for line in ax.get_lines():
+        xy = line.get_transform().transform(np.asarray(line.get_xydata(), dtype=float))
+        if len(xy) > 1:
+            t = np.linspace(0.0, 1.0, 21)[:, None, None]
+            xy = (xy[:-1] * (1 - t) + xy[1:] * t).reshape(-1, 2)
+        inside = (xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0) & (xy[:, 1] <= box.y1)
+        if inside.any():
+            return True
+    return False
+
+
+def _legend_off_the_lines(ax, renderer, handles) -> None:
+    """A legend of ``handles`` at the first of _LEGEND_PLACES where it hides no data (else where
+    matplotlib finds best)."""
+    ax.get_xlim(), ax.get_ylim()  # settle the autoscaled limits before measuring
+    for loc in _LEGEND_PLACES:
+        ax.legend(handles=handles, loc=loc)
+        if not _legend_hides_lines(ax, renderer):
+            return
+    ax.legend(handles=handles, loc="best")
 
 
 # --- what scores cost (exercise 11.3.3) -------------------------------------------------------
