@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -145,3 +146,47 @@ def test_live_refuses_what_is_not_a_view_and_bad_names():
     view.module = "tiny.js"
     with pytest.raises(ValueError, match=".mjs"):
         ab.live(view)
+
+
+def _pngs(block: str) -> list:
+    import base64
+    import io
+
+    from PIL import Image
+
+    return [Image.open(io.BytesIO(base64.b64decode(b))) for b in re.findall(r"base64,([A-Za-z0-9+/=]+)", block)]
+
+
+def test_a_wide_fallback_figure_carries_a_legible_phone_copy():
+    """Issue 36: a fallback figure whose text a 390 px phone would shrink below 9 px (three plots
+    side by side, 9.5 inches) comes with its phone copy, shown below 600 px: at most 350 px wide,
+    its smallest text at least 9 px at that width."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(9.5, 3))
+    for i, ax in enumerate(axes):
+        ax.plot(np.arange(10), np.arange(10) ** (i + 1), label=f"power {i + 1}")
+        ax.set(xlabel="step", ylabel="value", title=f"curve {i + 1}")
+        ax.legend()
+    block = live_mod.figure_img(fig, "three curves", dpi=100, style="max-width:100%")
+    assert block.startswith('<picture class="ab-phone-picture"><source media="(max-width: 600px)"')
+    phone, page = _pngs(block)
+    assert page.width > 700 and phone.width <= 350
+    assert float(phone.text[ab.core.plot.TEXT_SIZE_KEY]) >= ab.core.plot.MIN_TEXT_PX
+    assert 'style="max-width:100%; --ab-phone-width: ' in block and 'alt="three curves"' in block
+    assert not plt.get_fignums()  # closed after drawing
+
+
+def test_a_small_fallback_figure_is_a_plain_image():
+    """A figure already legible in a phone's column needs no phone copy; the width it is never
+    shown below (its text 9 px high) fits the column."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3.2, 2.4))
+    ax.plot([0, 1], [1, 0])
+    block = live_mod.figure_img(fig, "a line")
+    assert block.startswith("<img ") and "<picture" not in block
+    (page,) = _pngs(block)
+    assert page.width <= 350 and float(page.text[ab.core.plot.TEXT_SIZE_KEY]) >= ab.core.plot.MIN_TEXT_PX
+    least = int(re.search(r"--ab-phone-width: (\d+)px", block).group(1))
+    assert least <= page.width

@@ -115,19 +115,46 @@ def _quiet():
         logging.disable(previous)
 
 
+PHONE_MEDIA = "(max-width: 600px)"  # where a figure's phone copy replaces it (= book_site.PHONE_MEDIA)
+
+
 def figure_img(fig, alt: str, dpi: int = 100, style: str = "") -> str:
-    """A matplotlib figure as an inline PNG ``<img>`` (closed after drawing): a view's fallback frames."""
+    """A matplotlib figure as an inline PNG ``<img>`` (closed after drawing): a view's fallback frames.
+
+    Legible on a phone (issue 36) as the book's figures are: where the figure's text would shrink
+    below 9 px in a phone's column, the ``<img>`` sits in a ``<picture>`` whose phone source is the
+    figure's phone copy (:func:`attention_book.core.plot.phone_png`: its plots restacked for a
+    390 px column); a figure without one is never shown narrower than the width at which its
+    smallest text is 9 px (``--ab-phone-width``; book.css lets the fallback scroll sideways).
+    """
     import base64
     import io
 
     import matplotlib.pyplot as plt
 
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode()
-    style = f' style="{style}"' if style else ""
-    return f'<img src="data:image/png;base64,{data}"{style} alt="{alt}">'
+    from ..core.plot import page_png_metadata, phone_png
+    from .explorer import phone_width
+
+    fig.set_dpi(dpi)  # the copy's text is measured at the dpi the page shows
+    try:
+        fig.canvas.draw()  # lays out the tick labels, which the text size counts
+        phone = phone_png(fig)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", metadata=page_png_metadata(fig, dpi))
+    finally:
+        plt.close(fig)
+    png = buffer.getvalue()
+    styles = [style] if style else []
+    width = phone_width(phone if phone is not None else png)
+    if width:
+        styles.append(f"--ab-phone-width: {width}px")
+    data = base64.b64encode(png).decode()
+    style = f' style="{"; ".join(styles)}"' if styles else ""
+    img = f'<img src="data:image/png;base64,{data}"{style} alt="{alt}">'
+    if phone is None:
+        return img
+    return (f'<picture class="ab-phone-picture"><source media="{PHONE_MEDIA}" '
+            f'srcset="data:image/png;base64,{base64.b64encode(phone).decode()}">{img}</picture>')
 
 
 def _strip_debug_info(path: Path) -> None:
