@@ -152,17 +152,18 @@ def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- phone copies
 def _grid_axes(fig):
-    """The figure's plots in reading order as (axes, row, column) of their one shared grid, or
-    None if it has hand-placed axes, plots spanning several cells, or several grids."""
+    """The figure's plots in reading order as (axes, row, column) of their one shared grid (a plot
+    spanning several cells at its top-left one), or None if it has hand-placed axes or several grids."""
     plots = [ax for ax in fig.get_axes() if ax.get_visible() and not hasattr(ax, "_colorbar")]
     specs = [ax.get_subplotspec() for ax in plots]
     if not plots or any(spec is None for spec in specs):
         return None
     grids = {id(spec.get_gridspec()) for spec in specs}
-    if len(grids) != 1 or any(spec.num1 != spec.num2 for spec in specs):
+    if len(grids) != 1:
         return None
-    ncols = specs[0].get_gridspec().ncols
-    cells = sorted((spec.num1 // ncols, spec.num1 % ncols, i) for i, spec in enumerate(specs))
+    # a plot spanning several cells (patch_grid_figure's cost plot under two panels) counts at its
+    # top-left cell; phone_figure stacks such a figure in one column
+    cells = sorted((spec.rowspan.start, spec.colspan.start, i) for i, spec in enumerate(specs))
     return [(plots[i], r, c) for r, c, i in cells]
 
 
@@ -249,36 +250,54 @@ def _fewer_ticks(cells, cols: int) -> None:
                 locator.set_params(nbins=bins)
 
 
-def _tidy_text(fig, cells) -> None:
+def _tidy_text(fig, cells) -> bool:
     """Measure the copy as drawn and fix what runs together, in rounds (a fix moves the layout;
-    one draw per round, at most three): :func:`_thin_ticks` and :func:`_fit_titles`."""
+    one draw per round, at most three, and one more if the third changed anything):
+    :func:`_thin_ticks` and :func:`_fit_titles`. The figure is left laid out as drawn last.
+    True when constrained layout gave up on it (its plots' labels leave them no room: "axes
+    sizes collapsed to zero"); that warning is caught here, never printed."""
+    changed = True
     for _ in range(3):
         renderer = fig.canvas.get_renderer()
-        fig.draw_without_rendering()
+        if _layout_collapses(fig):
+            return True
         changed = _thin_ticks(cells, renderer)
         changed = _fit_titles(fig, renderer) or changed
         if not changed:
-            return
+            return False
+    return _layout_collapses(fig)
 
 
 def _thin_ticks(cells, renderer) -> bool:
     """Fewer numbered ticks on any axis whose tick labels, as drawn, touch each other (five-digit
-    numbers under a plot 150 px wide): one bin fewer, down to two. True if any changed."""
-    from matplotlib.ticker import MaxNLocator
+    numbers under a plot 150 px wide): one bin fewer, down to two. Labels a chapter placed
+    (tokens) are kept, and turned 90 degrees when, level under the narrower plot, they touch.
+    True if any changed."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
 
     changed = False
     for ax, _, _ in cells:
         for axis, along in ((ax.xaxis, 0), (ax.yaxis, 1)):
             locator = axis.get_major_locator()
-            if not isinstance(locator, MaxNLocator):
-                continue  # ticks a chapter placed (tokens): kept
+            numbered = isinstance(locator, MaxNLocator)
+            if not numbered and not (isinstance(locator, FixedLocator) and along == 0):
+                continue
             low, high = sorted(axis.get_view_interval())
-            boxes = sorted((t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
-                            if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()),
+            labels = [t.label1 for t in axis.get_major_ticks()
+                      if low <= t.get_loc() <= high and t.label1.get_visible() and t.label1.get_text()]
+            if not numbered and all(label.get_rotation() != 0 for label in labels):
+                continue  # placed labels already turned
+            boxes = sorted((label.get_window_extent(renderer) for label in labels),
                            key=lambda b: b.x0 if along == 0 else b.y0)
             touch = any((b.x0 - a.x1 if along == 0 else b.y0 - a.y1) < 3 for a, b in itertools.pairwise(boxes))
+            if not touch:
+                continue
+            if not numbered:
+                ax.tick_params(axis="x", labelrotation=90)
+                changed = True
+                continue
             bins = locator._nbins if isinstance(locator._nbins, int) else 4
-            if touch and bins > 2:
+            if bins > 2:
                 axis.set_major_locator(MaxNLocator(nbins=bins - 1, steps=[1, 2, 2.5, 5, 10]))
                 changed = True
     return changed
@@ -358,6 +377,19 @@ def _wrap_text(text, width_in: float) -> None:
         text.set_text("\n".join(textwrap.wrap(content, per_line)))
 
 
+_COLLAPSED = "constrained_layout not applied"
+
+
+def _layout_collapses(fig) -> bool:
+    """Draw ``fig`` (no pixels) and say whether constrained layout gave up because its plots'
+    labels, titles and legends leave them no room ("axes sizes collapsed to zero"); the warning
+    is caught here, never printed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.draw_without_rendering()
+    return any(_COLLAPSED in str(w.message) for w in caught)
+
+
 def phone_figure(fig):
     """A copy of ``fig`` laid out for a phone's column (about :data:`PHONE_FIGURE_WIDTH` inches),
     or None when it cannot be re-laid out (hand-placed axes: diagrams) or needs no copy.
@@ -366,23 +398,40 @@ def phone_figure(fig):
     plots into rows of two (one row of two plots, or one wide plot, into one column), keeps each
     plot's shape, gives first-column plots back the tick labels and axis label that shared axes
     hid, is resized and laid out again with constrained layout, and has any text that would
-    show under :data:`MIN_TEXT_PX` at :data:`PHONE_COLUMN_PX` enlarged."""
+    show under :data:`MIN_TEXT_PX` at :data:`PHONE_COLUMN_PX` enlarged. Plots whose labels leave
+    them no room in two columns (constrained layout collapses them) are stacked in one column;
+    None if even that collapses. No warning escapes."""
+    if _grid_axes(fig) is None:
+        return None
+    copy, collapsed = _phone_layout(fig, max_cols=2)
+    if collapsed:  # two columns leave the plots no room (found on the first draw): one column
+        plt.close(copy)
+        copy, collapsed = _phone_layout(fig, max_cols=1)
+    if collapsed:
+        plt.close(copy)
+        return None
+    return copy
+
+
+def _phone_layout(fig, max_cols: int):
+    """:func:`phone_figure`'s copy with at most ``max_cols`` columns of plots, laid out as drawn,
+    and whether its layout collapsed (then it was not tidied further); (None, False) if ``fig``
+    cannot be copied."""
     import pickle
 
     from matplotlib.gridspec import GridSpec
 
-    if _grid_axes(fig) is None:
-        return None
     try:
         copy = pickle.loads(pickle.dumps(fig))
     except Exception:  # noqa: BLE001 (an artist that cannot be copied: the desktop figure only)
-        return None
+        return None, False
     cells = _grid_axes(copy)
     rows0 = max(r for _, r, _ in cells) + 1
     cols0 = max(c for _, _, c in cells) + 1
     width, height = copy.get_size_inches()
     n = len(cells)
-    cols = 1 if n <= 2 or cols0 == 1 else 2
+    spans = any(ax.get_subplotspec().num1 != ax.get_subplotspec().num2 for ax, _, _ in cells)
+    cols = 1 if n <= 2 or cols0 == 1 or spans else min(2, max_cols)
     if cols0 <= cols:  # already narrow enough: resize only
         cols, rows = cols0, rows0
     else:
@@ -419,12 +468,13 @@ def phone_figure(fig):
     _fewer_ticks(cells, cols)
     copy.set_dpi(PHONE_DPI)
     fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
-    _tidy_text(copy, cells)
+    if _tidy_text(copy, cells):
+        return copy, True
     renderer = copy.canvas.get_renderer()
-    if any(_legend_covers_data(ax, renderer) for ax, _, _ in cells):
-        _legend_out_of_plots(copy)  # a legend over the points (ch05's accuracies): under the figure instead
-        _tidy_text(copy, cells)
-    return copy
+    if any(_legend_covers_data(ax, renderer) for ax, _, _ in cells) and _legend_out_of_plots(copy):
+        # a legend over the points (ch05's accuracies): under the figure instead
+        return copy, _tidy_text(copy, cells)
+    return copy, False
 
 
 def phone_png(fig) -> bytes | None:
@@ -444,17 +494,16 @@ def phone_png(fig) -> bytes | None:
     meta[ALT_TEXT_KEY] = figure_alt_text(fig)
     from PIL import Image
 
+    # bbox_inches="tight" takes in what lies outside the axes (a legend, long labels), so the PNG can
+    # come out wider than the figure: narrow the figure (the text keeps its size) until the PNG fits a
+    # 390 px phone's column, shown at its natural width with nothing to scroll. The width is measured
+    # on the copy as phone_figure last drew it (its tight box), and the PNG drawn once, at the end.
+    pad = matplotlib.rcParams["savefig.pad_inches"]
     try:
-        # bbox_inches="tight" takes in what lies outside the axes (a legend, long labels), so the PNG
-        # can come out wider than the figure: narrow the figure (the text keeps its size) until the
-        # PNG fits a 390 px phone's column, shown at its natural width with nothing to scroll.
         moved = False
         for _ in range(6):
-            buf = io.BytesIO()
-            with warnings.catch_warnings():  # a layout that cannot fit is measured below, not printed
-                warnings.simplefilter("ignore")
-                copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
-            width = Image.open(io.BytesIO(buf.getvalue())).width
+            box = copy.get_tightbbox(copy.canvas.get_renderer()).padded(pad)
+            width = math.ceil(box.width * PHONE_DPI - 1e-6)
             w, h = copy.get_size_inches()
             narrower = w - (width - PHONE_MAX_PX + 4) / PHONE_DPI
             if width <= PHONE_MAX_PX:
@@ -463,13 +512,21 @@ def phone_png(fig) -> bytes | None:
                 if moved or not _legend_out_of_plots(copy):
                     break
                 moved = True  # one legend beside its plot (long labels) goes under the figure instead
-                continue
-            copy.set_size_inches(narrower, h)
-            _tidy_text(copy, _grid_axes(copy) or [])  # narrower plots: titles and ticks measured again
+            else:
+                copy.set_size_inches(narrower, h)
+            if _tidy_text(copy, _grid_axes(copy) or []):  # titles and ticks measured again
+                return None  # the narrower plots lost their room: no copy
+        if width > PHONE_MAX_PX:
+            # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box
+            return None
+        buf = io.BytesIO()
+        copy.set_layout_engine("none")  # laid out when last drawn: the PNG is that layout, drawn once
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches=box, metadata=meta)
     finally:
         plt.close(copy)
-    # still too wide (long tick labels side by side): no copy; the figure scrolls in its own box
-    return buf.getvalue() if width <= PHONE_MAX_PX else None
+    return buf.getvalue() if Image.open(io.BytesIO(buf.getvalue())).width <= PHONE_MAX_PX else None
 
 
 def _is_diagram(fig) -> bool:
@@ -491,6 +548,30 @@ def _overlapping_texts(fig) -> list[tuple[str, str]]:
                 min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 1:
             pairs.append((a, b))
     return pairs
+
+
+def _texts_outside_boxes(fig, margin: float = 0.0) -> list[str]:
+    """The figure's texts that stick out of the box drawn around them, as drawn: a text whose
+    centre lies in a patch (a diagram's rounded box) must keep ``margin`` px inside its sides (1 px of
+    slack above and below: a line's descent)
+    (chapter 9's "spans: 64 → |V|" ran over its box on a phone). Drawn first (no pixels)."""
+    from matplotlib.patches import FancyBboxPatch
+
+    renderer = fig.canvas.get_renderer()
+    fig.draw_without_rendering()
+    boxes = [p.get_window_extent(renderer) for ax in fig.get_axes() for p in ax.patches
+             if isinstance(p, FancyBboxPatch) and p.get_visible()]
+    out = []
+    for text in _drawn_texts(fig):
+        t = text.get_window_extent(renderer)
+        cx, cy = (t.x0 + t.x1) / 2, (t.y0 + t.y1) / 2
+        around = [b for b in boxes if b.x0 <= cx <= b.x1 and b.y0 <= cy <= b.y1]
+        if not around:
+            continue
+        b = min(around, key=lambda b: b.width * b.height)  # the innermost box
+        if t.x0 < b.x0 + margin or t.x1 > b.x1 - margin or t.y0 < b.y0 - 1 or t.y1 > b.y1 + 1:
+            out.append(text.get_text())
+    return out
 
 
 def _diagram_png(fig) -> bytes | None:
@@ -575,8 +656,10 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
     """One table per map: all values when it is at most VALUES_MAX square, else each query's
     largest keys and their values (at most VALUES_MAX queries, evenly spread)."""
     num_rows, num_cols, n_q, n_k = data.shape
-    keys = [str(k) for k in xticklabels] if xticklabels is not None else [str(k + 1) for k in range(n_k)]
-    queries = [str(q) for q in yticklabels] if yticklabels is not None else [str(q + 1) for q in range(n_q)]
+    # the labels the figure's ticks show: the given tick labels, else positions counted from 0 as
+    # the default axes number them (a table counting from 1 had a "row 60" in a 60-row map)
+    keys = [str(k) for k in xticklabels] if xticklabels is not None else [str(k) for k in range(n_k)]
+    queries = [str(q) for q in yticklabels] if yticklabels is not None else [str(q) for q in range(n_q)]
     tables = []
     for flat in range(min(num_rows * num_cols, VALUES_MAX)):
         m = data[flat // num_cols, flat % num_cols]
@@ -737,6 +820,8 @@ def _values_after_figures(shell) -> None:
 def _wrap_png_printer(shell) -> None:
     from matplotlib.figure import Figure
 
+    from .config import static_explorers
+
     formatter = shell.display_formatter.formatters.get("image/png")
     if formatter is None:
         return
@@ -749,7 +834,10 @@ def _wrap_png_printer(shell) -> None:
 
     def png(fig):
         fit_page(fig)  # IPython draws inline figures at the figure's dpi
-        data = inner(fig, metadata={**page_png_metadata(fig), **_phone_metadata(fig)})
+        # phone copies only for the website (ATTENTION_BOOK_EXPLORERS=static): 1-3 s a figure that a
+        # reader in Jupyter or Colab never sees
+        phone = _phone_metadata(fig) if static_explorers() else {}
+        data = inner(fig, metadata={**page_png_metadata(fig), **phone})
         if data is not None and hasattr(shell, "_ab_values_pending"):
             try:
                 table = values_html(fig)
@@ -866,6 +954,7 @@ def heatmaps_figure(
         vmin = float(min(data.min(), 0.0))
     if vmax is None:
         vmax = float(data.max()) if data.max() > vmin else vmin + 1.0
+    turn_keys = xticklabels is not None and _labels_collide(xticklabels, (figsize[0] - 1.0) / num_cols)
     fig, axes = plt.subplots(
         num_rows, num_cols, figsize=figsize, sharex=True, sharey=True, squeeze=False,
         layout="constrained",
@@ -878,7 +967,7 @@ def heatmaps_figure(
             ax.grid(False)
             if xticklabels is not None:
                 ax.set_xticks(range(n_k))
-                ax.set_xticklabels(xticklabels, rotation=90)
+                ax.set_xticklabels(xticklabels, rotation=90 if turn_keys else 0)
             if yticklabels is not None:
                 ax.set_yticks(range(n_q))
                 ax.set_yticklabels(yticklabels)
@@ -904,6 +993,23 @@ def heatmaps_figure(
     fig._ab_values = _map_tables(data, names, _words(xlabel) or "keys", _words(ylabel) or "queries",
                                  xticklabels, yticklabels)
     return fig
+
+
+def _labels_collide(labels: Sequence[str], map_width_in: float) -> bool:
+    """Whether ``labels`` written level, one under each of ``len(labels)`` equal columns of a map
+    about ``map_width_in`` inches wide (the figure's share less its colour bar), would touch:
+    each label's width at the tick font size against its column, with 2 pt between them.
+    Then heatmaps_figure turns them 90 degrees; single digits and short words stay level."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    size = matplotlib.rcParams["xtick.labelsize"]
+    size = size if isinstance(size, (int, float)) else FontProperties(size=size).get_size_in_points()
+    font = FontProperties(size=size)
+    measure = TextToPath()
+    column = 0.85 * map_width_in * 72.0 / max(len(labels), 1)  # points: constrained layout's margins
+    widest = max(measure.get_text_width_height_descent(str(label), font, ismath=False)[0] for label in labels)
+    return widest + 2.0 > column
 
 
 def plain_number(value, _pos) -> str:
