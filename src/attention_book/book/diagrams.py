@@ -831,12 +831,14 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
             for x, what in ((ex, "inputs"), (dx, "targets")):
                 # on two lines: side by side, one line each ran together in a phone's larger text
                 emb = s.box(x, 3.33, w, 0.5, f"embed\n{what}", role="embed", size=SMALL - 1)
-            enc = s.box(ex, 4.05, w, 0.6, f"{N} × encoder\nblock", role="attention", size=SMALL - 1)
-            dec = s.box(dx, 4.05, w, 0.6, f"{N} × decoder\nblock", role="attention", size=SMALL - 1)
+            # "block × N" on the second line: "N × encoder" on one ran over its box on a phone
+            enc = s.box(ex, 4.05, w, 0.6, f"encoder\nblock × {N}", role="attention", size=SMALL - 1)
+            dec = s.box(dx, 4.05, w, 0.6, f"decoder\nblock × {N}", role="attention", size=SMALL - 1)
             for x, box in ((ex, enc), (dx, dec)):
                 s.arrow((x, 3.58), box.at("bottom"))
             s.arrow(enc.at("right"), dec.at("left"), color=_ROLES["attention"])
-            head = s.box(dx, 4.75, w, 0.4, f"spans: ${d} \\to$ {vocab}", role="output", size=SMALL - 1)
+            # the task and the projection on two lines: on one they ran over the box on a phone
+            head = s.box(dx, 4.78, w, 0.5, f"spans:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
             s.arrow(dec.at("top"), head.at("bottom"))
         else:
             emb = s.box(cx, 3.35, width, 0.4, "embed tokens", role="embed", size=SMALL - 1)
@@ -845,7 +847,7 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
             block = s.box(cx, 4.05, width, 0.6, f"{N} × {kind} block\n{detail}", role="attention", size=SMALL - 1)
             s.arrow(emb.at("top"), block.at("bottom"))
             task = "masked" if key == "bert" else "next token"
-            head = s.box(cx, 4.75, width, 0.4, f"{task}: ${d} \\to$ {vocab}", role="output", size=SMALL - 1)
+            head = s.box(cx, 4.78, width, 0.5, f"{task}:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
             s.arrow(block.at("top"), head.at("bottom"))
         mask = masks[key]
         rows, cols = mask.shape
