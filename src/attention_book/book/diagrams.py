@@ -716,7 +716,7 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
            + ("" if ph == pw else f" × {pw}") + f"\n${rows} \\times {cols}$ grid"
            + rf"; $\mathbf{{x}}_i \in \mathbb{{R}}^{{{c * ph * pw}}}$", size=SMALL, ha="left")
     shown = _shown(m, 5)
-    xs = _columns(len(shown) + 1, lx - lw / 2 + 0.25, lx + lw / 2 - 0.25)
+    xs = _columns(len(shown) + 1, lx - lw / 2 + 0.2, lx + lw / 2 - 0.2)
     patch_y = 4.45
     for i, x in zip(shown, xs[1:]):
         if i is None:
@@ -732,9 +732,10 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
         if i is None:
             s.text(x, token_y, "⋯", size=FONT)
             continue
-        s.box(x, token_y, 0.4, 0.36, rf"$\mathbf{{x}}_{{{i}}}\mathbf{{E}}$", role="embed", size=SMALL - 1.5)
+        # 0.44 wide: "x_36 E" and "<cls>" fill their boxes once enlarged for a phone
+        s.box(x, token_y, 0.44, 0.36, rf"$\mathbf{{x}}_{{{i}}}\mathbf{{E}}$", role="embed", size=SMALL - 1.5)
     if pool == "cls":
-        s.box(xs[0], token_y, 0.5, 0.36, "<cls>", role="output", size=SMALL - 1.5)
+        s.box(xs[0] - 0.03, token_y, 0.54, 0.36, "<cls>", role="output", size=SMALL - 1.5)
     s.arrow(proj.at("bottom"), (lx, token_y + 0.19))
     pos = s.box(lx, 2.3, lw, 0.5, "+ learned positions\n" + rf"$\mathbf{{E}}_{{\mathrm{{pos}}}}$: $({tokens}, {d})$",
                 role="embed", size=SMALL)
