@@ -91,7 +91,10 @@ MISTAKES = {
         "unclipped counts": ([("unused[gram] -= 1", "pass")], ["clipping"]),
         "no brevity penalty": ([("score = math.exp(min(0.0, 1.0 - len(label) / len(pred)))", "score = 1.0")],
                                ["brevity penalty", "one-word prediction"]),
-        "weights 1/k": ([("(0.5**n)", "(1 / k)")], ["clipping", "long prediction", "k = 4"]),
+        # and the three partly right predictions, whose p_n lie strictly between 0 and 1 at every seed
+        "weights 1/k": ([("(0.5**n)", "(1 / k)")], ["clipping", "long prediction", "4-grams", "right prediction, k = 2",
+                                                    "right prediction, k = 3", "right prediction, k = 4"]),
+        "an empty prediction divides by zero": ([("    if not pred:\n        return 0.0\n", "")], ["empty prediction"]),
     }),
     "per_head_attention": ("grouped_head_attention", {
         "key/value heads tiled": ([(".repeat_interleave(group, dim=1)", ".repeat(1, group, 1, 1)")],
@@ -99,6 +102,8 @@ MISTAKES = {
         "scaled by the whole width": ([("/ Q.shape[-1] ** 0.5", "/ queries.shape[-1] ** 0.5")],
                                       ["sharing", "own size", "one key/value head", "as many", "more keys",
                                        "another size", "large scores"]),
+        "no scaling": ([(" / Q.shape[-1] ** 0.5", "")], ["sharing", "own size", "one key/value head", "as many",
+                                                          "more keys", "another size", "large scores"]),
     }),
     "encode_positions": ("encode_positions", {
         "the base ignored": ([("/ base ** (even", "/ 10000.0 ** (even")], ["another base"]),

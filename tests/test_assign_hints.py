@@ -195,6 +195,8 @@ def _bleu(pred_seq, label_seq, k, *, penalty=True, weights_1_k=False):
     import math
 
     pred, label = pred_seq.split(), label_seq.split()
+    if not pred:
+        return 0.0
     score = math.exp(min(0.0, 1.0 - len(label) / len(pred))) if penalty else 1.0
     for n in range(1, min(k, len(pred)) + 1):
         left = collections.Counter(" ".join(label[i:i + n]) for i in range(len(label) - n + 1))
@@ -276,3 +278,104 @@ def test_a_merge_that_leaves_states_out_is_told_so(stop):
 
 def test_the_right_merge_passes():
     assert ab.assignments.check_merge_softmax(_merge, verbose=False)
+
+
+# Round 2 (issue 36 item 7, issue 37): the grader's visible feedback, ch05's dtype and scaling, ch04's empty and
+# partly right predictions and package wrappers, and checker lines that fit the page -----------------------------
+
+def test_a_visible_case_with_a_named_cause_gets_no_case_hint_from_the_grader(tmp_path):
+    """The student's checker leaves the case hint out where a Diagnosis names the cause; the grader did not
+    for a visible case (seed 0 grades the very cases the student sees)."""
+    cases = _graded(tmp_path, "bleu", lambda p, q, k: _bleu(p, q, k, weights_1_k=True), 0)
+    failed = [c for c in cases if not c["passed"]]
+    assert failed and all(c["visible"] for c in failed), failed
+    for case in failed:
+        assert "weighted 1 / k" in case["cause"] and "(hint:" not in case["why"], case
+
+
+def _grouped(queries, keys, values, num_heads, num_kv_heads, *, scale=True, dtype=None):
+    """A learner's grouped-query attention; ``scale=False`` leaves out 1 / sqrt(p), ``dtype`` casts the inputs."""
+    if dtype is not None:
+        queries, keys, values = queries.to(dtype), keys.to(dtype), values.to(dtype)
+
+    def split(X, heads):
+        return X.reshape(X.shape[0], X.shape[1], heads, -1).transpose(1, 2)
+
+    group = num_heads // num_kv_heads
+    Q = split(queries, num_heads)
+    K = split(keys, num_kv_heads).repeat_interleave(group, dim=1)
+    V = split(values, num_kv_heads).repeat_interleave(group, dim=1)
+    scores = Q @ K.transpose(-1, -2) / (Q.shape[-1] ** 0.5 if scale else 1.0)
+    return torch.softmax(scores, dim=-1) @ V
+
+
+def test_grouped_attention_in_float32_is_told_its_dtype_never_tiled_heads():
+    """With one key/value head, or as many as query heads, tiling gives the right answer: a float32 result of
+    a right computation was told its heads were tiled there."""
+    found = failures(ab.assignments.check_per_head_attention, lambda *a: _grouped(*a, dtype=torch.float32))
+    assert len(found) == 3 * 7
+    for why in found:
+        assert "inputs' dtype" in why and "tiled" not in why and "hint" not in why, why
+    assert ab.assignments.check_per_head_attention(_grouped, verbose=False)
+
+
+def test_grouped_attention_without_the_scaling_is_told_so_on_every_case(tmp_path):
+    assert_named(ab.assignments.check_per_head_attention, lambda *a: _grouped(*a, scale=False), "not scaled",
+                 wrong=("hint:", "tiled"))
+    failed = [c for c in _graded(tmp_path, "per_head_attention", lambda *a: _grouped(*a, scale=False), 4242)
+              if not c["passed"]]
+    assert len(failed) == 7 and all("not scaled" in c["cause"] for c in failed), failed
+    failed = [c for c in _graded(tmp_path, "per_head_attention", lambda *a: _grouped(*a, dtype=torch.float32),
+                                 4242) if not c["passed"]]
+    assert len(failed) == 7 and all("inputs' dtype" in c["why"] for c in failed), failed
+
+
+def test_an_empty_prediction_is_a_case_of_its_own():
+    """The assignment says an empty prediction scores 0: a BLEU that divides by its length fails that case only."""
+    def divides_by_zero(pred_seq, label_seq, k):
+        return _bleu(pred_seq, label_seq, k) if pred_seq.split() else 1 / len(pred_seq.split())
+
+    for offset in OFFSETS:
+        with hidden_cases(offset):
+            report = ab.assignments.check_bleu(divides_by_zero, verbose=False)
+        assert [name for name, ok, _ in report.results if not ok] == ["an empty prediction scores 0"], report
+
+
+def test_the_partly_right_bleu_cases_score_between_0_and_1_and_test_the_weights():
+    """The three pairs that ended the BLEU cases shared no word at most seeds (every one expected 0)."""
+    from attention_book.assignments import collect_cases
+
+    for offset in (*OFFSETS, 1, 2, 3, 123457):
+        with hidden_cases(offset):
+            _, cases = collect_cases("bleu")
+        partly = [c for c in cases if c.name.startswith("a partly right prediction")]
+        assert [c.args[2] for c in partly] == [2, 3, 4]
+        for case in partly:
+            assert 0.05 < ab.bleu(*case.args) < 1, case.args
+            assert case.check(_bleu(*case.args, weights_1_k=True)) is not None, case.args
+
+
+def test_a_function_that_wraps_the_package_is_told_the_grader_blocks_it(capsys):
+    def my_bleu(pred_seq, label_seq, k=2):
+        return ab.bleu(pred_seq, label_seq, k)
+
+    ab.assignments.check_bleu(my_bleu)
+    out = capsys.readouterr().out
+    assert "calls the package's own bleu, which the grader blocks" in out, out
+    ab.assignments.check_bleu(_bleu)
+    assert "package" not in capsys.readouterr().out
+
+
+def test_every_line_a_checker_prints_fits_88_characters(capsys):
+    """The "Not done yet" lines were 146-172 characters and wrapped at 1280 px."""
+    for name in ab.assignments.assignment_names():
+        def stub(*args, **kwargs):
+            raise NotImplementedError
+
+        stub.__name__ = name
+        getattr(ab.assignments, f"check_{name}")(stub)
+        out = capsys.readouterr().out
+        assert out.startswith("Not done yet") and "(0 of " in out, out
+        assert max(map(len, out.splitlines())) <= 88, out
+    ab.assignments.check_bleu(ab.bleu)
+    assert max(map(len, capsys.readouterr().out.splitlines()[:2])) <= 88

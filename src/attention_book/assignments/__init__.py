@@ -28,9 +28,11 @@ import contextlib
 import contextvars
 import functools
 import importlib
+import inspect
 import math
 import pkgutil
 import reprlib
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -221,8 +223,8 @@ def _as_checker(name: str, fn: Callable) -> Callable:
 
         quiet = kwargs.get("verbose", True) is False
         if args and not quiet and _COLLECT.get() is None and is_package_version(name, args[0]):
-            print(f"Note: this is the package's own {name.replace('_', ' ')}, not yours. It passes these cases, "
-                  "but the grader gives it no points: hand in your own function.")
+            print(_wrap(f"Note: this is the package's own {name.replace('_', ' ')}, not yours. It passes these "
+                        "cases, but the grader gives it no points: hand in your own function.".split()))
         token = _CHECKER.set(name)
         try:
             return fn(*args, **kwargs)
@@ -233,6 +235,20 @@ def _as_checker(name: str, fn: Callable) -> Callable:
 
 
 NOT_DONE = "not done yet"  # the reason recorded for a case whose call raised NotImplementedError
+_NOT_DONE_TAIL = "Replace `raise NotImplementedError` with your code, then run this cell again."
+WIDTH = 88  # the longest line a checker prints: an output cell shows it unwrapped at 1280 px
+
+
+def _wrap(chunks: Sequence[str], width: int = WIDTH) -> str:
+    """``chunks`` joined by spaces into lines of at most ``width`` characters, broken only between
+    chunks (so "(0 of 7 cases passed)." stays on one line)."""
+    lines: list[str] = []
+    for chunk in chunks:
+        if lines and len(lines[-1]) + 1 + len(chunk) <= width:
+            lines[-1] += " " + chunk
+        else:
+            lines.append(chunk)
+    return "\n".join(lines)
 
 
 def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bool = True) -> Report:
@@ -250,9 +266,11 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
         raise TypeError(f"{assignment}: expected your function, got {type(fn).__name__}")
     results: list[tuple[str, bool, str]] = []
     not_implemented = False
+    watch = _PackageCalls(assignment, fn)
     for case in cases:
         try:
-            got = fn(*case.args, **case.kwargs)
+            with watch:
+                got = fn(*case.args, **case.kwargs)
             why = case.check(got)
         except NotImplementedError:
             not_implemented = True
@@ -270,13 +288,59 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
             # the student's own name for the function (chapter 10's merge_states checks merge_softmax)
             name = getattr(fn, "__name__", "")
             shown = assignment if not name.isidentifier() or name == assignment else f"{name} ({assignment})"
-            print(f"Not done yet: {shown} is not implemented yet (0 of {report.total} cases passed). "
-                  "Replace `raise NotImplementedError` with your code, then run this cell again.")
+            # each sentence on lines of its own, none longer than WIDTH
+            print(_wrap([f"Not done yet: {shown}", "is", "not", "implemented", "yet",
+                         f"(0 of {report.total} cases passed)."]))
+            print(_wrap(_NOT_DONE_TAIL.split()))
             return report
         for name, ok, why in results:
             print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
         print(f"{assignment}: {report.passed} of {report.total} cases passed.")
+        if watch.called:
+            names = " and ".join(sorted(watch.called))
+            print(_wrap(f"Note: your function calls the package's own {names}, which the grader blocks: "
+                        "every case that calls it scores no points there. Write the computation yourself."
+                        .split()))
     return report
+
+
+class _PackageCalls:
+    """A context that records which of the package functions assignment ``name`` blocks in the grader
+    (``grading.BLOCKED``) are called inside it: a function that wraps the package's answer passes the
+    student's checker but scores 0 when graded, so the checker says so. Not used for the package's own
+    function handed in whole (the checker notes that one already)."""
+
+    def __init__(self, name: str, fn: Callable):
+        from .grading import BLOCKED, is_package_version
+
+        self.called: set[str] = set()
+        self.codes: dict[Any, str] = {}
+        if is_package_version(name, fn):
+            return
+        for spec in BLOCKED.get(name, []):
+            module, attr = spec.split(":")
+            blocked = getattr(importlib.import_module(module), attr)
+            for f in {blocked, inspect.unwrap(blocked)}:
+                code = getattr(f, "__code__", None)
+                if code is not None:
+                    self.codes[code] = blocked.__name__
+
+    def _profile(self, frame, event, arg):
+        # the outermost call only: the package's bleu calling its bleu_parts is one call of bleu
+        if event == "call" and frame.f_code in self.codes and (frame.f_back is None
+                                                               or frame.f_back.f_code not in self.codes):
+            self.called.add(self.codes[frame.f_code])
+
+    def __enter__(self):
+        self.before = sys.getprofile()
+        if self.codes and self.before is None:  # never replace a profiler that someone else runs
+            sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        if self.codes and self.before is None:
+            sys.setprofile(None)
+        return False
 
 
 def _collect() -> None:

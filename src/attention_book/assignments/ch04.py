@@ -184,18 +184,28 @@ def _bleu_rows(g: torch.Generator) -> list[tuple[str, tuple, str]]:
         ("a one-word prediction uses only unigrams", (one_label[0], text(one_label), 2),
          "n runs up to min(k, len(pred)): there is no bigram in a one-word prediction"),
     ]
+    rows.append(("an empty prediction scores 0", ("", text(words(draw(g, 2, 5))), draw(g, 2, 4)),
+                 "a prediction with no words has no n-grams: return 0 before dividing by its length"))
     for k in (2, 3, 4):
-        rows.append(("a random pair of sentences", (*_random_pair(g, WORDS), k),
-                     "compare your n-gram counts with a hand count for this pair"))
+        rows.append((f"a partly right prediction, k = {k}", (*_partial_pair(g, WORDS, k), k),
+                     "0 < p_n < 1 here: count each order's matches by hand and compare"))
     return rows
 
 
-def _random_pair(g: torch.Generator, words: list[str]) -> tuple[str, str]:
-    """A reference and a prediction sharing some words, both 2-9 tokens long."""
-    def sentence():
-        n = int(torch.randint(2, 10, (1,), generator=g))
-        return " ".join(words[int(i)] for i in torch.randint(0, len(words), (n,), generator=g))
-    return sentence(), sentence()
+def _partial_pair(g: torch.Generator, words: list[str], k: int) -> tuple[str, str]:
+    """A prediction and its label (distinct words, as long as each other): the prediction is the label with
+    one word replaced by a word not in the label, outside a run of k words it keeps. So every p_n with
+    n <= k is above 0 (that run matches) and below 1 (the new word matches nothing): the score lies between
+    0 and 1 and depends on every order's count and weight, at every seed. With no repeated word and no
+    change of length, clipping and the brevity penalty play no part."""
+    order = [words[int(i)] for i in torch.randperm(len(words), generator=g)]
+    size = draw(g, k + 1, min(9, len(words) - 1))
+    label, spare = order[:size], order[size]
+    start = draw(g, 0, size - k)  # label[start:start + k] stays as it is
+    outside = [i for i in range(size) if not start <= i < start + k]
+    pred = list(label)
+    pred[outside[draw(g, 0, len(outside) - 1)]] = spare
+    return " ".join(pred), " ".join(label)
 
 
 NO_CLIPPING = ("every predicted n-gram found in the label was counted; clip the counts: an n-gram matches "

@@ -68,18 +68,30 @@ MISTAKES = [
      _plain_reshape),
     ("the scores are divided by the square root of the whole width: divide by sqrt(p), the size of one head",
      lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv), math.sqrt(Q.shape[-1]))),
+    (("the scores are not scaled: divide each query-key dot product by sqrt(p), the square root of the size "
+      "of one head, before the softmax"),
+     lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv), 1.0)),
 ]
+DTYPE = ("the result must come back in the inputs' dtype (float64 in, float64 out): compute in that dtype, "
+         "without .float() or a float32 tensor of your own")
 
 
-def _diagnosing(base, args):
-    """``base``'s check, naming a common mistake when the answer is exactly what that mistake gives."""
+def _diagnosing(want, args):
+    """``compare`` with the answer ``want``, then the cause of a failure in words: a wrong dtype, or a common
+    mistake whose output the answer is. A mistake that gives the right answer on this case (tiled heads
+    with one key/value head, or with as many as query heads) is never named for it."""
+    base = compare(want, atol=1e-9, rtol=1e-7)
+    right = want.double()
+    mistakes = [(cause, bad) for cause, wrong in MISTAKES for bad in [wrong(*args)]
+                if tuple(bad.shape) != tuple(right.shape) or not torch.allclose(bad, right, atol=1e-7, rtol=1e-6)]
 
     def check(got):
         why = base(got)
         if why is None or not isinstance(got, torch.Tensor):
             return why
-        for cause, wrong in MISTAKES:
-            bad = wrong(*args)
+        if tuple(got.shape) == tuple(want.shape) and got.dtype != want.dtype:
+            return Diagnosis(f"{why}; {DTYPE}", DTYPE)
+        for cause, bad in mistakes:
             if tuple(got.shape) == tuple(bad.shape) and torch.allclose(got.detach().double().cpu(), bad,
                                                                        atol=1e-7, rtol=1e-6):
                 return Diagnosis(f"{why}; {cause}", cause)
@@ -100,15 +112,17 @@ def check_per_head_attention(fn, verbose: bool = True):
         d_v_head = d_head if d_v_head is None else d_v_head
         Q = torch.randn(batch, n_q, heads * d_head, generator=g, dtype=torch.float64)
         K = torch.randn(batch, n_k, kv_heads * d_head, generator=g, dtype=torch.float64)
-        # ``shift`` in the first column of every head: each score gains shift² / sqrt(p) (exp of it overflows),
-        # the same for every key of a row, so the softmax is that of the unshifted scores (not one-hot): a
-        # wrong scale or a wrong head still changes the answer
-        Q[..., ::d_head] += shift
-        K[..., ::d_head] += shift
+        # ``shift`` as the first column of every head of the queries and keys: each score gains shift² / sqrt(p)
+        # (exp of it overflows), the same for every key of a row, so the softmax is that of the other columns'
+        # scores (not one-hot): a wrong scale, no scale or a wrong head still changes the answer. (Adding shift
+        # to random columns instead gave a term shift * k_0 that differs between keys and made the softmax
+        # nearly one-hot, where leaving the scale out went unseen at some seeds.)
+        if shift:
+            Q[..., ::d_head] = shift
+            K[..., ::d_head] = shift
         V = torch.randn(batch, n_k, kv_heads * d_v_head, generator=g, dtype=torch.float64)
-        want = reference(Q, K, V, heads, kv_heads)
         args = (Q, K, V, heads, kv_heads)
-        return Case(name, args, _diagnosing(compare(want, atol=1e-9, rtol=1e-7), args), hint=hint)
+        return Case(name, args, _diagnosing(reference(*args), args), hint=hint)
 
     share = ("query head h uses key/value head h // (num_heads // num_kv_heads): split each tensor into its own "
              "number of heads, then repeat every key/value head for its group (torch.repeat_interleave)")

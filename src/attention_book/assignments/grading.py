@@ -714,31 +714,33 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     has_expected, expected = _expected_of(case.check)
     why = _structure_problem(expected, got, tuple(case.args)) if has_expected else None
     form = why is not None
-    if why is None:
-        # Cases may share their input tensors (chapter 9's `big` batch feeds several cases and their checks):
-        # the student's view of the inputs goes in for this case's check only and is undone after it, so
-        # what one call wrote into its inputs cannot change what a later case is checked against.
-        saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
-        try:
-            _restore_args(tuple(case.args), record.get("args"))
-            why = case.check(got)
-        except Exception as err:  # an output of a shape the check did not foresee
-            why = f"the result could not be checked ({type(err).__name__}: {str(err)[:200]})"
-            form = True
-        finally:
-            for tensor, value in saved:
-                tensor.copy_(value)
+    # Cases may share their input tensors (chapter 9's `big` batch feeds several cases and their checks):
+    # the student's view of the inputs goes in for this case's check only and is undone after it, so
+    # what one call wrote into its inputs cannot change what a later case is checked against.
+    saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
+    try:
+        _restore_args(tuple(case.args), record.get("args"))
+        checked = case.check(got)
+    except Exception as err:  # an output of a shape the check did not foresee
+        checked = f"the result could not be checked ({type(err).__name__}: {str(err)[:200]})"
+        form = True
+    finally:
+        for tensor, value in saved:
+            tensor.copy_(value)
+    # a check may name the cause of a failure in words that hold no value of the case (ch03's Diagnosis),
+    # a wrong form's cause too (ch05 and ch06 name a wrong dtype)
+    cause = getattr(checked, "cause", "") if checked is not None else ""
+    cause = cause if isinstance(cause, str) else ""
+    why = checked if why is None else why
     if why is None:
         return {"passed": True, "status": "ok", "why": ""}
-    # a check may name the cause of a failure in words that hold no value of the case (ch03's Diagnosis)
-    cause = getattr(why, "cause", "")
-    cause = cause if isinstance(cause, str) else ""
     if not visible:
         kind = ("the result has the wrong form (type, length, shape or dtype)" if form
                 else "the result is wrong")
         return {"passed": False, "status": "ok", "why": kind + (f": {cause}" if cause else hint),
                 "detail": str(why)[:4000], "cause": cause}
-    item = {"passed": False, "status": "ok", "why": str(why) + hint, "cause": cause}
+    # as the student's checker does: a named cause needs no case hint beside it (it may point elsewhere)
+    item = {"passed": False, "status": "ok", "why": str(why) + ("" if cause else hint), "cause": cause}
     item["input"] = describe_value(tuple(case.args)) + (
         f", keyword arguments {describe_value(dict(case.kwargs))}" if case.kwargs else "")
     if has_expected:
