@@ -209,6 +209,40 @@ def test_figures_draw():
     assert stack.shape == (1, 4, 50, 40)
 
 
+def test_explorer_leaves_unreached_queries_blank():
+    """A query no training point reaches has all-zero weights: its row is masked (drawn blank over
+    hatching), not coloured as zero weight, and the colours run from 0 to the largest weight."""
+    import matplotlib.pyplot as plt
+
+    data = ab.make_kernel_data(n_train=10)
+    y_hat, weights = ab.nadaraya_watson(data.x_train, data.y_train, data.x_val, "boxcar", 0.1)
+    unreached = torch.isnan(y_hat)
+    assert 0 < int(unreached.sum()) < len(y_hat)
+    fig = ab.kernel_explorer_figure("boxcar", 0.1, 10)
+    image = fig.axes[1].images[0]
+    assert image.get_array().mask[:, 0].tolist() == unreached.tolist()
+    assert image.get_clim() == (0.0, pytest.approx(float(weights.max())))
+    assert f"over the {int((~unreached).sum())}" in fig.axes[0].get_title()
+    assert len(fig.axes) == 3  # fit, map, colour bar
+    plt.close(fig)
+    nothing = ab.kernel_explorer_figure("boxcar", 0.01, 10)  # no query reached: no scale to show
+    assert nothing.axes[1].images[0].get_array().mask.all()
+    assert len(nothing.axes) == 2 and "none of the 50 queries" in nothing.axes[0].get_title()
+    plt.close(nothing)
+
+
+def test_width_maps_have_one_scale_each():
+    import matplotlib.pyplot as plt
+
+    from attention_book.models import kernels
+
+    _, stack = ab.estimate_weights(ab.make_kernel_data(), [("gaussian", s) for s in (0.1, 1.0)])
+    fig = kernels.width_maps_figure(stack[0], ["narrow", "wide"])
+    maps = [ax for ax in fig.axes if ax.images]
+    assert [m.images[0].get_clim()[1] for m in maps] == pytest.approx([float(w.max()) for w in stack[0]])
+    plt.close(fig)
+
+
 # --- the assignment checker -------------------------------------------------------------------
 
 def _good(x_train, y_train, x_query, sigma):

@@ -84,6 +84,8 @@ export async function mount(root, ctx) {
   svg.style.width = "100%";
   svg.style.maxWidth = `${W * 1.25}px`;
   svg.style.touchAction = "none";
+  svg.style.userSelect = "none"; // dragging the query must not select the labels
+  svg.style.webkitUserSelect = "none";
   view.appendChild(svg);
   const readout = document.createElement("p");
   readout.className = "ab-live-readout";
@@ -114,6 +116,13 @@ export async function mount(root, ctx) {
   el("text", { x: RIGHT, y: BOTTOM[1] + 30, "text-anchor": "end" }, labels).textContent =
     "x (click or drag to move the query)";
   el("text", { x: LEFT + 6, y: BOTTOM[0] + 2 }, labels).textContent = "attention weights of the query";
+  const yMid = (TOP[0] + TOP[1]) / 2;
+  el("text", { x: 12, y: yMid, "text-anchor": "middle", transform: `rotate(-90 12 ${yMid})` }, labels)
+    .textContent = "y";
+  el("text", { x: LEFT - 6, y: BOTTOM[1] + 4, "text-anchor": "end" }, labels).textContent = "0";
+  // The weight panel's scale: its top tick is the largest weight of the current query.
+  const wTick = el("text", { x: LEFT - 6, y: BOTTOM[0] + 16, "text-anchor": "end", class: "ab-live-wmax" }, labels);
+  el("line", { x1: LEFT - 3, x2: LEFT, y1: BOTTOM[0] + 12, y2: BOTTOM[0] + 12 }, axes);
   el("path", {
     d: pathOf(data.x_val, data.y_val, sx, sy), fill: "none", stroke: "#7b3294",
     "stroke-dasharray": "5 4", "stroke-width": 1.5,
@@ -168,6 +177,7 @@ export async function mount(root, ctx) {
     queryOut.textContent = s.query.toFixed(2);
     curve.setAttribute("d", pathOf(curveX, r.curve, sx, sy));
     const wMax = Math.max(...r.weights, 1e-12);
+    wTick.textContent = Math.max(...r.weights) > 0 ? wMax.toFixed(3) : "–";
     const sw = (w) => BOTTOM[1] - ((BOTTOM[1] - BOTTOM[0] - 12) * w) / wMax;
     points.replaceChildren();
     stems.replaceChildren();

@@ -55,6 +55,7 @@ __all__ = [
     "estimates_figure",
     "estimate_weights",
     "kernel_explorer_figure",
+    "width_maps_figure",
     "width_objectives_figure",
 ]
 
@@ -436,6 +437,31 @@ def estimates_figure(data: KernelData, settings, titles=None):
     return fig
 
 
+def width_maps_figure(weights, titles, cols: int = 2):
+    """Attention maps (validation queries down, training keys across), each with its own colour bar.
+
+    ``weights`` is a sequence of (queries, keys) matrices, e.g. one per kernel width.
+    Each map's colours run from 0 to its own largest weight: a wide kernel spreads
+    its weight so thinly that on a shared scale its band would all but vanish.
+    """
+    ensure_style()
+    rows = -(-len(weights) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5, 3.0 * rows), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(weights):]:
+        ax.remove()
+    for i, (ax, w, title) in enumerate(zip(axes.flat, weights, titles)):
+        w = w.detach().numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
+        image = ax.imshow(w, cmap=BOOK_CMAP, aspect="auto", vmin=0.0, vmax=float(w.max()))
+        ax.grid(False)
+        ax.set_title(f"{title} (largest weight {w.max():.2f})")
+        if i // cols == rows - 1:
+            ax.set_xlabel("training point (key)")
+        if i % cols == 0:
+            ax.set_ylabel("validation point (query)")
+        fig.colorbar(image, ax=ax, shrink=0.9)
+    return fig
+
+
 def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train: int = 40, seed: int | None = None):
     """The widget's figure: the fit and the attention matrix for one kernel, width and training-set size.
 
@@ -443,27 +469,43 @@ def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train
     is the book's seed, so 40 points give the chapter's data),
     estimates the validation grid, and shows the fit (left) and the weights
     (validation queries × training keys, right). The title reports the
-    validation MSE and how many queries no training point reaches.
+    validation MSE over the queries some training point reaches, and how many
+    reach none (their rows are left blank over hatching, not drawn as zero weights).
     """
     ensure_style()
     data = make_kernel_data(n_train=n_train, seed=seed)
     y_hat, weights = nadaraya_watson(data.x_train, data.y_train, data.x_val, kernel, sigma)
     defined = ~torch.isnan(y_hat)
-    mse = float(((y_hat - data.y_val)[defined] ** 2).mean()) if defined.any() else float("nan")
+    reached, n_val = int(defined.sum()), len(defined)
+    mse = float(((y_hat - data.y_val)[defined] ** 2).mean()) if reached else float("nan")
+    if reached == n_val:
+        score = f"val MSE {mse:.3f}"
+    elif reached:
+        score = f"val MSE {mse:.3f} over the {reached}\nqueries reached ({n_val - reached} of {n_val} reach no point)"
+    else:
+        score = f"no estimate:\nnone of the {n_val} queries reaches a training point"
     fig, (left, right) = plt.subplots(1, 2, figsize=(PAGE_FIGURE_WIDTH, 3.6), layout="constrained",
                                       gridspec_kw={"width_ratios": [1.1, 1]})
-    _draw_fit(left, data, y_hat, f"{_TITLES[kernel]}, σ={sigma:.3g}, n={n_train}: val MSE {mse:.3f}"
-              + ("" if defined.all() else f"\n({int((~defined).sum())} queries reach no training point)"))
+    _draw_fit(left, data, y_hat, f"{_TITLES[kernel]}, σ={sigma:.3g}, n={n_train}: {score}")
     left.set_ylabel("y")
     left.legend(loc="upper left", fontsize=8)
     x_max = float(data.x_val[-1])
-    image = right.imshow(weights.numpy(), cmap=BOOK_CMAP, aspect="auto", vmin=0.0,
+    # A query no training point reaches has a row of zeros, not an even spread of attention:
+    # leave its row blank over a hatched background, and scale the colours to [0, largest weight].
+    shown = np.ma.masked_array(weights.numpy(), mask=np.repeat(~defined.numpy()[:, None], n_train, axis=1))
+    top = float(weights.max()) if reached else 1.0
+    cmap = plt.get_cmap(BOOK_CMAP).copy()
+    cmap.set_bad(alpha=0.0)
+    right.add_patch(plt.Rectangle((-0.5, 0.0), n_train, x_max, facecolor="white", edgecolor="0.6", hatch="///",
+                                  linewidth=0, zorder=0))
+    image = right.imshow(shown, cmap=cmap, aspect="auto", vmin=0.0, vmax=top, zorder=1,
                          extent=(-0.5, n_train - 0.5, x_max, 0.0))
     right.grid(False)
     right.set_xlabel("training point (key), sorted by x")
     right.set_ylabel("validation query x")
-    right.set_title("attention weights")
-    fig.colorbar(image, ax=right, shrink=0.85)
+    right.set_title("attention weights" if reached == n_val else "attention weights\n(hatched: query reaches no point)")
+    if reached:  # with no query reached there is no weight to put on a scale
+        fig.colorbar(image, ax=right, shrink=0.85)
     return fig
 
 
