@@ -501,6 +501,8 @@ def test_train_translator_follows_the_book_seed(monkeypatch):
 def _bleu_without_clipping(pred_seq, label_seq, k=2):
     """A plausible wrong BLEU: every predicted n-gram found in the label counts, however often."""
     pred, label = pred_seq.split(), label_seq.split()
+    if not pred:  # an empty prediction scores 0 (the checker's own case); the mistake is elsewhere
+        return 0.0
     score = math.exp(min(0.0, 1 - len(label) / len(pred)))
     for n in range(1, min(k, len(pred)) + 1):
         grams = {tuple(label[i:i + n]) for i in range(len(label) - n + 1)}
@@ -511,6 +513,8 @@ def _bleu_without_clipping(pred_seq, label_seq, k=2):
 
 def _bleu_without_the_min(pred_seq, label_seq, k=2):
     """A plausible wrong BLEU: exp(1 - len_label / len_pred) without the min, a bonus for long predictions."""
+    if not pred_seq.split():
+        return 0.0
     ratio = len(label_seq.split()) / len(pred_seq.split())
     right, wrong = math.exp(min(0.0, 1 - ratio)), math.exp(1 - ratio)
     return ab.bleu(pred_seq, label_seq, k) / right * wrong
