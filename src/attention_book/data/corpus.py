@@ -117,7 +117,7 @@ def load_corpus(level: str = "word", min_freq: int = 3, val_fraction: float = 0.
     if verbose:
         unk = float((train_ids == tok.unk_id).float().mean())
         print(f"Corpus: {source}\n  {len(train_ids):,} training and {len(val_ids):,} validation tokens "
-              f"({level}s), vocabulary {tok.vocab_size:,} (min_freq={min_freq}; {unk:.1%} of training "
+              f"({level}s)\n  vocabulary {tok.vocab_size:,} (min_freq={min_freq}; {unk:.1%} of training "
               f"tokens are <unk>)")
     return corpus
 

@@ -328,7 +328,7 @@ def load_translation(batch_size: int = 128, num_steps: int = 9, num_train: int =
     tgt_vocab = Vocab([_pad([BOS] + t, num_steps + 1) for t in tgt_tokens[:counted]], min_freq, reserved)
     arrays = _arrays(src_tokens, tgt_tokens, src_vocab, tgt_vocab, num_steps)
     if verbose:
-        print(f"Translation data: {note}; {num_train} train + {num_val} validation pairs, "
+        print(f"Translation data: {note}\n  {num_train} train + {num_val} validation pairs, "
               f"vocab sizes {len(src_vocab)} (en) / {len(tgt_vocab)} (fr)")
     return TranslationData(src_vocab, tgt_vocab, arrays, num_train, num_val, num_steps, batch_size, note, pairs)
 
