@@ -379,3 +379,36 @@ def test_every_line_a_checker_prints_fits_88_characters(capsys):
         assert max(map(len, out.splitlines())) <= 88, out
     ab.assignments.check_bleu(ab.bleu)
     assert max(map(len, capsys.readouterr().out.splitlines()[:2])) <= 88
+
+
+# Chapter 2: Nadaraya-Watson regression ------------------------------------------------------------------------
+
+def _nw(x, y, q, sigma, *, normalise=True, stable=True):
+    """A learner's nadaraya_watson, right by default; normalise=False forgets to divide by the weights' sum,
+    stable=False takes exp of the scores as they are (0/0 = NaN once every weight underflows)."""
+    scores = -((q[:, None] - x[None, :]) ** 2) / (2 * sigma**2)
+    if stable:
+        weights = torch.softmax(scores, dim=1) if normalise else scores.exp()
+    else:
+        weights = scores.exp()
+        weights = weights / weights.sum(dim=1, keepdim=True) if normalise else weights
+    return weights @ y
+
+
+def test_the_narrow_kernel_case_names_nan_only_when_the_result_has_nan():
+    checker = ab.assignments.check_nadaraya_watson
+
+    def narrow(fn) -> list[str]:  # the narrow case's reasons, visible and hidden
+        out = []
+        for offset in OFFSETS:
+            with hidden_cases(offset):
+                report = checker(fn, verbose=False)
+            out += [why for name, ok, why in report.results if not ok and name.startswith("a narrow kernel")]
+        return out
+
+    assert failures(checker, _nw) == []
+    unstable = narrow(lambda *a: _nw(*a, stable=False))
+    assert len(unstable) == len(OFFSETS) and all("0/0 is NaN" in w for w in unstable), unstable
+    unnormalised = narrow(lambda *a: _nw(*a, normalise=False))
+    assert len(unnormalised) == len(OFFSETS), unnormalised
+    assert all("0/0 is NaN" not in w and "normalised over the keys" in w for w in unnormalised), unnormalised

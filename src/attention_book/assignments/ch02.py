@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, case_generator, compare, draw, run_checks
+from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_nadaraya_watson"]
 
@@ -18,6 +18,26 @@ def _reference(x_train, y_train, x_query, sigma):
     """The estimate computed in float64 as a softmax of -(q - k)^2 / (2 sigma^2), returned in float32."""
     scores = -((x_query.double()[:, None] - x_train.double()[None, :]) ** 2) / (2 * sigma**2)
     return (torch.softmax(scores, dim=-1) @ y_train.double()).to(x_query.dtype)
+
+
+def _narrow_check(expected: torch.Tensor):
+    """The narrow kernel's check: its hint depends on what went wrong (NaN, or a wrong value)."""
+    plain = compare(expected, atol=1e-4)
+
+    def check(got):
+        why = plain(got)
+        if why is None:
+            return None
+        if isinstance(got, torch.Tensor) and got.is_floating_point() and torch.isnan(got).any():
+            cause = ("exp(-(q-k)²/2σ²) underflows to 0 for every key and 0/0 is NaN; compute the weights as "
+                     "a softmax of -(q-k)²/(2σ²), which subtracts the largest score first")
+        else:
+            cause = ("with a narrow kernel each query's weight goes almost all to its nearest key, so the "
+                     "estimate is that key's label: check that the weights of each query are normalised over "
+                     "the keys (they sum to 1)")
+        return Diagnosis(f"{why} — {cause}", cause)
+
+    return check
 
 
 def check_nadaraya_watson(fn, verbose: bool = True):
@@ -63,9 +83,7 @@ def check_nadaraya_watson(fn, verbose: bool = True):
              data.x_val, width(0.3, 0.7), expected=torch.full_like(data.x_val, level)),
         case("a very wide kernel averages all labels", few.x_train, few.y_train, picks(few.x_val, 4), 1e4,
              expected=few.y_train.mean().expand(4)),
-        case("a narrow kernel far from the data (no NaN)", x_far, y_far, q_far, 0.003,
-             expected=y_far[nearest],
-             hint="exp(-(q-k)²/2σ²) underflows to 0 for every key and 0/0 is NaN; compute the weights as a "
-                  "softmax of -(q-k)²/(2σ²), which subtracts the largest score first"),
+        Case("a narrow kernel far from the data (no NaN)", (x_far, y_far, q_far, 0.003),
+             _narrow_check(y_far[nearest])),
     ]
     return run_checks("nadaraya_watson", fn, cases, verbose=verbose)
