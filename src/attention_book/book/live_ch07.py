@@ -33,10 +33,10 @@ from torch import nn
 import attention_book as ab
 
 from ..core.config import frames_dir
-from ..data.text import BOS, EOS, PAD, UNK, preprocess_nmt, tokenize_nmt
+from ..data.text import BOS, EOS, PAD, UNK
 from ..experiments import translation
 from .live import MAX_MODEL_BYTES, LiveView
-from .live_ch04 import save_reference
+from .live_ch04 import CONTROL_TOKENS, save_reference, typed_source
 
 __all__ = [
     "MAX_VIEW_BYTES",
@@ -162,27 +162,6 @@ def pick_map(cross, layer: int, head: int | None) -> torch.Tensor:
     return per_layer.mean(dim=0) if head is None else per_layer[head - 1]
 
 
-# Control tokens: typed by the reader, they are words the vocabulary does not know.
-CONTROL_TOKENS = (PAD, BOS, EOS)
-
-
-def _typed(data, sentence: str) -> tuple[list[str], list[bool], str]:
-    """The tokens of ``sentence`` (``<eos>`` appended), whether the model knows each, and the
-    sentence the model is given.
-
-    Only the ``<eos>`` the tokenizer appends ends the sentence: a ``<pad>``, ``<bos>`` or
-    ``<eos>`` the reader typed is an unknown word, given to the model as ``<unk>``.
-    """
-    tokens = tokenize_nmt(preprocess_nmt(sentence))
-    typed = tokens[:-1]
-    known = [
-        t in data.src_vocab.token_to_idx and t not in CONTROL_TOKENS for t in typed
-    ] + [True]
-    if any(t in CONTROL_TOKENS for t in typed):
-        sentence = " ".join(UNK if t in CONTROL_TOKENS else t for t in typed)
-    return tokens, known, sentence
-
-
 def transformer_reference(model: nn.Module, data, sentence: str) -> dict:
     """What the page must show for ``sentence``, computed by the package.
 
@@ -196,7 +175,7 @@ def transformer_reference(model: nn.Module, data, sentence: str) -> dict:
     encoder-decoder attention weights (layers, heads, rows, columns) of
     ``translation.translation_attention``}``.
     """
-    tokens, known, given = _typed(data, sentence)
+    tokens, known, given = typed_source(data, sentence)
     maps = translation.translation_attention(model, data, given)
     read = list(zip(tokens, known))[: data.num_steps]
     output = maps["output"]
