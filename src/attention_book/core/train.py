@@ -94,14 +94,17 @@ class History:
 
     ``train_loss[e]`` is the loss averaged over all units (tokens, examples…)
     seen in epoch ``e``; ``metrics[name][e]`` holds what ``evaluate`` returned.
-    ``lr`` records the learning rate at every optimisation step. ``capped`` is the
-    step cap (``ATTENTION_BOOK_MAX_STEPS``) that ended the run early, or None.
+    ``lr`` records the learning rate at every optimisation step. ``seconds`` and
+    ``cpu_seconds`` are the run's wall-clock and processor time (all threads; on a busy
+    machine the first grows, the second does not). ``capped`` is the step cap
+    (``ATTENTION_BOOK_MAX_STEPS``) that ended the run early, or None.
     """
 
     train_loss: list[float] = field(default_factory=list)
     metrics: dict[str, list[float]] = field(default_factory=dict)
     lr: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     steps: int = 0
     capped: int | None = None
 
@@ -240,7 +243,7 @@ def fit(
     scaler = torch.amp.GradScaler(dev.type) if use_scaler else None
     cap = max_steps()
     history = History()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     sampler = None
     compute_loss: Callable[[Any], Any] = functools.partial(loss_fn, model)
@@ -334,6 +337,7 @@ def fit(
         print(f"{desc}: stopped after {cap} steps ({MAX_STEPS_ENV}={cap})")
     model.eval()
     history.seconds = time.perf_counter() - start
+    history.cpu_seconds = time.process_time() - cpu_start
     if not all(math.isfinite(v) for v in history.train_loss):
         raise FloatingPointError("training produced a non-finite epoch loss" + _advice(optimizer))
     return history
