@@ -170,9 +170,8 @@ export async function mount(root, ctx) {
     { class: "ab-live-intro" },
     digits
       ? "Draw a digit (0–9) in the box with the mouse or a finger. The model sees it as the small " +
-          `${native[0]}x${native[1]} grey image next to the box (below it on a narrow screen), made the way ` +
-          `its training digits were made. It learnt from ${data.train_size.toLocaleString("en")} scanned digits, thick and centred: ` +
-          "draw large and bold, and expect a thin or unusual stroke to be misread, still with a high probability."
+          `${native[0]}x${native[1]} grey image, under the colours of its attention, next to the box (below it on a ` +
+          `narrow screen). It learnt from ${data.train_size.toLocaleString("en")} scanned digits: draw large and bold.`
       : `Draw a ${data.dataset} item in the box; the model sees it at ${native[0]}x${native[1]} pixels. It learnt ` +
           `from ${data.train_size.toLocaleString("en")} ${data.dataset} images, so expect a drawing, unlike any of them, to be misread.`,
   );
