@@ -234,11 +234,13 @@ class Crawler:
             f"console error: {msg.text} ({msg.location.get('url', '')})"))
         self.page.on("response", lambda r: r.status >= 400 and self.events.append(
             f"HTTP {r.status}: {r.url}"))
-        # A <picture>'s phone copy (book_site.py) whose load the browser called off because the
-        # viewport changed is the browser choosing a source, not a broken page.
+        # An image load the browser called off (ERR_ABORTED) is the browser choosing a source, not a
+        # broken page: a <picture>'s phone copy (book_site.py) when the viewport changed, or a figure
+        # inside a fold ("Show solution") whose load it dropped. A missing image still fails above,
+        # as an HTTP 404.
         self.page.on("requestfailed", lambda r: r.url.startswith(origin) and not (
-            r.url.endswith("-phone.png") and "ERR_ABORTED" in (r.failure or "")) and self.events.append(
-            f"request failed: {r.url} ({r.failure})"))
+            "/_images/" in r.url and r.url.endswith(".png") and "ERR_ABORTED" in (r.failure or "")
+        ) and self.events.append(f"request failed: {r.url} ({r.failure})"))
 
     def _open(self, url: str) -> None:
         self.page.goto(url, wait_until="load")
