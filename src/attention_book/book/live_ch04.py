@@ -33,6 +33,7 @@ __all__ = [
     "ch04_live_view",
     "reference_translation",
     "save_reference",
+    "translator_page_data",
     "typed_source",
 ]
 
@@ -94,6 +95,27 @@ def typed_source(data, sentence: str) -> tuple[list[str], list[bool], str]:
     if any(t in CONTROL_TOKENS for t in typed):
         sentence = " ".join(UNK if t in CONTROL_TOKENS else t for t in typed)
     return tokens, known, sentence
+
+
+def translator_page_data(view) -> dict:
+    """What a translator's live page needs besides its graphs (chapters 4 and 7): the two
+    vocabularies, the lengths, the special tokens' ids and the typed words read as unknown.
+    Saves the model's weights for the browser test when frames are kept."""
+    frames = frames_dir()
+    if frames is not None:  # the browser test decodes with the very same weights
+        save_reference(view.model, view.corpus, frames / "live" / f"{view.name}.pt")
+    src_vocab, tgt_vocab = view.corpus.src_vocab, view.corpus.tgt_vocab
+    return {
+        "too_large": view.too_large(),
+        "src_vocab": src_vocab.idx_to_token,
+        "tgt_vocab": tgt_vocab.idx_to_token,
+        "num_steps": view.corpus.num_steps,
+        "max_steps": view.corpus.num_steps,  # ab.translate's default
+        "pad": src_vocab[PAD],
+        "bos": tgt_vocab[BOS],
+        "eos": tgt_vocab[EOS],
+        "control_tokens": list(CONTROL_TOKENS),  # typed, they are unknown words
+    }
 
 
 def reference_translation(model: nn.Module, data, sentence: str) -> dict:
@@ -196,22 +218,7 @@ class TranslatorView(LiveView):
         }
 
     def data(self) -> dict:
-        frames = frames_dir()
-        if frames is not None:  # the browser test decodes with the very same weights
-            save_reference(self.model, self.corpus, frames / "live" / f"{self.name}.pt")
-        src_vocab, tgt_vocab = self.corpus.src_vocab, self.corpus.tgt_vocab
-        return {
-            "too_large": self.too_large(),
-            "src_vocab": src_vocab.idx_to_token,
-            "tgt_vocab": tgt_vocab.idx_to_token,
-            "num_steps": self.corpus.num_steps,
-            "max_steps": self.corpus.num_steps,  # ab.translate's default
-            "pad": src_vocab[PAD],
-            "bos": tgt_vocab[BOS],
-            "eos": tgt_vocab[EOS],
-            "control_tokens": list(CONTROL_TOKENS),  # typed, they are unknown words
-            "examples": self.examples,
-        }
+        return {**translator_page_data(self), "examples": self.examples}
 
     def _translations(self) -> list[tuple[str, str]]:
         results = (

@@ -32,11 +32,10 @@ from torch import nn
 
 import attention_book as ab
 
-from ..core.config import frames_dir
-from ..data.text import BOS, EOS, PAD, UNK
+from ..data.text import EOS, UNK
 from ..experiments import translation
 from .live import MAX_MODEL_BYTES, LiveView
-from .live_ch04 import CONTROL_TOKENS, save_reference, typed_source
+from .live_ch04 import translator_page_data, typed_source
 
 __all__ = [
     "MAX_VIEW_BYTES",
@@ -299,21 +298,9 @@ class TransformerTranslatorView(LiveView):
         return graphs
 
     def data(self) -> dict:
-        frames = frames_dir()
-        if frames is not None:  # the browser test decodes with the very same weights
-            save_reference(self.model, self.corpus, frames / "live" / f"{self.name}.pt")
-        src_vocab, tgt_vocab = self.corpus.src_vocab, self.corpus.tgt_vocab
         heads = self.model.decoder.blks[0].attention2.num_heads
         return {
-            "too_large": self.too_large(),
-            "src_vocab": src_vocab.idx_to_token,
-            "tgt_vocab": tgt_vocab.idx_to_token,
-            "num_steps": self.corpus.num_steps,
-            "max_steps": self.corpus.num_steps,  # ab.translate's default
-            "pad": src_vocab[PAD],
-            "bos": tgt_vocab[BOS],
-            "eos": tgt_vocab[EOS],
-            "control_tokens": list(CONTROL_TOKENS),  # typed, they are unknown words
+            **translator_page_data(self),
             "enc_layers": len(self.model.encoder.blks),
             "num_layers": self.num_layers,
             "num_heads": heads,
