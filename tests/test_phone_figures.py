@@ -375,7 +375,7 @@ def test_a_figure_with_a_plot_spanning_its_width_gets_a_phone_copy():
 # Diagrams whose labels, enlarged for a phone, run over the box drawn around them (found by
 # plot._texts_outside_boxes; their copies are still drawn). Each needs its boxes or labels reworked
 # in book/diagrams.py; remove a name once fixed (strict: the test then fails until it is removed).
-TEXT_OUT_OF_BOX = {"bahdanau_diagram", "multihead_attention_diagram", "transformer_diagram"}
+TEXT_OUT_OF_BOX: set[str] = set()
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="label runs over "

@@ -372,13 +372,14 @@ def bahdanau_diagram(embed_size: int = 256, num_hiddens: int = 256, num_layers: 
     query = s.box(att.cx, 5.6, 1.1, 0.42, r"$\mathbf{s}_{t'-1}$", role="rnn")
     s.arrow(query.at("bottom"), att.at("top"))
     s.text(att.cx + 0.12, (query.bottom + att.top) / 2, "query", size=SMALL, ha="left", color=MUTED)
-    s.text(0.25, 5.6, "keys = values\n" + r"$= \mathbf{h}_1, \ldots, \mathbf{h}_T$", size=SMALL, ha="left",
+    s.text(0.05, 5.6, "keys = values\n" + r"$= \mathbf{h}_1, \ldots, \mathbf{h}_T$", size=SMALL, ha="left",
            color=MUTED)
 
     # Decoder: previous token, embedding, [c; e], GRU, s_t', output layer.
     dx, dw = 5.6, 1.75
     s.text(dx, 0.12, "decoder, step $t'$", size=TITLE, bold=True)
-    prev = s.box(dx, 0.55, dw, 0.4, r"previous token $y_{t'-1}$", size=SMALL)
+    # two lines: on one, enlarged for a phone (core/plot.py's fit_page), it ran over its box
+    prev = s.box(dx, 0.6, dw, 0.52, "previous token\n" + r"$y_{t'-1}$", size=SMALL)
     demb = s.box(dx, 1.25, dw, 0.42, rf"$\mathbf{{e}}(y_{{t'-1}}) \in \mathbb{{R}}^{{{e}}}$", role="embed",
                  size=SMALL)
     cat = s.box(dx, 2.05, dw, 0.5, "", size=SMALL)
@@ -432,13 +433,16 @@ def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, quer
     p = p_o // h
     s = _Sketch(6.4, 6.1)
     shown = _shown(h, 4)
-    xs = _slots(shown, 2.2, 1.3, 0.95)
+    # A head's three projection boxes hold W^(q)_i, W^(k)_i, W^(v)_i: wide enough for their labels
+    # enlarged for a phone (core/plot.py's fit_page), with a gap between neighbouring heads.
+    pw, pstep, half = 0.43, 0.46, 0.72
+    xs = _slots(shown, 2.2, 1.45, 0.95)
     colours = {"q": "C3", "k": "C0", "v": "C2"}
 
     # The three inputs, as lines every head taps.
     bus_y = {"q": 1.0, "k": 0.7, "v": 0.4}
     for name, y in bus_y.items():
-        s.ax.plot([1.45, xs[-1] + 0.62], [y, y], color=colours[name], lw=1.6, zorder=3)
+        s.ax.plot([1.45, xs[-1] + half - 0.04], [y, y], color=colours[name], lw=1.6, zorder=3)
         s.text(1.35, y, rf"$\mathbf{{{name}}} \in \mathbb{{R}}^{{{sizes[name]}}}$", size=SMALL, ha="right")
 
     heads = []
@@ -449,23 +453,23 @@ def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, quer
             continue
         projections = []
         for k, name in enumerate("qkv"):
-            px = x + (k - 1) * 0.4
-            box = s.box(px, 1.75, 0.37, 0.42, rf"$\mathbf{{W}}^{{({name})}}_{{{i}}}$", role="ffn", size=SMALL)
+            px = x + (k - 1) * pstep
+            box = s.box(px, 1.75, pw, 0.42, rf"$\mathbf{{W}}^{{({name})}}_{{{i}}}$", role="ffn", size=SMALL)
             s.ax.plot([px], [bus_y[name]], marker="o", markersize=3.5, color=colours[name], zorder=4)
             s.arrow((px, bus_y[name]), box.at("bottom"), color=colours[name])
             projections.append(box)
-        att = s.box(x, 2.65, 1.17, 0.52, "scaled\ndot-product", role="attention", size=SMALL)
+        att = s.box(x, 2.65, 2 * pstep + pw, 0.52, "scaled\ndot-product", role="attention", size=SMALL)
         for box in projections:
             s.arrow(box.at("top"), (box.cx, att.bottom))
         out = s.box(x, 3.45, 0.9, 0.42, rf"$\mathbf{{o}}_{{{i}}}$", size=FONT)
         s.arrow(att.at("top"), out.at("bottom"))
         heads.append(out)
-    s.repeat(xs[0] - 0.66, 1.35, xs[-1] + 0.66, 3.8, h, side="left", at=3.45, label=f"$h = {h}$\nheads")
+    s.repeat(xs[0] - half, 1.35, xs[-1] + half, 3.8, h, side="left", at=3.45, label=f"$h = {h}$\nheads")
     s.text(0.1, 2.65, f"each head:\n$p_q = p_k = p_v$\n$= p_o / h = {p}$", size=SMALL, ha="left")
     s.text(0.1, 1.75, rf"$\mathbf{{W}}^{{(q)}}_i \in \mathbb{{R}}^{{{p} \times {sizes['q']}}}$", size=SMALL,
            ha="left")
 
-    cat = s.box((xs[0] + xs[-1]) / 2, 4.35, xs[-1] - xs[0] + 1.17, 0.45,
+    cat = s.box((xs[0] + xs[-1]) / 2, 4.35, max(xs[-1] - xs[0] + 2 * pstep + pw, 2.9), 0.45,
                 rf"concatenate: $h\, p_v = {h} \times {p} = {h * p}$", size=SMALL)
     for out in heads:
         s.arrow(out.at("top"), (out.cx, cat.bottom))
@@ -549,7 +553,7 @@ def _residual_block(s: _Sketch, cx: float, width: float, bottom: float, sublayer
     Post-norm (chapter 7): sublayer, then an "add & norm" box fed by a bypass along
     the rail at x = ``rail``. Pre-norm (chapters 8 and 9): a "norm" box, the
     sublayer, then a circled plus fed by the bypass. Returns the top y and the
-    sublayer boxes.
+    sublayer boxes (0.52 high for two lines of text, 0.2 higher for each further line).
     """
     y, boxes = bottom, []
     for text, role in sublayers:
@@ -561,7 +565,8 @@ def _residual_block(s: _Sketch, cx: float, width: float, bottom: float, sublayer
             s.arrow(norm.at("top"), (cx, y))
         if not pre_norm:
             y += 0.22
-        box = s.box(cx, y + 0.26, width, 0.52, text, role=role, size=SMALL)
+        high = 0.52 + 0.2 * max(0, text.count("\n") - 1)
+        box = s.box(cx, y + high / 2, width, high, text, role=role, size=SMALL)
         if not pre_norm:
             s.arrow((cx, start), box.at("bottom"))
         boxes.append(box)
@@ -632,7 +637,8 @@ def transformer_diagram(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_h
     top, (masked, cross, _) = _residual_block(
         s, dec_x, width, bottom,
         [("masked self-attention\n" + attention, "attention"),
-         ("encoder–decoder attention\n" + attention, "attention"), ffn], dec_rail)
+         # on three lines: on two, enlarged for a phone (core/plot.py's fit_page), it ran over its box
+         ("encoder–decoder\nattention\n" + attention, "attention"), ffn], dec_rail)
     s.repeat(dec_x - width / 2 - 0.1, bottom - 0.05, dec_rail + 0.08, top - 0.05, N, side="right")
     linear = s.box(dec_x, top + 0.4, width, 0.42, f"linear: ${d} \\to$ {vocab}", role="ffn", size=SMALL)
     s.arrow((dec_x, top), linear.at("bottom"))
