@@ -30,6 +30,8 @@ Editions:
   solution cell folded whole, code and outputs, behind a "Show solution" toggle
   (``hide-cell``, its ``BEGIN/END SOLUTION`` marker lines dropped): a reader meets the
   exercise before its answer, and the printed results of the solution are part of it.
+  Above such a cell the page shows the scaffold a learner completes (:func:`scaffold_cell`:
+  its definitions with their ``# YOUR CODE HERE`` stubs, as a code block, never run).
 * ``student``: ``instructor`` answers removed; every solution replaced by a
   ``# YOUR CODE HERE`` stub (:func:`stub`); the code that needs an unfinished stub
   guarded (:func:`guard_dependents`), so "Run All" reaches the last cell; outputs cleared.
@@ -266,6 +268,40 @@ def fold_answer(markdown: str) -> str:
     return f"{fence}{{dropdown}} {ANSWER_LABEL}\n{markdown.strip()}\n{fence}"
 
 
+SCAFFOLD_INTRO = "Start from this scaffold (fill in each `# YOUR CODE HERE`), then compare with the solution:"
+
+
+def scaffold_preview(code: str) -> str | None:
+    """The part of ``code``'s scaffold a learner completes, as the public page shows it above the
+    folded solution: the top-level definitions (the given helpers and every stubbed function or
+    class), the statements that only run them left to the solution; where a stub stands among
+    the top-level statements (the task is to write them), the whole scaffold.
+    None where the cell has no ``BEGIN/END SOLUTION`` markers (its scaffold would be one stub line)."""
+    if not BEGIN_ANYWHERE.search(code):
+        return None
+    shown = scaffold(code)
+    tree = _parse(shown)
+    lines = shown.split("\n")
+    if tree is None:
+        return shown
+    if any(line.startswith("# YOUR CODE HERE") for line in lines):  # a stub among the driver code
+        return shown.strip("\n")
+    keep = ["\n".join(lines[min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1:node.end_lineno])
+            for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return "\n\n\n".join(keep) if keep else shown.strip("\n")
+
+
+def scaffold_cell(cell: dict) -> dict | None:
+    """A markdown cell showing :func:`scaffold_preview` of solution cell ``cell`` (public edition)."""
+    preview = scaffold_preview(source(cell))
+    if preview is None:
+        return None
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`{3,}", preview)), default=0))
+    return {"cell_type": "markdown", "id": f"{cell.get('id', 'cell')}-scaffold"[:64],
+            "metadata": {"tags": ["scaffold"]},
+            "source": f"{SCAFFOLD_INTRO}\n\n{fence}python\n{preview}\n{fence}"}
+
+
 def strip_markers(code: str) -> str:
     """``code`` without its ``# BEGIN SOLUTION`` / ``# END SOLUTION`` lines."""
     return "\n".join(line for line in code.split("\n") if not (BEGIN.match(line) or END.match(line)))
@@ -367,6 +403,9 @@ def make_edition(nb: dict, edition: str, solutions: dict[str, str] | None = None
             cell["outputs"], cell["execution_count"] = [], None
         elif "solution" in cell_tags and cell.get("cell_type") == "code":
             if edition == "public":
+                preview = scaffold_cell(cell)
+                if preview is not None:
+                    cells.append(preview)
                 cell["source"] = strip_markers(source(cell))
                 _add_tag(cell, "hide-cell")
                 show, hide = CODE_LABELS

@@ -85,14 +85,23 @@ def test_editions_treat_tags_as_documented():
     # The public site shows the answer folded under "Show answer", and folds a solution cell (code and
     # outputs: its printed results would give the answer away) under "Show solution".
     public = editions.make_edition(nb, "public")
-    assert len(public["cells"]) == 4
+    assert len(public["cells"]) == 5
     assert editions.source(public["cells"][1]) == ":::{dropdown} Show answer\nThe answer is 42 because $x^2$ ...\n:::"
-    code = public["cells"][2]
+    # Above the folded solution, the scaffold a learner completes, shown (a code block, never run):
+    # the definition with its stub, without the solution (a reader saw no scaffold to complete).
+    shown = public["cells"][2]
+    assert shown["cell_type"] == "markdown" and "scaffold" in editions.tags(shown)
+    assert "def f(x):" in editions.source(shown) and "# YOUR CODE HERE" in editions.source(shown)
+    assert "x * 2" not in editions.source(shown) and "```python" in editions.source(shown)
+    code = public["cells"][3]
     assert "hide-cell" in editions.tags(code) and "hide-input" not in editions.tags(code)
     assert "x * 2" in editions.source(code)
     assert "SOLUTION" not in editions.source(code)  # the markers are dropped on the website
     assert code["metadata"]["mystnb"] == {"code_prompt_show": "Show solution", "code_prompt_hide": "Hide solution"}
     assert code["outputs"] == nb["cells"][2]["outputs"]
+    # A whole-cell solution (no markers) gets no scaffold block: its scaffold would be one stub line.
+    whole = editions.make_edition(_nb(_code("y = 2 * 21", "solution")), "public")
+    assert [c["cell_type"] for c in whole["cells"]] == ["code"]
     assert editions.make_edition(nb, "instructor") == nb
     with pytest.raises(ValueError, match="edition"):
         editions.make_edition(nb, "teacher")
