@@ -593,6 +593,19 @@ def test_search_finds_pages(browser, site):
     assert hits > 0
 
 
+def test_a_wide_page_shows_one_search_field(browser, site):
+    """A reader saw two "Search Ctrl+K" fields stacked at 1280 px: pydata-sphinx-theme's header bar
+    held one above the book theme's sidebar field (book_site.py sets navbar_persistent)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(f"{site}{PAGES[1]}.html", wait_until="load")
+        shown = page.evaluate("""() => [...document.querySelectorAll('.search-button-field')]
+            .filter(e => e.getClientRects().length && getComputedStyle(e).visibility !== 'hidden').length""")
+    finally:
+        page.close()
+    assert shown == 1, f"{shown} search fields shown at 1280 px"
+
+
 @pytest.mark.parametrize("index", [pytest.param(i, id=p, marks=by_page([p])[0].marks) for i, p in enumerate(PAGES)])
 def test_previous_and_next_follow_the_toc(crawler, site, index):
     visit = crawler.visit(PAGES[index])

@@ -11,7 +11,8 @@
   `_config.yml` selects it as `bibtex_default_style: book_author_year`.
 - The theme's colour mode: without a `default_mode`, pydata-sphinx-theme logs
   "Got invalid theme mode" as an error on every page; "auto" (follow the
-  reader's system setting) is what it falls back to anyway.
+  reader's system setting) is what it falls back to anyway. And one search
+  field: an unset `navbar_persistent` adds a header bar with a second one.
 - Code keeps its indentation when a narrow screen wraps it (issue 36): a small
   script puts each line of a code cell in a `<span class="ab-line">` that carries
   the line's indentation (`--indent`), and book.css hangs the wrapped rest of the
@@ -109,6 +110,13 @@ def default_theme_mode(app, config) -> None:
     context = dict(config.html_context or {})  # the theme reads it from the page context
     context.setdefault("default_mode", "auto")
     config.html_context = context
+    # pydata-sphinx-theme 0.17 fills an unset navbar_persistent with its search field, which puts
+    # a whole header bar above the page holding a second "Search Ctrl+K" at 1280 px (a reader saw
+    # two stacked); the book theme's own search (sidebar, and the article header's button on a
+    # phone) stays.
+    options = dict(config.html_theme_options or {})
+    options.setdefault("navbar_persistent", [])
+    config.html_theme_options = options
 
 
 # Pygments closes its spans at every line end, so each line's HTML stands alone.
