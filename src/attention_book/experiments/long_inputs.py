@@ -25,7 +25,7 @@ from torch import nn
 
 from ..core.checks import check_int, check_positive_int
 from ..core.config import resolve_seed
-from ..core.train import model_device
+from ..core.train import capped_count, model_device
 from ..models.seq2seq import greedy_search, make_seq2seq, translation_loss
 from ..core.train import History, fit
 
@@ -126,9 +126,10 @@ def train_copy_model(attention: str | None, *, vocab_size: int = 8, min_len: int
     batches and the initial weights, so the two models of one seed see the same
     data in the same order. ``train_steps`` (``None``: all ``steps``) trains on only
     the first ``train_steps`` of those batches. Returns ``(model, history)``.
+    Under ``ATTENTION_BOOK_MAX_STEPS`` only the batches the capped run uses are drawn.
     """
     seed = resolve_seed(seed)
-    batches = copy_batches(steps, batch_size, min_len, max_len, vocab_size, seed=seed)
+    batches = copy_batches(capped_count(steps), batch_size, min_len, max_len, vocab_size, seed=seed)
     if train_steps is not None:
         batches = batches[:check_positive_int("train_steps", train_steps)]
     torch.manual_seed(seed)
@@ -150,9 +151,10 @@ def copy_accuracy_by_length(model: nn.Module, lengths: Sequence[int], per_length
     decoded greedily in one batch with no padding. Position ``k`` of a copy is
     right when the ``k``-th output token is the ``k``-th source token (an
     output that stops early is wrong at the positions it missed). Chance is
-    ``1 / vocab_size``.
+    ``1 / vocab_size``. Under ``ATTENTION_BOOK_MAX_STEPS`` each length decodes at most
+    that many sequences (every length is still scored).
     """
-    per_length = check_positive_int("per_length", per_length)
+    per_length = capped_count(check_positive_int("per_length", per_length))
     base = resolve_seed(seed) + 1000  # away from the training batches' seeds
     dev = model_device(model)
     scores = {}
@@ -194,9 +196,10 @@ def long_input_experiment(num_seeds: int = 3, seed: int | None = None, per_lengt
     only favour the plain model. Each model is scored
     at every source length from ``min_len`` to ``max_len`` by
     :func:`copy_accuracy_by_length` on the same held-out sequences. Only the
-    first seed shows progress bars. Returns one :class:`CopyRun` per seed.
+    first seed shows progress bars. Returns one :class:`CopyRun` per seed: at most
+    ``ATTENTION_BOOK_MAX_STEPS`` of them when that cap is set (the full-size smoke run).
     """
-    num_seeds = check_positive_int("num_seeds", num_seeds)
+    num_seeds = capped_count(check_positive_int("num_seeds", num_seeds))
     first = resolve_seed(seed)
     min_len, max_len = _check_lengths(config.get("min_len", 2), config.get("max_len", 30))
     vocab_size = config.get("vocab_size", 8)

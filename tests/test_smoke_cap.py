@@ -1,0 +1,65 @@
+"""The full-size smoke run (``make test-smoke``: ``ATTENTION_BOOK_MAX_STEPS``) caps more than ``fit``.
+
+Its results mean nothing: it shows that every full-size configuration builds, runs and fits.
+So the package bounds, under the cap, the work around each capped training run too: the
+batches an experiment draws, the seeds a study trains, the examples an evaluation decodes.
+These tests count that work with the cap set and unset, so they fail when a loop stops
+reading the cap (each loop still runs, at least once).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import attention_book as ab
+from attention_book.core.config import MAX_STEPS_ENV
+from attention_book.core.train import capped_count
+from attention_book.experiments import long_inputs
+
+TINY_COPY = {"vocab_size": 4, "min_len": 2, "max_len": 5, "embed_size": 8, "num_hiddens": 8, "num_layers": 1,
+             "steps": 12, "batch_size": 4, "attention_steps": 6}
+
+
+def test_capped_count_is_n_unless_the_cap_is_smaller(monkeypatch):
+    monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
+    assert [capped_count(n) for n in (1, 5, 3000)] == [1, 5, 3000]
+    monkeypatch.setenv(MAX_STEPS_ENV, "2")
+    assert [capped_count(n) for n in (1, 5, 3000)] == [1, 2, 2]
+
+
+def _count_copy_work(monkeypatch):
+    """Record the batches the copy task draws and the sequences its evaluation decodes."""
+    drawn, decoded = [], []
+    draw, decode = long_inputs.copy_batches, long_inputs.greedy_search
+
+    def counting_draw(num_batches, *args, **kwargs):
+        drawn.append(num_batches)
+        return draw(num_batches, *args, **kwargs)
+
+    def counting_decode(model, src, *args, **kwargs):
+        decoded.append(src.shape[0])
+        return decode(model, src, *args, **kwargs)
+
+    monkeypatch.setattr(long_inputs, "copy_batches", counting_draw)
+    monkeypatch.setattr(long_inputs, "greedy_search", counting_decode)
+    return drawn, decoded
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_the_long_input_study_draws_trains_and_decodes_only_what_the_cap_allows(monkeypatch, one_thread, cap):
+    if cap is None:
+        monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MAX_STEPS_ENV, str(cap))
+    drawn, decoded = _count_copy_work(monkeypatch)  # decoded: the batch size of each greedy decoding
+    ab.seed_everything()
+    runs = long_inputs.long_input_experiment(num_seeds=3, per_length=5, progress=False, **TINY_COPY)
+    limit = 10**9 if cap is None else cap
+    assert len(runs) == min(3, limit)  # seeds studied
+    assert drawn == [min(12, limit)] * (2 * len(runs))  # training batches drawn, per model
+    # every length from 2 to 5 is still scored, on at most `cap` sequences each
+    assert all(set(acc) == {2, 3, 4, 5} for run in runs for acc in run.accuracy.values())
+    assert decoded == [min(5, limit)] * (4 * 2 * len(runs))
+    for run in runs:
+        assert run.histories["no attention"].steps == min(12, limit)
+        assert run.histories["attention"].steps == min(6, limit)
