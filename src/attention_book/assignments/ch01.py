@@ -41,8 +41,9 @@ def _first_best(s):
 
 # Common mistakes: (cause, the weights a function with that mistake gives, or None where it does not apply).
 MISTAKES = [
-    (("at T = 0 one key gets all the weight although several keys tie for the highest score: as T -> 0 the "
-     "softmax shares its weight equally among every tied best key (argmax keeps only the first)"),
+    (("at T = 0 one key gets all the weight although several keys tie for the highest score (argmax keeps "
+     "only the first of them): follow softmax(scores / T) of such a row as T shrinks, where tied scores "
+     "stay equal for every T"),
      lambda s, t: _weights(s, t, _first_best) if bool((t == 0).any()) else None),
     (("the temperature divides the scores along the keys axis: there is one temperature per query (per row), "
      "so divide by temperature[..., None]"),
@@ -87,8 +88,8 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
         if not torch.isfinite(got_weights).all() or not torch.isfinite(got_pooled).all():
             why = "the result holds NaN or infinity"
             if bool((temperature == 0).any()):
-                cause = ("scores / 0 gives infinities and NaN: handle the rows with T = 0 apart, weight 1/c on "
-                         "each of the c keys tied for the highest score")
+                cause = ("scores / 0 gives infinities and NaN: handle the rows with T = 0 apart, with the "
+                         "limit of softmax(scores / T) as T -> 0 (work out what it is when keys tie)")
             else:
                 cause = ("exp of a large score / T overflows: subtract each row's maximum before exp (or use "
                          "torch.softmax)")
@@ -163,8 +164,9 @@ def check_softmax_pool(fn, verbose: bool = True):
         _case("a batch of examples", *c2, "leading batch axes: softmax over dim=-1, then weights @ values"),
         _case("T = 0 gives the value of the best key (database lookup)", *c3,
               "at T = 0 all the weight goes to the key with the highest score"),
-        _case("T = 0 with tied best scores shares the weight", *c4,
-              "as T -> 0 the softmax gives weight 1/c to each of the c keys tied for the highest score"),
+        _case("T = 0 with tied best scores", *c4,
+              "several keys tie for the highest score: work out the limit of softmax(scores / T) of such a "
+              "row as T -> 0 (tied scores stay equal for every T)"),
         _case("tiny temperatures do not overflow", *c5,
               "scores / T is huge for a tiny T: subtract each row's maximum before exp, or use torch.softmax"),
         _case("T = 0 for some queries, large T for the others", *c6,

@@ -77,7 +77,8 @@ def string_similarity(query: str, key: str) -> float:
 
     ``2 |B(q) ∩ B(k)| / (|B(q)| + |B(k)|)`` where ``B`` is the multiset of
     two-letter pieces of ``^word$`` (case ignored). Equal strings score 1,
-    a one-letter typo scores high, unrelated strings score 0.
+    strings without a common piece score 0; a typo breaks only the pieces
+    around it, so it costs a long string less than a short one.
     """
     a, b = _bigrams(_check_name(query, "query")), _bigrams(_check_name(key, "key"))
     shared = sum((a & b).values())
