@@ -54,3 +54,16 @@ def test_first_step_below_reads_the_smoothed_curve():
     assert st.first_step_below(losses, 0.5, window=2) == 4
     assert st.first_step_below(losses, 0.5, window=1) == 3
     assert st.first_step_below(losses, -1.0) is None
+
+
+def test_statistics_table_lists_the_asked_sizes_in_a_phone_wide_table():
+    import attention_book as ab
+
+    stats = ab.scaling_statistics([1, 4, 64], num_keys=8, num_samples=50)
+    lines = st.statistics_table(stats, dims=(4, 64)).splitlines()
+    assert len(lines) == 4 and max(map(len, lines)) <= 43
+    assert lines[2].split()[0] == "4" and lines[3].split()[0] == "64"
+    raw_var = float(lines[3].split()[1])  # the raw variance at d = 64, about 64
+    assert raw_var == pytest.approx(float(stats["var_raw"][2]), rel=1e-2)
+    with pytest.raises(ValueError, match="no row for d"):
+        st.statistics_table(stats, dims=(8,))

@@ -10,7 +10,9 @@ writes that model and its training loop on the page; this module draws the
 batches and reads the learning curves.
 
 Nothing here trains: :func:`retrieval_batch` makes data, :func:`smoothed` and
-:func:`first_step_below` summarise a curve of per-step losses.
+:func:`first_step_below` summarise a curve of per-step losses, and
+:func:`statistics_table` prints the random-vector statistics of the 1/√d argument
+(:func:`attention_book.scaling_statistics`) that come before the experiment.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import torch
 
 from ..core.checks import check_positive_int
 
-__all__ = ["RetrievalBatch", "first_step_below", "retrieval_batch", "smoothed"]
+__all__ = [
+    "RetrievalBatch",
+    "first_step_below",
+    "retrieval_batch",
+    "smoothed",
+    "statistics_table",
+]
 
 
 @dataclass
@@ -89,3 +97,42 @@ def first_step_below(
         if value < level:
             return step
     return None
+
+
+_STATISTICS = (
+    ("var", "variance"),
+    ("max_weight", "max weight"),
+    ("grad", "|Jacobian|"),
+)
+
+
+def _short(key: str, x: float) -> str:
+    """A variance to three digits, with no exponent (3.84, 65.1, 1033); a weight or a
+    Jacobian's norm (below 1) to two decimals."""
+    if key != "var":
+        return f"{x:.2f}"
+    return f"{x:.{2 if abs(x) < 10 else 1 if abs(x) < 100 else 0}f}"
+
+
+def statistics_table(stats: dict, dims: Sequence[int] = (4, 64, 1024)) -> str:
+    """The rows ``dims`` of :func:`attention_book.scaling_statistics`'s ``stats`` as a table
+    43 characters wide (it fits a phone's column): one row per feature size d, and for the
+    variance of the scores, the mean largest softmax weight and the mean norm of the softmax's
+    Jacobian, the raw and the scaled value side by side."""
+    listed = [int(d) for d in stats["dims"]]
+    missing = [d for d in dims if d not in listed]
+    if missing:
+        raise ValueError(f"stats has no row for d = {missing}; it has d = {listed}")
+    lines = [" " * 4 + "".join(f" {title:>12}" for _, title in _STATISTICS)]
+    lines.append(f"{'d':>4}" + f" {'raw':>5}{'scaled':>7}" * len(_STATISTICS))
+    for d in dims:
+        i = listed.index(d)
+        row = f"{d:>4}"
+        for key, _ in _STATISTICS:
+            raw, scaled = (
+                _short(key, float(stats[f"{key}_{tag}"][i]))
+                for tag in ("raw", "scaled")
+            )
+            row += f" {raw:>5}{scaled:>7}"
+        lines.append(row)
+    return "\n".join(lines)

@@ -226,7 +226,9 @@ def score_scale_figure(d: int = 64, num_keys: int = 16, max_dim: int = 1024, num
     ax = axes[0, 0]
     for tag in ("raw", "scaled"):
         ax.plot(stats["dims"], stats[f"var_{tag}"], "o-", ms=3, color=colors[tag], label=labels[tag])
-    ax.plot(stats["dims"], stats["dims"], ":", color="grey", label="theory: d")
+    # The theory drawn over the raw curve it predicts (a grey dotted line under it was hidden):
+    # dashed, in its own colour, on top.
+    ax.plot(stats["dims"], stats["dims"], "--", color="C2", lw=1.6, zorder=3, label="theory: d")
     ax.set(yscale="log", xlabel="feature size d", ylabel="variance of the scores",
            title="Score variance grows like d unless scaled")
     _powers_of_two_axis(ax, stats["dims"])
@@ -478,8 +480,10 @@ def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | 
         )
     ensure_style()
     n_rows, n_cols = data.shape
-    fig, ax = plt.subplots(figsize=(1.5 * n_cols + 1.5, 0.75 * n_rows + 0.9), layout="constrained")
-    image = ax.imshow(data, cmap="Reds", vmin=0.0, vmax=max(float(data.max()), 1e-9), aspect="auto")
+    # No colour bar: every cell prints its weight, and on a phone the bar's width is what the
+    # longer tokens need ("DeepLearning" ran together at 390 px).
+    fig, ax = plt.subplots(figsize=(1.5 * n_cols + 1.0, 0.75 * n_rows + 0.9), layout="constrained")
+    ax.imshow(data, cmap="Reds", vmin=0.0, vmax=max(float(data.max()), 1e-9), aspect="auto")
     ax.grid(False)
     for i in range(n_rows):
         for j in range(n_cols):
@@ -490,5 +494,4 @@ def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | 
     ax.set_yticks(range(n_rows), [f"sequence {i + 1}" for i in range(n_rows)])
     if title:
         ax.set_title(title)
-    fig.colorbar(image, ax=ax, shrink=0.8, label="weight")
     return fig
