@@ -11,6 +11,8 @@ share one key/value head), scaled by the square root of the head size ``p``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 
 import torch
@@ -18,6 +20,8 @@ import torch
 from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
 __all__ = ["check_per_head_attention"]
+
+ASSIGNMENT = "per_head_attention"  # the grader's name for it (its blocked package functions, its report)
 
 
 def reference(queries, keys, values, num_heads: int, num_kv_heads: int) -> torch.Tensor:
@@ -91,6 +95,10 @@ def _diagnosing(want, args):
             return why
         if tuple(got.shape) == tuple(want.shape) and got.dtype != want.dtype:
             return Diagnosis(f"{why}; {DTYPE}", DTYPE)
+        if tuple(got.shape) == tuple(want.shape) and not torch.isnan(got).any():
+            # the shape is right: say so once, and how far the values are off
+            worst = (got.detach().double().cpu() - right.cpu()).abs().max().item()
+            why = f"shape {tuple(want.shape)} as expected, but other values (largest difference {worst:.3g})"
         for cause, bad in mistakes:
             if tuple(got.shape) == tuple(bad.shape) and torch.allclose(got.detach().double().cpu(), bad,
                                                                        atol=1e-7, rtol=1e-6):
@@ -143,4 +151,18 @@ def check_per_head_attention(fn, verbose: bool = True):
         case("large scores (stable softmax)", 2, draw(g, 2, 3), draw(g, 2, 4),
              "use torch.softmax (or subtract each row's maximum) so that large scores do not overflow", shift=60.0),
     ]
-    return run_checks("per_head_attention", fn, cases, verbose=verbose)
+    if not verbose:
+        return run_checks(ASSIGNMENT, fn, cases, verbose=False)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        report = run_checks(ASSIGNMENT, fn, cases)
+    print(_in_learners_words(printed.getvalue(), getattr(fn, "__name__", "")), end="")
+    return report
+
+
+def _in_learners_words(text: str, name: str) -> str:
+    """The checker's printout with the learner's name for the function (the assignment's page asks for
+    ``grouped_head_attention``) instead of the assignment's name, which the page never uses."""
+    if not name.isidentifier() or name == ASSIGNMENT:
+        return text
+    return text.replace(f"{name} ({ASSIGNMENT})", name).replace(f"{ASSIGNMENT}: ", f"{name}: ")

@@ -46,6 +46,7 @@ __all__ = [
     "ablate_heads",
     "head_importance",
     "pruning_curve",
+    "pruning_figure",
     "offset_attention",
     "head_maps_figure",
     "head_count_figure",
@@ -271,6 +272,22 @@ def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tens
         with ablate_heads(attention, order[:k]):
             accuracies.append(accuracy(model, [(X, Y)]))
     return order, accuracies
+
+
+def pruning_figure(curves: dict[str, Sequence[float]], title: str | None = None):
+    """Test accuracy against the number of heads removed (:func:`pruning_curve`), one curve per
+    name; the x axis counts heads, so its ticks are whole numbers (0, 2, 4, ...) at any width."""
+    from matplotlib.ticker import MaxNLocator
+
+    from ..core.plot import curves_figure
+
+    if not curves:
+        raise ValueError("pruning_figure needs at least one named curve")
+    longest = max(len(c) for c in curves.values())
+    fig = curves_figure(curves, x=list(range(longest)), xlabel="heads removed (least important first)",
+                        ylabel="test accuracy", title=title)
+    fig.axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    return fig
 
 
 @torch.no_grad()
