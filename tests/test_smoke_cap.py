@@ -10,10 +10,10 @@ reading the cap (each loop still runs, at least once).
 from __future__ import annotations
 
 import pytest
+import torch
 
 import attention_book as ab
-from attention_book.core.config import MAX_STEPS_ENV
-from attention_book.core.train import capped_count
+from attention_book.core.config import MAX_STEPS_ENV, capped_count
 from attention_book.experiments import long_inputs
 
 TINY_COPY = {"vocab_size": 4, "min_len": 2, "max_len": 5, "embed_size": 8, "num_hiddens": 8, "num_layers": 1,
@@ -63,3 +63,32 @@ def test_the_long_input_study_draws_trains_and_decodes_only_what_the_cap_allows(
     for run in runs:
         assert run.histories["no attention"].steps == min(12, limit)
         assert run.histories["attention"].steps == min(6, limit)
+
+
+def test_book_seeds_are_the_studys_seeds_at_most_the_cap(monkeypatch):
+    monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
+    monkeypatch.setenv("ATTENTION_BOOK_SEED", "7")
+    assert ab.book_seeds(5) == [7, 8, 9, 10, 11]
+    assert ab.book_seeds(3, start=1) == [8, 9, 10]
+    monkeypatch.setenv(MAX_STEPS_ENV, "2")
+    assert ab.book_seeds(5, start=1) == [8, 9]
+    assert ab.book_seeds(1) == [7]
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_the_label_efficiency_study_trains_at_most_cap_seeds(monkeypatch, one_thread, cap):
+    from attention_book.experiments import lm_tasks
+
+    if cap is None:
+        monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MAX_STEPS_ENV, str(cap))
+    runs = []
+    monkeypatch.setattr(lm_tasks, "_finetune_once", lambda *args, **kwargs: runs.append(args[1]) or 0.5)
+    tok = None  # the study only hands the tokenizer on (to the batch maker, replaced here)
+    monkeypatch.setattr(lm_tasks, "replaced_task_batch", lambda ids, tok, n, **kw: (torch.zeros(n, 4), torch.zeros(n)))
+    curve = lm_tasks.label_efficiency(None, torch.zeros(10), torch.zeros(10), tok, counts=[2, 4], steps=[3, 3],
+                                      num_seeds=3, seq_len=4, replace_prob=0.5, batch_size=2, lr=1e-3, num_val=4)
+    seeds = 3 if cap is None else min(3, cap)
+    assert len(curve.seeds) == seeds
+    assert runs == ["pretrained", "from scratch"] * 2 * seeds  # both starts, both counts, every seed

@@ -30,6 +30,7 @@ from .core.config import (
     sized,
     device,
     book_seed,
+    book_seeds,
     resolve_seed,
     seed_everything,
     describe_run,

@@ -65,6 +65,7 @@ __all__ = [
     "SEED_ENV",
     "CLAIMS_ENV",
     "book_seed",
+    "book_seeds",
     "resolve_seed",
     "claims_log",
     "EXPLORERS_ENV",
@@ -79,6 +80,7 @@ __all__ = [
     "small_model_threads",
     "MAX_STEPS_ENV",
     "max_steps",
+    "capped_count",
     "training_precision",
     "DistributedRun",
     "distributed_run",
@@ -159,6 +161,17 @@ def max_steps() -> int | None:
     return value
 
 
+def capped_count(n: int) -> int:
+    """``n``, or ``ATTENTION_BOOK_MAX_STEPS`` when that cap is set and smaller.
+
+    How many training batches an experiment generates, seeds a study trains, or examples an
+    evaluation decodes under the full-size smoke run: every loop still runs (at least once),
+    on no more items than the capped ``fit`` can use. Unset: ``n`` itself.
+    """
+    cap = max_steps()
+    return n if cap is None else min(n, cap)
+
+
 @dataclass(frozen=True)
 class DistributedRun:
     """This process's place in a ``torchrun`` job: ``world_size`` processes in all, this one
@@ -237,6 +250,17 @@ def book_seed() -> int:
     if value < 0:
         raise ValueError(f"{SEED_ENV}={configured!r} is not a non-negative integer; set it to e.g. 0, 1, 2 or unset it.")
     return value
+
+
+def book_seeds(count: int, start: int = 0) -> list[int]:
+    """The seeds of a study that repeats an experiment ``count`` times: ``book_seed() + start``,
+    ``+ start + 1``, … (``start`` keeps them apart from the seed the chapter already uses).
+
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) at most that many: the study's
+    loop runs, on fewer seeds (see :func:`capped_count`).
+    """
+    first = book_seed() + start
+    return [first + k for k in range(capped_count(count))]
 
 
 def resolve_seed(seed: int | None, offset: int = 0) -> int:

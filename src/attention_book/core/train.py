@@ -25,7 +25,7 @@ from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, 
                      training_precision)
 from .config import device as pick_device
 
-__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "capped_count", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device",
+__all__ = ["History", "fit", "PRECISIONS", "move_to", "grad_clipping", "evaluating", "capped_batches", "IGNORE", "warmup_cosine_factor", "warmup_cosine_schedule", "schedule_figure", "model_device",
            "accuracy",
            "notebook_progress_bar", "use_progress_bar"]
 
@@ -38,17 +38,6 @@ DIVERGENCE_FACTOR = 1e4
 
 # What ``fit(precision=...)`` accepts: float32, bfloat16 or float16 autocast, or the best the device has.
 PRECISIONS = ("32", "bf16", "fp16", "auto")
-
-
-def capped_count(n: int) -> int:
-    """``n``, or ``ATTENTION_BOOK_MAX_STEPS`` when that cap is set and smaller.
-
-    How many training batches an experiment generates, seeds a study trains, or examples an
-    evaluation decodes under the full-size smoke run: every loop still runs (at least once),
-    on no more items than the capped ``fit`` can use. Unset: ``n`` itself.
-    """
-    cap = max_steps()
-    return n if cap is None else min(n, cap)
 
 
 def capped_batches(batches: Iterable) -> Iterable:

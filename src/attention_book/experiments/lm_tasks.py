@@ -1,10 +1,10 @@
 """Tasks made from the corpus, for fine-tuning and prompting the pretrained models, and their scores.
 
 Labelled tasks for the encoder (:func:`order_task_batch`, :func:`replaced_task_batch`,
-scored by ``ab.accuracy(model, batches, scores=model.classify)``; :class:`LabelEfficiency` holds the accuracies
-of a pretrained encoder and the same architecture from scratch fine-tuned on growing
-numbers of labelled examples (chapter 9 writes that loop on the page), drawn by
-:func:`label_efficiency_figure`), text-to-text tasks for the
+scored by ``ab.accuracy(model, batches, scores=model.classify)``; :func:`label_efficiency` fine-tunes
+a pretrained encoder and the same architecture from scratch on growing numbers of labelled
+examples and returns a :class:`LabelEfficiency`, drawn by :func:`label_efficiency_figure`),
+text-to-text tasks for the
 encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 :func:`exact_match`) and few-shot prompts for the decoder
 (:func:`few_shot_prompts`, scored by :func:`next_word_accuracy`).
@@ -12,24 +12,31 @@ encoder–decoder (:func:`text_to_text_batch`, ``TEXT_TASKS``, scored by
 
 from __future__ import annotations
 
+import copy
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import nn
 
-from ..core.config import resolve_seed
-from ..models.objectives import random_windows
-from ..models.decoding import greedy_decode
+from ..core.config import capped_count, resolve_seed
+from ..core.train import IGNORE, accuracy, evaluating, fit
 from ..data.tokenizer import Tokenizer
-from ..core.train import IGNORE, evaluating
+from ..models.decoding import greedy_decode
+from ..models.objectives import classification_loss, random_windows
 
 __all__ = [
-    "order_task_batch", "replaced_task_batch",
-    "LabelEfficiency", "label_efficiency_figure",
-    "TEXT_TASKS", "text_to_text_batch", "exact_match",
-    "few_shot_prompts", "next_word_accuracy",
+    "TEXT_TASKS",
+    "LabelEfficiency",
+    "exact_match",
+    "few_shot_prompts",
+    "label_efficiency",
+    "label_efficiency_figure",
+    "next_word_accuracy",
+    "order_task_batch",
+    "replaced_task_batch",
+    "text_to_text_batch",
 ]
 
 
@@ -115,12 +122,69 @@ class LabelEfficiency:
         return [[p - s for p, s in zip(pre, scr)]
                 for pre, scr in zip(self.accuracy["pretrained"], self.accuracy["from scratch"])]
 
+    def table(self) -> str:
+        """The accuracies as printed lines: one row per count, one column per seed (under 60 characters)."""
+        k = len(self.seeds)
+        lines = ["held-out accuracy (%), one value per seed; chance is 50",
+                 f"{'labels':>6} {'steps':>5}  {'pretrained':<{6 * k}}  from scratch"]
+        for i, n in enumerate(self.counts):
+            pre, scr = (" ".join(f"{100 * a:5.1f}" for a in self.accuracy[name][i])
+                        for name in ("pretrained", "from scratch"))
+            lines.append(f"{n:>6} {self.steps[i]:>5}  {pre:<{6 * k}}  {scr}")
+        return "\n".join(lines)
+
+
+def _finetune_once(pretrained: nn.Module, start: str, X, Y, val, num_steps: int, seed: int, batch_size: int,
+                   lr: float) -> float:
+    """Fine-tune a copy of ``pretrained`` (``start='pretrained'``) or a fresh encoder of its config
+    (``'from scratch'``) with a new ``<cls>`` head on ``(X, Y)``; returns the accuracy on ``val``."""
+    torch.manual_seed(seed)  # from scratch: the same start for every count
+    model = copy.deepcopy(pretrained) if start == "pretrained" else type(pretrained)(pretrained.config)
+    torch.manual_seed(seed)  # the same new head for both starts
+    model.add_classifier(2)
+    picks = torch.Generator().manual_seed(seed)  # the same minibatches for both starts
+    size = min(len(X), batch_size)
+    batches = []
+    for _ in range(num_steps):
+        idx = torch.randint(0, len(X), (size,), generator=picks)
+        batches.append((X[idx], Y[idx]))
+    fit(model, batches, classification_loss, epochs=1, lr=lr, clip_grad=1.0, progress=False)
+    return accuracy(model, val, scores=model.classify)
+
+
+def label_efficiency(pretrained: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, tok: Tokenizer, *,
+                     counts: Sequence[int], steps: Sequence[int], num_seeds: int, seq_len: int,
+                     replace_prob: float, batch_size: int, lr: float, num_val: int) -> LabelEfficiency:
+    """What pretraining buys on the tampered-passage task (:func:`replaced_task_batch`), per number of labels.
+
+    ``num_val`` held-out passages are drawn once from ``val_ids`` (generator seeded with the book's
+    seed). The runs use ``num_seeds`` seeds, the book's seed plus 1, 2, …. For each seed, one labelled set of ``max(counts)`` passages is drawn from ``train_ids``; a run
+    on ``n`` labels uses its first ``n``. For each count two models are fine-tuned for ``steps[i]``
+    steps: a copy of ``pretrained`` and a fresh encoder of the same config. Both get the same new
+    ``<cls>`` head (the generator is reset to the seed before it is made), the same minibatches of at
+    most ``batch_size`` examples and learning rate ``lr``; head and encoder train together.
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) at most that many seeds run.
+    """
+    task = {"seq_len": seq_len, "replace_prob": replace_prob}
+    held_out = torch.Generator().manual_seed(resolve_seed(None))
+    val = [replaced_task_batch(val_ids, tok, num_val, generator=held_out, **task)]
+    acc = {"pretrained": [[] for _ in counts], "from scratch": [[] for _ in counts]}
+    seeds = [resolve_seed(None) + 1 + k for k in range(capped_count(num_seeds))]
+    for seed in seeds:
+        X, Y = replaced_task_batch(train_ids, tok, max(counts), generator=torch.Generator().manual_seed(seed),
+                                   **task)
+        for i, (n, num_steps) in enumerate(zip(counts, steps)):
+            for start in acc:
+                acc[start][i].append(_finetune_once(pretrained, start, X[:n], Y[:n], val, num_steps, seed,
+                                                    batch_size, lr))
+    return LabelEfficiency(list(counts), list(steps), list(seeds), acc)
+
 
 def label_efficiency_figure(result: LabelEfficiency):
     """Held-out accuracy against the number of labelled examples: one dot per seed, a line through the means."""
     import matplotlib.pyplot as plt
 
-    from ..core.plot import ensure_style, chance_line
+    from ..core.plot import chance_line, ensure_style
     from .data_size import seed_spread
 
     ensure_style()

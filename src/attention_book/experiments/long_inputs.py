@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from ..core.checks import check_int, check_positive_int
-from ..core.config import resolve_seed
-from ..core.train import capped_count, model_device
+from ..core.config import capped_count, resolve_seed
+from ..core.train import model_device
 from ..models.seq2seq import greedy_search, make_seq2seq, translation_loss
 from ..core.train import History, fit
 
