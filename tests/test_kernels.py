@@ -231,6 +231,45 @@ def test_explorer_leaves_unreached_queries_blank():
     plt.close(nothing)
 
 
+def test_explorer_draws_a_lone_reached_query_as_a_dot():
+    """A reached query whose neighbours on the grid are not has an estimate but no line to draw:
+    the fit shows it as a dot (the ch02s7 reader saw no estimate at all at boxcar, 0.0219, n=10)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    data = ab.make_kernel_data(n_train=10)
+    y_hat, _ = ab.nadaraya_watson(data.x_train, data.y_train, data.x_val, "boxcar", 0.0219)
+    reached = ~torch.isnan(y_hat)
+    assert 0 < int(reached.sum()) < 5  # a few isolated queries
+    fig = ab.kernel_explorer_figure("boxcar", 0.0219, 10)
+    dots = [line for line in fig.axes[0].lines if line.get_marker() == "o" and line.get_color() == "tab:red"]
+    assert len(dots) == 1
+    np.testing.assert_allclose(dots[0].get_xdata(), data.x_val[reached].numpy())
+    np.testing.assert_allclose(dots[0].get_ydata(), y_hat[reached].numpy())
+    plt.close(fig)
+    whole = ab.kernel_explorer_figure("gaussian", 0.5, 40)  # every query reached: no dots
+    assert not [line for line in whole.axes[0].lines if line.get_color() == "tab:red" and line.get_marker() == "o"]
+    plt.close(whole)
+
+
+def test_chapter_states_learn_widths_defaults_as_they_are():
+    """Section 2.7 lists ab.learn_width's keyword settings with their defaults: all of them, as in
+    its signature (the ch02s7 reader found four missing from an earlier "those are its defaults")."""
+    import inspect
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "ch02_attention_pooling.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    text = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+                and "ab.learn_width(data, ...)" in "".join(c["source"]))
+    stated = dict(re.findall(r"`(\w+)=([^`]+)`", text))
+    params = inspect.signature(ab.learn_width).parameters
+    real = {name: repr(p.default).replace("'", '"') for name, p in params.items() if name != "data"}
+    assert stated == real
+
+
 def test_width_maps_have_one_scale_each():
     import matplotlib.pyplot as plt
 

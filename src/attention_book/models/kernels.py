@@ -418,7 +418,13 @@ def estimate_weights(data: KernelData, settings):
 def _draw_fit(ax, data: KernelData, y_hat: torch.Tensor, title: str) -> None:
     ax.plot(data.x_train.numpy(), data.y_train.numpy(), "o", alpha=0.45, markersize=4, label="training data")
     ax.plot(data.x_val.numpy(), data.y_val.numpy(), "--", color="tab:purple", label="2 sin x + x")
-    ax.plot(data.x_val.numpy(), y_hat.detach().numpy(), color="tab:red", label="estimate")
+    x, y = data.x_val.numpy(), y_hat.detach().numpy()
+    ax.plot(x, y, color="tab:red", label="estimate")
+    # A query reached while both its neighbours are not (NaN) would be a line of length 0: a dot.
+    reached = np.isfinite(y)
+    alone = reached & ~np.r_[False, reached[:-1]] & ~np.r_[reached[1:], False]
+    if alone.any():
+        ax.plot(x[alone], y[alone], "o", color="tab:red", markersize=3.5)
     ax.set_title(title)
     ax.set_xlabel("x")
 
@@ -494,8 +500,7 @@ def kernel_explorer_figure(kernel: str = "gaussian", sigma: float = 0.5, n_train
     # leave its row blank over a hatched background, and scale the colours to [0, largest weight].
     shown = np.ma.masked_array(weights.numpy(), mask=np.repeat(~defined.numpy()[:, None], n_train, axis=1))
     top = float(weights.max()) if reached else 1.0
-    cmap = plt.get_cmap(BOOK_CMAP).copy()
-    cmap.set_bad(alpha=0.0)
+    cmap = plt.get_cmap(BOOK_CMAP).with_extremes(bad=(0.0, 0.0, 0.0, 0.0))  # masked: transparent
     right.add_patch(plt.Rectangle((-0.5, 0.0), n_train, x_max, facecolor="white", edgecolor="0.6", hatch="///",
                                   linewidth=0, zorder=0))
     image = right.imshow(shown, cmap=cmap, aspect="auto", vmin=0.0, vmax=top, zorder=1,
