@@ -405,3 +405,95 @@ def test_the_box_check_sees_a_label_wider_than_its_box():
     assert plot._texts_outside_boxes(fig) == ["a label far wider than its box"]
     ax.texts[0].set_text("ok")
     assert plot._texts_outside_boxes(fig) == []
+
+
+def _plot_with_a_sample_under_it(legend_loc: str = "upper right"):
+    """Chapter 9's sampling explorer's frame (models/decoding.py's sampling_figure): bars of
+    next-token probabilities, a legend over them, and the sampled text under the plot in the
+    figure's own monospace text, wrapped at 95 columns."""
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
+    xs = np.arange(12)
+    ax.bar(xs - 0.2, np.linspace(0.3, 0.05, 12), width=0.4, label="temperature 1, all tokens")
+    ax.bar(xs + 0.2, np.linspace(0.5, 0.0, 12), width=0.4, label="temperature 2, top-k 5")
+    ax.set_xticks(xs, [f"word{k}" for k in range(12)], rotation=45, ha="right")
+    ax.set_ylabel("probability of the next token")
+    ax.legend(loc=legend_loc)
+    words = " ".join(["time", "traveller", "machine", "smiled", "round", "at", "us"] * 9)
+    sample = "\n".join(textwrap.wrap(f"the time traveller ▸ {words}", 95))
+    fig.text(0.01, -0.02, f"sample (seed 0):\n{sample}", ha="left", va="top", fontsize=9, family="monospace")
+    return fig
+
+
+def test_a_figures_own_long_text_wraps_to_the_phone_copys_width():
+    """Chapter 9's explorer drew no phone copy for any of its 90 frames: the sampled text under
+    its plot (95 monospace columns, 736 px) kept every copy wider than a phone's column, and a
+    narrower figure does not narrow its text. The copy now wraps that text between words (its
+    heading line kept), and moves the legend that covered the bars above the plot, clear of it."""
+    fig = _plot_with_a_sample_under_it()
+    data = phone_png(fig)
+    assert data is not None, "the copy fits once its text is wrapped"
+    check_png(data)
+    copy = phone_figure(fig)
+    from attention_book.core.plot import _wrap_figure_texts
+
+    _wrap_figure_texts(copy)
+    text = copy.texts[0].get_text()
+    assert text.startswith("sample (seed 0):\nthe time traveller ▸ time")
+    original = fig.texts[0].get_text()
+    assert text.split() == original.split()  # the same words, only the line breaks moved
+    assert copy.texts[0].get_window_extent(copy.canvas.get_renderer()).width <= PHONE_MAX_PX - 20
+    assert copy.axes[0].get_legend() is None and len(copy.legends) == 1
+    legend_box = copy.legends[0].get_window_extent(copy.canvas.get_renderer())
+    assert legend_box.y0 >= copy.axes[0].get_window_extent(copy.canvas.get_renderer()).y1 - 1  # above the plot
+    # (the 45-degree token labels' upright boxes overlap each other, their letters do not)
+    mine = {text, *(t.get_text() for t in copy.legends[0].get_texts())}
+    assert [pair for pair in overlapping(copy) if mine & set(pair)] == []
+
+
+def test_a_legend_over_bars_counts_as_covering_data():
+    def bars(top: float):
+        fig, ax = plt.subplots(figsize=(5, 3), layout="constrained")
+        ax.bar(np.arange(8), np.full(8, 0.5), label="probability")
+        ax.set_ylim(0, top)
+        ax.legend(loc="upper right")
+        fig.draw_without_rendering()
+        return plot._legend_covers_data(ax, fig.canvas.get_renderer())
+
+    assert bars(0.55)  # the bars reach the top of the plot, under the legend
+    assert not bars(3.0)  # they stay in its lowest sixth, clear of it
+
+
+def test_an_explorer_stops_drawing_copies_its_budget_cannot_hold(monkeypatch, tmp_path):
+    """Chapters 1, 2 and 9 drew 40, 38 and about 45 phone copies (0.5 to 0.8 CPU s each) before
+    their budget ran out and all were dropped: after _PHONE_PROJECT_AFTER settings an explorer
+    projects its copies' bytes (mean per setting times its settings) and stops drawing them when
+    that passes _PHONE_OVERSHOOT times the budget; a projection within it draws them all."""
+    import json
+
+    from attention_book.book import explorer
+
+    monkeypatch.setenv("ATTENTION_BOOK_FRAMES", str(tmp_path))
+    drawn = []
+    real = explorer._phone_frame
+    monkeypatch.setattr(explorer, "_phone_frame", lambda fig: drawn.append(1) or real(fig))
+    grid = {"n": ab.Steps([1, 2, 3, 4, 5, 6], value=2)}
+    full = explorer.StaticExplorer(_row_of_maps, "ch99.full", grid)
+    sizes = [len(b) for b in full.phone_images]
+    assert len(drawn) == 6 and all(sizes) and full.phone_projected is None
+    monkeypatch.setattr(explorer, "_PHONE_PROJECT_AFTER", 2)
+    # two copies fit this budget, six are projected to take more than 1.5 times it
+    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", int(2.2 * max(sizes)))
+    drawn.clear()
+    heavy = explorer.StaticExplorer(_row_of_maps, "ch99.heavy", grid)
+    assert len(drawn) == 2, "drawing stopped once the projection passed the budget"
+    assert heavy.phone_images == [None] * 6 and heavy.phone_dropped == 2
+    assert heavy.phone_projected > 1.5 * explorer.PHONE_COPIES_MAX_BYTES
+    record = json.loads((tmp_path / "ch99.heavy.json").read_text())
+    assert record["phone_projected_bytes"] == heavy.phone_projected and record["phone_images"] == 0
+    # within 1.5 times the budget: every copy is drawn (and kept, when they fit)
+    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", sum(sizes) + 1)
+    drawn.clear()
+    kept = explorer.StaticExplorer(_row_of_maps, "ch99.kept", grid)
+    assert len(drawn) == 6 and all(kept.phone_images) and kept.phone_projected is None

@@ -55,6 +55,14 @@ PHONE_COPIES_MAX_BYTES = 500_000
 the site's 3 MB page weight (tests/test_site.py), so an explorer whose copies are larger keeps
 none, and on a phone its frames scroll sideways in their box instead."""
 
+_PHONE_PROJECT_AFTER = 8
+"""Settings drawn with their phone copies before an explorer projects its copies' total bytes:
+their mean bytes per setting times its number of settings. A projection over
+``_PHONE_OVERSHOOT`` times :data:`PHONE_COPIES_MAX_BYTES` stops the drawing of copies there (they
+would all be dropped at the end: chapter 1's and 2's explorers drew 40 and 38 copies, about 0.7 CPU s
+each, before their budget ran out)."""
+_PHONE_OVERSHOOT = 1.5
+
 _NAME = re.compile(r"^ch\d\d\.[a-z0-9_]+$")
 
 
@@ -409,9 +417,15 @@ class StaticExplorer:
         frame_list: list[tuple[list[int], str]] = []
         index: list[int] = []
         digests: list[str] = []
-        for setting in settings:
+        self.phone_projected = None  # the copies' projected bytes, where that stopped their drawing
+        for done, setting in enumerate(settings):
             kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
-            over = sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES  # none kept: stop drawing them
+            drawn = sum(len(b) for b in small_data if b)
+            over = drawn > PHONE_COPIES_MAX_BYTES or self.phone_projected is not None  # none kept: stop drawing them
+            if not over and done >= _PHONE_PROJECT_AFTER:
+                projected = drawn / done * len(settings)
+                if projected > _PHONE_OVERSHOOT * PHONE_COPIES_MAX_BYTES:
+                    self.phone_projected, over = round(projected), True
             pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys(), phones=not over)
             ids = []
             for png, alt, small in zip(pngs, png_alts, phones):
@@ -429,7 +443,7 @@ class StaticExplorer:
             index.append(frames[key])
             digests.append(frame_digest(pngs, text))
         self.phone_dropped = 0
-        if sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES:
+        if sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES or self.phone_projected is not None:
             self.phone_dropped = sum(1 for b in small_data if b)  # the copies drawn before the budget ran out
             small_data = [None] * len(small_data)
         self.seconds = time.perf_counter() - start
@@ -472,6 +486,8 @@ class StaticExplorer:
             "phone_images": sum(1 for b in self.phone_images if b),
             "phone_bytes": sum(len(b) for b in self.phone_images if b),
             "phone_dropped": self.phone_dropped,  # copies left out: over PHONE_COPIES_MAX_BYTES
+            # the bytes all copies were projected to take, where that stopped their drawing early
+            "phone_projected_bytes": self.phone_projected,
             "seconds": round(self.seconds, 2),
             "default": self.default_setting,
             "digests": self.digests,

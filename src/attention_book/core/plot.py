@@ -170,8 +170,8 @@ def _grid_axes(fig):
 def _legend_out_of_plots(fig) -> bool:
     """Move the one legend of ``fig``'s plots out of them, across the figure's full width
     (constrained layout's "outside" legends): above the plots when its plot is in the top row of
-    several (the legend stays next to the plot it explains) or a shared x label sits at the
-    bottom, else under them. False when there is not exactly one or the layout cannot."""
+    several (the legend stays next to the plot it explains), a shared x label or the figure's own
+    text sits at the bottom, else under them. False when there is not exactly one or the layout cannot."""
     axes = [ax for ax in fig.get_axes() if ax.get_legend() is not None]
     if len(axes) != 1 or not hasattr(fig.get_layout_engine(), "get"):
         return False
@@ -184,7 +184,10 @@ def _legend_out_of_plots(fig) -> bool:
     spec = axes[0].get_subplotspec()
     top_of_several = spec is not None and spec.rowspan.start == 0 and spec.get_gridspec().nrows > 1
     shared_xlabel = getattr(fig, "_supxlabel", None) is not None
-    where = "upper" if top_of_several or shared_xlabel else "lower"
+    # a figure's own text under its plots (chapter 9's sample) is not laid out: a legend there covers it
+    text_below = any(t.get_visible() and t.get_text().strip() and t.get_transform() == fig.transFigure
+                     and t.get_position()[1] < 0.1 for t in fig.texts)
+    where = "upper" if top_of_several or shared_xlabel or text_below else "lower"
     try:
         fig.legend(handles, labels, loc=f"outside {where} center", fontsize=size, frameon=False, ncols=ncols)
     except (ValueError, TypeError):
@@ -197,7 +200,9 @@ def _legend_out_of_plots(fig) -> bool:
 
 def _legend_covers_data(ax, renderer) -> bool:
     """Whether ``ax``'s legend (drawn inside the plot) lies over any of its data points: the
-    vertices of its lines and the centres of its markers (scatter), in display pixels."""
+    vertices of its lines, the centres of its markers (scatter) and its bars, in display pixels."""
+    from matplotlib.container import BarContainer
+
     legend = ax.get_legend()
     if legend is None or not legend.get_visible():
         return False
@@ -210,6 +215,11 @@ def _legend_covers_data(ax, renderer) -> bool:
         offsets = collection.get_offsets()
         if collection.get_visible() and len(offsets):
             points.append(collection.get_offset_transform().transform(offsets))
+    for container in ax.containers:  # bars (chapter 9's next-token probabilities): any bar under it
+        if isinstance(container, BarContainer) and any(
+                bar.get_visible() and bar.get_height() and bar.get_window_extent(renderer).overlaps(box)
+                for bar in container.patches):
+            return True
     if not points:
         return False
     xy = np.concatenate(points)
@@ -377,6 +387,36 @@ def _wrap_text(text, width_in: float) -> None:
         text.set_text("\n".join(textwrap.wrap(content, per_line)))
 
 
+def _wrap_figure_texts(fig) -> None:
+    """Wrap each of the figure's own texts (``fig.text``, not a plot's) that is wider than a phone
+    copy's PNG may be, between words. A line too long for the phone continues a paragraph the
+    desktop figure wrapped, so it is joined with the next line before wrapping; shorter lines (a
+    heading such as "sample (seed 0):") keep their breaks. Chapter 9's sampled continuation (95
+    monospace columns under the plot) kept every copy of its explorer's frames 736 px wide, so
+    none was drawn; narrowing the figure does not narrow its text."""
+    import textwrap
+
+    pad = matplotlib.rcParams["savefig.pad_inches"] * fig.dpi
+    room = 0.95 * (PHONE_MAX_PX - 2 * pad)  # display px: the PNG adds the pad on both sides
+    renderer = fig.canvas.get_renderer()
+    for text in fig.texts:
+        content = text.get_text()
+        if not text.get_visible() or not content.strip():
+            continue
+        width = text.get_window_extent(renderer).width
+        if width <= room:
+            continue
+        lines = content.split("\n")
+        per_line = max(12, int(max(map(len, lines)) * room / width))
+        paragraphs = [lines[0]]
+        for previous, line in itertools.pairwise(lines):
+            if len(previous) > per_line:
+                paragraphs[-1] += " " + line
+            else:
+                paragraphs.append(line)
+        text.set_text("\n".join(textwrap.fill(p, per_line, break_long_words=False) or p for p in paragraphs))
+
+
 _COLLAPSED = "constrained_layout not applied"
 
 
@@ -468,6 +508,7 @@ def _phone_layout(fig, max_cols: int):
     _fewer_ticks(cells, cols)
     copy.set_dpi(PHONE_DPI)
     fit_page(copy, PHONE_DPI, PHONE_COLUMN_PX)
+    _wrap_figure_texts(copy)
     if _tidy_text(copy, cells):
         return copy, True
     renderer = copy.canvas.get_renderer()
