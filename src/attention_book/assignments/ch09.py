@@ -127,12 +127,18 @@ def _eligible(tokens):
     return ~torch.isin(tokens, torch.tensor(SPECIALS + (MASK,)))
 
 
-def _count_problem(tokens, labels, p) -> str | None:
-    """Each row must select exactly round(p * n) of its n ordinary tokens (either side of an exact tie)."""
+def _row_counts(tokens, labels, p):
+    """Per row: its number n of ordinary tokens, how many of them were selected, and whether that count is
+    off round(p * n) (either side of an exact tie is right)."""
     eligible = _eligible(tokens)
     n = eligible.sum(-1)
     got = ((labels != IGNORE) & eligible).sum(-1)
-    off = (got.double() - p * n.double()).abs() > 0.5 + 1e-6
+    return n, got, (got.double() - p * n.double()).abs() > 0.5 + 1e-6
+
+
+def _count_problem(tokens, labels, p) -> str | None:
+    """Each row must select exactly round(p * n) of its n ordinary tokens."""
+    n, got, off = _row_counts(tokens, labels, p)
     if not off.any():
         return None
     r = int(off.nonzero()[0, 0])
@@ -141,13 +147,30 @@ def _count_problem(tokens, labels, p) -> str | None:
     return _because(why, _count_cause(tokens, labels, p, got, n))
 
 
-def _unpacked(tokens, p, hint: str):
+COUNT_CASE = "exactly k per row, drawn uniformly"
+COUNT_ELSEWHERE = f"k = round(select_prob * n) per row; the case “{COUNT_CASE}” says what gives this count"
+
+
+def _short_count_problem(tokens, labels, p) -> str | None:
+    """The count per row, in one line that points to the case explaining it (so that one mistake does not
+    print the same long explanation under every case)."""
+    n, _, off = _row_counts(tokens, labels, p)
+    if not off.any():
+        return None
+    return _because(f"{int(off.sum())} of {len(n)} rows select the wrong number of tokens", COUNT_ELSEWHERE)
+
+
+def _unpacked(tokens, p, hint: str, explain_count: bool = False):
     """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then the exact count per row, then
-    the case's own property, whose failure is named with ``hint`` (the shape and the count name their own)."""
+    the case's own property, whose failure is named with ``hint`` (the shape and the count name their own).
+    Only the cases about the count (``explain_count``) say why a count is wrong; the others say in one line
+    that it is."""
+    count = _count_problem if explain_count else _short_count_problem
+
     def wrap(check):
         def on_pair(out):
             inputs, labels = out
-            return (_because(_shape_problem(tokens, inputs, labels), SHAPE) or _count_problem(tokens, labels, p)
+            return (_because(_shape_problem(tokens, inputs, labels), SHAPE) or count(tokens, labels, p)
                     or _because(check(inputs, labels), hint))
         return on_pair
     return wrap
@@ -194,7 +217,7 @@ def _check_spread(tokens, p):
     rank = eligible.long().cumsum(-1) - 1
     first = eligible & (2 * rank < eligible.sum(-1, keepdim=True))
 
-    @_unpacked(tokens, p, SPREAD)
+    @_unpacked(tokens, p, SPREAD, explain_count=True)
     def check(inputs, labels):
         selected = (labels != IGNORE) & eligible
         overall = int(selected.sum()) / max(int(eligible.sum()), 1)
@@ -301,7 +324,7 @@ def check_mlm_masking(fn, verbose: bool = True):
              (small,), _check_contract(small), label="the (inputs, labels) contract"),
         Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big)),
         Case("the selected positions spread over the whole row", (big,), _check_spread(big, 0.15),
-             label="exactly k per row, drawn uniformly"),
+             label=COUNT_CASE),
         Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
              label="the 80/10/10 split of the selected tokens"),
         Case("another select_prob", (big,), _check_spread(big, other_p), {"select_prob": other_p}),

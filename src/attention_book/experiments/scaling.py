@@ -10,8 +10,8 @@ parameters and against compute (``C ≈ 6 N D``, with ``N`` from
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 from torch import nn
@@ -22,8 +22,15 @@ from ..models.language_models import DecoderOnlyLM
 from ..models.objectives import Batches, clm_batch, clm_loss, evaluate_loss
 from ..models.transformer import TransformerDecoder
 
-__all__ = ["PowerLaw", "fit_power_law", "non_embedding_parameters", "ScalingRun", "scaling_experiment",
-           "scaling_law_figure", "larger_wins_at_equal_compute"]
+__all__ = [
+    "PowerLaw",
+    "ScalingRun",
+    "fit_power_law",
+    "larger_wins_at_equal_compute",
+    "non_embedding_parameters",
+    "scaling_experiment",
+    "scaling_law_figure",
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -139,9 +146,34 @@ def _frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]
     return out
 
 
+def _tick_label(v: float, _pos=None) -> str:
+    """A log axis's tick: thousands written out (20,000), millions and more as m·10^k."""
+    if v < 1e6:
+        return f"{v:,.0f}" if v >= 1 else f"{v:g}"
+    exp = math.floor(math.log10(v) + 1e-9)
+    mant = round(v / 10**exp, 3)
+    return f"$10^{{{exp}}}$" if mant == 1 else f"${mant:g}\\cdot10^{{{exp}}}$"
+
+
+def _few_log_ticks(ax, axis: str, most: int = 4) -> None:
+    """At most ``most`` labelled ticks (1, 2, 5 × 10^k, thinned to every other one while too many) on a
+    log axis, so that its labels never run into each other."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    low, high = sorted(ax.get_xlim() if axis == "x" else ax.get_ylim())
+    ticks = [t for t in LogLocator(base=10, subs=(1.0, 2.0, 5.0)).tick_values(low, high) if low <= t <= high]
+    while len(ticks) > most:
+        ticks = ticks[::2]
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_major_formatter(FuncFormatter(_tick_label))
+    target.set_minor_formatter(NullFormatter())
+
+
 def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None):
-    """Loss against parameters (final checkpoint) and against compute (every checkpoint), log–log,
-    each with a fitted power law. Returns the figure; the fits are in ``fig.fits``."""
+    """Loss against parameters (final checkpoint, top) and against compute (every checkpoint, below),
+    log–log, each with a fitted power law. Drawn at the width of the page's column, one panel above the
+    other, so its text is read at full size. Returns the figure; the fits are in ``fig.fits``."""
     import matplotlib.pyplot as plt
 
     from ..core.plot import ensure_style, readable_log_axis
@@ -149,7 +181,7 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
     if len(runs) < 2:
         raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")
     ensure_style()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.2, 7.0), layout="constrained")
     params = [r.params for r in runs]
     final = [r.val_loss[-1] for r in runs]
     law_n = fit_power_law(params, final)
@@ -159,7 +191,7 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
     colours = plt.cm.viridis(np.linspace(0.1, 0.85, len(runs)))
     points = []
     for r, col in zip(runs, colours):
-        ax2.plot(r.compute, r.val_loss, "-o", color=col, markersize=3, label=r.label)
+        ax2.plot(r.compute, r.val_loss, "-o", color=col, markersize=4, label=r.label)
         points += list(zip(r.compute, r.val_loss))
     front = _frontier(points)
     law_c = fit_power_law(*zip(*front)) if len(front) >= 2 else None
@@ -171,11 +203,12 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
             ax.axhline(baseline, color="0.5", ls=":", label="unigram baseline")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_ylabel("validation loss (nats / token)")
-        ax.legend(fontsize=8)
+        ax.set_ylabel("validation loss\n(nats / token)")
     for ax in (ax1, ax2):
         readable_log_axis(ax, "y")
-        readable_log_axis(ax, "x")
+        _few_log_ticks(ax, "x")
+    ax1.legend(loc="lower left")
+    ax2.legend(loc="upper right")
     ax1.set_xlabel("non-embedding parameters N")
     ax1.set_title("same steps, different sizes")
     ax2.set_xlabel("training compute C ≈ 6·N·D (FLOPs)")
