@@ -99,6 +99,65 @@ def test_a_query_out_of_reach_says_so_instead_of_a_number(browser, site):
         live.page.wait_for_function(JS_SETTLED, arg=[live.root, want])
         readout = live.page.locator(f"{live.root} .ab-live-readout").text_content()
         assert "undefined" in readout and "NaN" not in readout, readout
+        # no largest weight to put on the weight axis: its top tick says nothing (was "–")
+        assert live.page.locator(f"{live.root} .ab-live-wmax").text_content() == ""
+        assert live.events == [], "\n".join(live.events)
+
+
+def test_tied_largest_weights_are_counted_not_given_to_one_point(browser, site, view):
+    """The boxcar gives every point in reach the same weight: the readout says how many tie."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        want = {"kernel": "boxcar", "sigma": 0.3, "n": 40, "query": 1.0}
+        live.set_value("[name=kernel]", "boxcar")
+        live.set_value("[name=sigma]", math.log10(0.3))
+        live.set_value("[name=n]", 40)
+        live.set_value("[name=query]", 1.0)
+        live.page.wait_for_function(JS_SETTLED, arg=[live.root, want])
+        shown = live.dataset(".ab-live-view")
+        _, weights = view.estimate(
+            n=40, sigma=float(shown["sigma"]), query=1.0, kernel="boxcar"
+        )
+        tied = int((weights >= weights.max() * (1 - 1e-5)).sum())
+        assert tied > 1, "the test's settings must give a tie"
+        readout = live.page.locator(f"{live.root} .ab-live-readout").text_content()
+        assert f"shared by {tied} points that tie" in readout, readout
+        assert f"{float(weights.max()):.3f}" in readout, readout
+        assert live.events == [], "\n".join(live.events)
+
+
+JS_WATCH = """() => {
+  window.__abViews = [];
+  new MutationObserver((records) => {
+    for (const r of records) for (const node of r.addedNodes) {
+      if (!node.classList || !node.classList.contains('ab-live-view')) continue;
+      const root = node.closest('.ab-live');
+      const f = root.querySelector('.ab-live-fallback');
+      window.__abViews.push({frames_shown: !!f && !f.hidden,
+                             height: root.getBoundingClientRect().height});
+    }
+  }).observe(document, {childList: true, subtree: true});
+}"""
+
+
+def test_the_view_takes_the_frames_place_before_its_first_result(browser, site):
+    """While the first run loads its graph (seconds on a slow machine) the frames and the view
+    are never shown together, and the first result does not make the page jump."""
+    live = LivePage(browser, site, DOC, NAME)
+    live.context.add_init_script(f"({JS_WATCH})()")
+    with live:
+        live.start()
+        seen = live.page.evaluate("() => window.__abViews")
+        assert len(seen) == 1, seen
+        assert not seen[0]["frames_shown"], seen
+        after = live.page.evaluate(
+            "(root) => document.querySelector(root).getBoundingClientRect().height",
+            live.root,
+        )
+        print(
+            f"\n{NAME}: height {seen[0]['height']:.0f} px when mounted, {after:.0f} px at the first result"
+        )
+        assert abs(after - seen[0]["height"]) <= 2, (seen, after)
         assert live.events == [], "\n".join(live.events)
 
 

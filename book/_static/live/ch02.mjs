@@ -90,8 +90,18 @@ export async function mount(root, ctx) {
   const readout = document.createElement("p");
   readout.className = "ab-live-readout";
   readout.setAttribute("aria-live", "polite");
+  // Until the first result, a sentence about as long as the result's keeps its place, so
+  // that the first result does not push the page down.
+  readout.style.minHeight = "2lh";
+  readout.textContent = `At x = ${d.query.toFixed(2)} the estimate and its weights are being ` +
+    "computed in your browser (the first run loads the model).";
   view.appendChild(readout);
+  // The view takes the notebook's frames' place at once, before its first result (the first
+  // run loads the graph, seconds on a slow machine): the two are never shown together, and
+  // the page does not jump when the result comes. If that run fails, the frames come back.
+  const fallback = root.querySelector(".ab-live-fallback");
   root.insertBefore(view, root.querySelector(".ab-live-status"));
+  if (fallback) fallback.hidden = true;
 
   // Scales: x over [0, x_max]; the fit panel's y over all the labels (fixed, so curves can be compared).
   const sx = (x) => LEFT + ((RIGHT - LEFT) * x) / data.x_max;
@@ -121,8 +131,9 @@ export async function mount(root, ctx) {
     .textContent = "y";
   el("text", { x: LEFT - 6, y: BOTTOM[1] + 4, "text-anchor": "end" }, labels).textContent = "0";
   // The weight panel's scale: its top tick is the largest weight of the current query.
+  // With every weight 0 (no point in reach) there is no largest weight: tick and label are hidden.
   const wTick = el("text", { x: LEFT - 6, y: BOTTOM[0] + 16, "text-anchor": "end", class: "ab-live-wmax" }, labels);
-  el("line", { x1: LEFT - 3, x2: LEFT, y1: BOTTOM[0] + 12, y2: BOTTOM[0] + 12 }, axes);
+  const wTickLine = el("line", { x1: LEFT - 3, x2: LEFT, y1: BOTTOM[0] + 12, y2: BOTTOM[0] + 12 }, axes);
   el("path", {
     d: pathOf(data.x_val, data.y_val, sx, sy), fill: "none", stroke: "#7b3294",
     "stroke-dasharray": "5 4", "stroke-width": 1.5,
@@ -132,6 +143,9 @@ export async function mount(root, ctx) {
   const curve = el("path", { fill: "none", stroke: "#d62728", "stroke-width": 2 }, svg);
   const cursor = el("line", { y1: TOP[0], y2: BOTTOM[1], stroke: "#555", "stroke-width": 1 }, svg);
   const marker = el("circle", { r: 5, fill: "#d62728", stroke: "white", "stroke-width": 1.5 }, svg);
+  marker.style.display = "none"; // until the first result
+  cursor.setAttribute("x1", sx(d.query));
+  cursor.setAttribute("x2", sx(d.query));
   const legend = el("g", { "font-size": 12 }, svg);
   el("rect", { x: LEFT + 6, y: TOP[0] + 1, width: 200, height: 50, fill: "white", "fill-opacity": 0.75 }, legend);
   [["#1f77b4", "training points (size: weight)"], ["#7b3294", "2 sin x + x"], ["#d62728", "estimate"]]
@@ -176,8 +190,10 @@ export async function mount(root, ctx) {
     countOut.textContent = String(s.n);
     queryOut.textContent = s.query.toFixed(2);
     curve.setAttribute("d", pathOf(curveX, r.curve, sx, sy));
-    const wMax = Math.max(...r.weights, 1e-12);
-    wTick.textContent = Math.max(...r.weights) > 0 ? wMax.toFixed(3) : "–";
+    const largest = Math.max(...r.weights);
+    const wMax = Math.max(largest, 1e-12);
+    wTick.textContent = largest > 0 ? wMax.toFixed(3) : "";
+    wTickLine.style.display = largest > 0 ? "" : "none";
     const sw = (w) => BOTTOM[1] - ((BOTTOM[1] - BOTTOM[0] - 12) * w) / wMax;
     points.replaceChildren();
     stems.replaceChildren();
@@ -193,10 +209,19 @@ export async function mount(root, ctx) {
       marker.setAttribute("cx", sx(s.query));
       marker.setAttribute("cy", sy(r.at));
       marker.style.display = "";
-      const top = r.weights.indexOf(Math.max(...r.weights));
+      // Points whose weights agree to float32 rounding tie (the boxcar and constant kernels
+      // give every point in reach the same weight): say how many, not one of them.
+      const tied = [];
+      r.weights.forEach((w, i) => {
+        if (w >= largest * (1 - 1e-5)) tied.push(i);
+      });
+      const top = tied.reduce((a, i) => (Math.abs(xs[i] - s.query) < Math.abs(xs[a] - s.query) ? i : a));
+      const who = tied.length === 1
+        ? `goes to the point at x = ${xs[top].toFixed(2)}`
+        : `is shared by ${tied.length === s.n ? "all " : ""}${tied.length} points that tie ` +
+          `(the nearest at x = ${xs[top].toFixed(2)})`;
       readout.textContent = `At x = ${s.query.toFixed(2)} the estimate is ${r.at.toFixed(3)} ` +
-        `(2 sin x + x = ${truth.toFixed(3)}). The largest weight, ${r.weights[top].toFixed(3)}, ` +
-        `goes to the point at x = ${xs[top].toFixed(2)}.`;
+        `(2 sin x + x = ${truth.toFixed(3)}). The largest weight, ${largest.toFixed(3)}, ${who}.`;
     } else {
       marker.style.display = "none";
       readout.textContent = `At x = ${s.query.toFixed(2)} no training point is within the ${s.kernel} ` +
@@ -254,5 +279,11 @@ export async function mount(root, ctx) {
   svg.addEventListener("pointermove", (event) => {
     if (svg.hasPointerCapture(event.pointerId)) moveQuery(event);
   });
-  await update(true);
+  try {
+    await update(true);
+  } catch (err) {
+    view.remove();
+    if (fallback) fallback.hidden = false;
+    throw err; // live.mjs says what failed, under the frames
+  }
 }
