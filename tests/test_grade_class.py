@@ -24,6 +24,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "scripts"))
 from test_grade import GOOD, SCAFFOLD, STOPS, WRONG, notebook  # noqa: E402
 
+# Every test here reads the class graded once by the module's fixtures: one xdist group keeps them on
+# one worker under make test-unit (--dist loadgroup), which grades it once instead of once per worker.
+pytestmark = pytest.mark.xdist_group("small_class")
+
 SECRET = "a course secret for the tests, 32+ characters long"
 CLASS = {"bob": GOOD, "carl": WRONG, "kit": STOPS,
          "dora": GOOD + "\nimport ctypes\nctypes.string_at(0)  # the kernel dies here"}

@@ -94,6 +94,8 @@ def test_an_error_the_sandbox_caused_is_not_said_to_stop_run_all():
 # --------------------------------------------------------------------------- a small class, end to end
 
 
+# The tests that read this class carry one xdist group: make test-unit (--dist loadgroup) runs
+# them on one worker, which grades the class once (about 65 s) instead of once per worker.
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     if grade.Sandbox.detect(2**30).kind != "bubblewrap":
@@ -128,6 +130,7 @@ def _feedback(base: Path, out: str, who: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
 def test_a_timeout_names_the_cell_that_was_running(graded):
     base, _ = graded
     row = _rows(base / "out" / "grades.csv")["loop"]
@@ -138,6 +141,7 @@ def test_a_timeout_names_the_cell_that_was_running(graded):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
 def test_a_students_cell_that_raised_is_named_and_the_score_stands(graded):
     base, _ = graded
     row = _rows(base / "out" / "grades.csv")["boom"]
@@ -151,6 +155,7 @@ def test_a_students_cell_that_raised_is_named_and_the_score_stands(graded):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
 def test_without_a_roster_no_canvas_csv_and_the_run_says_why(graded):
     """canvas.csv without a roster had empty ID and SIS User ID columns and folder names as logins:
     Canvas could match none of its rows. It is not written; stderr and the run's summary say why; a

@@ -29,7 +29,9 @@ Every environment variable the book reads is read here, and only here:
 ``ATTENTION_BOOK_MAX_STEPS``
     A positive integer N: every training run of the package (:func:`attention_book.fit`)
     stops after N optimisation steps, and every timed call of the scoring-cost sweep
-    runs once. A smoke switch, to run the ``full`` size on a CPU in minutes and see
+    runs once. The work around those runs is bounded alike (:func:`capped_count`): at
+    most N evaluation batches, N seeds of a study (:func:`book_seeds`), N batches drawn
+    for a capped run. A smoke switch, to run the ``full`` size on a CPU in minutes and see
     that every shape and device fits; the results mean nothing.
     Unset: runs train for the epochs they ask for.
 
