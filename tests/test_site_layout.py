@@ -626,13 +626,17 @@ JS_EXPLORER_WIDTHS = """() => Array.from(document.querySelectorAll('.ab-explorer
 # Explorers whose frames keep their desktop width on a phone and scroll sideways in their box:
 # explorer name -> why.
 EXPLORER_SCROLL_EXCEPTIONS: dict[str, str] = {
-    # 96 settings: their phone copies (about 1.1 MB) would take the page past 3 MB (explorer.py's
-    # PHONE_COPIES_MAX_BYTES); a coarser grid or a larger page budget would give them back
+    # Each copy is a 64-colour palette PNG of about 340 x 700 px: 7 to 13 kB. Fewer colours save
+    # little where they keep the colours (ch09: nothing; ch01/ch02: 16 colours lose grid lines and
+    # band the maps) and a lower dpi shrinks the text; a coarser grid, or copies fetched only when
+    # a phone shows them instead of inlined in the page, would give them back.
+    # 96 settings: copies of about 13 kB (1.3 MB in all) would take the page (2.5 MB) past 3 MB
     "ch02.kernels": "phone copies over the page's weight budget",
-    # 78 settings: the copies of 40 of them would pass PHONE_COPIES_MAX_BYTES, so none are inlined
+    # 78 settings: copies of about 13 kB (1.0 MB in all), twice PHONE_COPIES_MAX_BYTES
     "ch01.lookup": "phone copies over the page's weight budget",
-    # 90 settings: the site build drew no phone copy for its frames (cause not yet found)
-    "ch09.sampling": "no phone copies drawn",
+    # 90 settings: the sampled text under the plot kept every copy 736 px wide (fixed: core/plot.py
+    # wraps a figure's own text); its copies of about 7.5 kB (675 kB in all) pass the budget
+    "ch09.sampling": "phone copies over the page's weight budget",
 }
 
 

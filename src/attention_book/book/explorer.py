@@ -57,11 +57,11 @@ none, and on a phone its frames scroll sideways in their box instead."""
 
 _PHONE_PROJECT_AFTER = 8
 """Settings drawn with their phone copies before an explorer projects its copies' total bytes:
-their mean bytes per setting times its number of settings. A projection over
-``_PHONE_OVERSHOOT`` times :data:`PHONE_COPIES_MAX_BYTES` stops the drawing of copies there (they
-would all be dropped at the end: chapter 1's and 2's explorers drew 40 and 38 copies, about 0.7 CPU s
-each, before their budget ran out)."""
-_PHONE_OVERSHOOT = 1.5
+their mean bytes per setting so far times its number of settings. From then on, a projection over
+``1 + 4 / done`` times :data:`PHONE_COPIES_MAX_BYTES` (1.5 after 8 settings, 1.25 after 16, 1.1
+after 40: the margin shrinks as the sample grows) stops the drawing of copies there: they would
+all be dropped at the end (chapters 1, 2 and 9 drew 40, 38 and 67 copies, 0.5 to 0.8 CPU s each,
+before their budget ran out)."""
 
 _NAME = re.compile(r"^ch\d\d\.[a-z0-9_]+$")
 
@@ -424,7 +424,7 @@ class StaticExplorer:
             over = drawn > PHONE_COPIES_MAX_BYTES or self.phone_projected is not None  # none kept: stop drawing them
             if not over and done >= _PHONE_PROJECT_AFTER:
                 projected = drawn / done * len(settings)
-                if projected > _PHONE_OVERSHOOT * PHONE_COPIES_MAX_BYTES:
+                if projected > (1 + _PHONE_PROJECT_AFTER / 2 / done) * PHONE_COPIES_MAX_BYTES:
                     self.phone_projected, over = round(projected), True
             pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys(), phones=not over)
             ids = []
