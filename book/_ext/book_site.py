@@ -157,7 +157,8 @@ function breakLongWords(line) {
   }
 }
 document.addEventListener("DOMContentLoaded", function () {
-  document.querySelectorAll("div.cell_input pre").forEach(function (pre) {
+  // Code cells, and the Python blocks of the prose (an exercise's scaffold, scripts/editions.py).
+  document.querySelectorAll("div.cell_input pre, div.highlight-python pre").forEach(function (pre) {
     if (pre.querySelector(".ab-line")) { return; }
     var lines = pre.innerHTML.split("\\n");
     if (lines.length > 1 && lines[lines.length - 1] === "") { lines.pop(); }
