@@ -51,6 +51,7 @@ import io
 import json
 import os
 import re
+import reprlib
 import resource
 import secrets
 import select
@@ -63,6 +64,7 @@ import sys
 import tempfile
 import time
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,7 +178,22 @@ def clean(text, limit: int = 500) -> str:
     format character (newline, tab, bidirectional overrides) replaced by a space, cut to ``limit``."""
     text = _ANSI.sub("", str(text)[: limit * 4])
     text = "".join(" " if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
-    return text.strip()[:limit]
+    return cut_at_word(text.strip(), limit)
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else cut where a word or identifier ends (never
+    inside one, unless the text starts with one longer than ``limit``) and ended with " …", ``limit``
+    characters at most in all."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - 2, 1)
+    at = next((i for i in range(room, 0, -1) if not (_word(text[i - 1]) and _word(text[i]))), room)
+    return (text[:at].rstrip() or text[:room]) + " …"
 
 
 def display_name(raw: str) -> str:
@@ -281,6 +298,10 @@ def notebook_problem(nb) -> str:
         return "not a notebook (no list of cells)"
     if not isinstance(nb.get("metadata", {}), dict):
         return "the notebook's metadata is not a mapping"
+    version = nb.get("nbformat")
+    if type(version) is not int or version != 4:
+        return (f'its format ("nbformat": {reprlib.repr(version)}) is not the one Jupyter writes and the grader '
+                'reads ("nbformat": 4); the file was edited by hand or saved by another program')
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             return f"cell {i} is not a code, markdown or raw cell"
@@ -292,6 +313,14 @@ def notebook_problem(nb) -> str:
         src = cell.get("source", "")
         if not isinstance(src, str) and not (isinstance(src, list) and all(isinstance(s, str) for s in src)):
             return f"cell {i}'s source is not text"
+    import nbformat
+
+    try:  # what the worker does with it: a notebook nbformat cannot read is the file's fault, not the grader's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nbformat.reads(json.dumps(nb), as_version=4)
+    except Exception as err:  # noqa: BLE001  any reason nbformat refuses it
+        return f"Jupyter's notebook reader refuses it ({type(err).__name__}: {clean(err, 200)})"
     return ""
 
 
@@ -938,9 +967,7 @@ def short_error(text: str) -> str:
     kind, _, message = str(text).partition(": ")
     kind = clean(kind, 60).split()[0] if clean(kind, 60).split() else "Error"
     line = " ".join(clean(message.splitlines()[0] if message.splitlines() else "", 10**4).split())
-    if len(line) > SHORT_ERROR:
-        cut = line[:SHORT_ERROR + 1].rsplit(" ", 1)[0] if " " in line[:SHORT_ERROR + 1] else ""
-        line = (cut[:SHORT_ERROR] if len(cut) >= SHORT_ERROR // 2 else line[:SHORT_ERROR]).rstrip() + " …"
+    line = cut_at_word(line, SHORT_ERROR + 2)
     return f"{kind}: {line}" if line else kind
 
 
@@ -959,8 +986,7 @@ def cell_place(nb, index: int) -> str:
     if index not in code:
         return f"cell {index + 1}"
     line = next((clean(t, 10**4) for t in _source(_cells(nb)[index]).splitlines() if t.strip()), "")
-    if len(line) > FIRST_LINE:
-        line = line[:FIRST_LINE - 2].rstrip() + " …"
+    line = cut_at_word(line, FIRST_LINE)
     return f"code cell {code.index(index) + 1} of {len(code)}" + (f" (first line: {line})" if line else "")
 
 
@@ -1091,6 +1117,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             ignored.append((rel, "a symbolic link"))
             continue
         if path.is_dir():
+            if len(rel.parts) > 1 and path.name.casefold().endswith(".ipynb"):
+                ignored.append((rel, "a folder named like a notebook, not a notebook file"))
             continue
         if not path.is_file():
             ignored.append((rel, "not a regular file"))
@@ -1126,7 +1154,9 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             (match[1], Submission(key, path, match[0], str(rel), lms_id, order)))
     graded = []
     for (key, ref), versions in sorted(found.items()):
-        versions.sort(key=lambda v: (v[0], v[1].order, v[1].rel))
+        # an LMS submission id decides first (Canvas: the highest is the latest, whatever the file's "-N"), then
+        # the resubmission number of the file's name
+        versions.sort(key=lambda v: (v[1].order, v[0], v[1].rel))
         graded.append(versions[-1][1])
         for _, older in versions[:-1]:
             ignored.append((Path(older.rel), f"an earlier version: {versions[-1][1].rel} is graded instead"))

@@ -184,11 +184,7 @@ def run(root: Path) -> dict:
     try:
         folder = work / "subs" / student
         folder.mkdir(parents=True)
-        top = root / "submission"
-        # links are ignored, as make grade does: a link could point at any file of the container
-        handed = [p for p in sorted(top.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts
-                  and not any((top / Path(*p.relative_to(top).parts[:i + 1])).is_symlink()
-                              for i in range(len(p.relative_to(top).parts)))]
+        handed = handed_notebooks(root / "submission")
         matched = {}
         for p in handed:
             found = grader.match_reference(p.name, references)
@@ -208,10 +204,25 @@ def run(root: Path) -> dict:
                          submitted={student: when} if (when := _submitted_at(meta)) else None,
                          fallback_user=user)
             data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
-        results.write_text(lms_export.dump_json(data), encoding="utf-8")
-        return data
+    except (Exception, SystemExit) as err:  # noqa: BLE001  the grader's own failure: said in a results.json
+        data = {"score": 0.0, "visibility": "visible", "tests": [], "extra_data": {"status": "grader error"},
+                "output": "GRADER ERROR: the autograder itself failed on this submission "
+                          f"({type(err).__name__}); this is not your fault, and your instructor will grade it again."}
+        print(f"grader error: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    results.write_text(lms_export.dump_json(data), encoding="utf-8")
+    return data
+
+
+def handed_notebooks(top: Path) -> list[Path]:
+    """The notebooks a student handed in under ``top``: regular files named ``*.ipynb`` (a folder of
+    that name is no notebook), outside ``.ipynb_checkpoints``, and no link nor anything under a link (as
+    make grade does: a link could point at any file of the container)."""
+    return [p for p in sorted(top.rglob("*.ipynb")) if ".ipynb_checkpoints" not in p.parts
+            and not any((top / Path(*p.relative_to(top).parts[:i + 1])).is_symlink()
+                        for i in range(len(p.relative_to(top).parts)))
+            and p.is_file()]
 
 
 def main(argv=None) -> None:
@@ -229,7 +240,7 @@ def main(argv=None) -> None:
     else:
         data = run(Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
         print(f"score {data.get('score')}")
-        if data.get("extra_data", {}).get("status") == "not graded":
+        if data.get("extra_data", {}).get("status") in ("not graded", "grader error"):
             sys.exit(1)
 
 

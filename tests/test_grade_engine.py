@@ -795,10 +795,11 @@ def test_a_cell_that_raises_the_hidden_inputs_gets_one_short_line_back(tmp_path)
 
 def test_what_one_call_writes_into_its_inputs_does_not_change_later_cases():
     """A fresh attacker's read: cases may share an input tensor (chapter 9's `big` batch feeds several cases
-    and their checks), and the judge copies the student's view of the inputs after a call into the
-    grader's tensors for that case's check. That copy stayed, so a later case whose record carries no
-    arguments (a call that raised, inputs too large to send back) was checked against what an earlier
-    call wrote. The judge's tensors are the same after a verdict as before it; the check still saw the write."""
+    and their checks). The judge once copied the student's view of the inputs after a call into the
+    grader's tensors for that case's check, so a function that wrote into them (attacker S7: chapter 9's
+    tokens filled with <pad>) changed what its own case was checked against. Every check now sees the
+    grader's untouched copy, and the tensors are the same after a verdict as before it; a case about
+    writing in place (``unchanged``) compares the inputs after the call with that copy on their own."""
     from attention_book.assignments import Case
     from attention_book.assignments.grading import _verdict
 
@@ -808,8 +809,13 @@ def test_what_one_call_writes_into_its_inputs_does_not_change_later_cases():
     case = Case("writes", (shared,), lambda got: seen.append(shared.clone()) or None)
     record = {"status": "ok", "got": torch.zeros(1), "args": (torch.full((1, 2, 3), 7.0),)}
     assert _verdict(case, record, visible=False)["passed"]
-    assert torch.equal(seen[0], torch.full((1, 2, 3), 7.0)), "the case's own check sees its call's writes"
-    assert torch.equal(shared, original), "and the next case sees the input as the grader drew it"
+    assert torch.equal(seen[0], original), "the check sees the inputs as the grader drew them"
+    assert torch.equal(shared, original), "and so does the next case"
+    strict = Case("keeps its inputs", (shared,), lambda got: None, unchanged="it wrote into its inputs")
+    assert not _verdict(strict, record, visible=False)["passed"]
+    assert "it wrote into its inputs" in _verdict(strict, record, visible=False)["why"]
+    assert _verdict(strict, dict(record, args=(original.clone(),)), visible=False)["passed"]
+    assert torch.equal(shared, original)
 
 
 def test_each_masked_softmax_case_tests_what_its_label_says_at_every_seed(tmp_path):

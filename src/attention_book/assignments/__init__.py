@@ -110,7 +110,10 @@ class Case:
     of the case without its parameters (no sizes, lengths or values drawn from the
     seed): the grader's feedback names a hidden case by it alone. ``name`` is shown
     with the visible cases and must not reveal a hidden parameter either; it is the
-    label when left empty.
+    label when left empty. ``unchanged``, when set, is the reason the case fails if the
+    function writes into a tensor argument: the arguments after the call are compared with
+    a copy taken before it, and ``check`` always sees the arguments as they were before the
+    call (the grader judges every case against its own untouched copy of the inputs).
     """
 
     name: str
@@ -119,6 +122,7 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     hint: str = ""
     label: str = ""
+    unchanged: str = ""
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -175,6 +179,15 @@ def describe(x: Any) -> str:
     # Bounded before it is built: a list that holds itself many times over stays short.
     text = _SHORT.repr(x)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Do two tensors hold the same values (same dtype and shape; NaN equal to NaN)?"""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
 
 
 class Diagnosis(str):
@@ -268,10 +281,15 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
     not_implemented = False
     watch = _PackageCalls(assignment, fn)
     for case in cases:
+        before = [a.clone() if isinstance(a, torch.Tensor) else None for a in case.args] if case.unchanged else []
         try:
             with watch:
                 got = fn(*case.args, **case.kwargs)
-            why = case.check(got)
+            written = any(b is not None and not same_values(a, b) for a, b in zip(case.args, before))
+            for a, b in zip(case.args, before):
+                if b is not None:
+                    a.copy_(b)  # the check, and a later run, see the inputs as they were
+            why = Diagnosis(case.unchanged, case.unchanged) if written else case.check(got)
         except NotImplementedError:
             not_implemented = True
             why = NOT_DONE

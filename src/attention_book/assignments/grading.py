@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import Case, Report, collect_cases, hidden_cases
+from . import Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
 
 __all__ = ["BLOCKED", "BlockedAnswer", "blocked_names", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
@@ -497,15 +497,13 @@ def load_results(payload: bytes) -> dict:
     return data
 
 
-def _restore_args(args: tuple, after: Any) -> None:
-    """Put the student's view of the inputs after the call into the grader's copies, so checks
-    that look for in-place writes see them."""
+def _inputs_kept(args: tuple, after: Any) -> bool:
+    """Did the student's function leave its tensor arguments as they were? ``after`` is its view of the
+    arguments after the call (sent back by run_hidden); anything not comparable counts as written."""
     if not isinstance(after, tuple) or len(after) != len(args):
-        return
-    for mine, theirs in zip(args, after):
-        if (isinstance(mine, torch.Tensor) and isinstance(theirs, torch.Tensor)
-                and mine.shape == theirs.shape and mine.dtype == theirs.dtype):
-            mine.copy_(theirs)
+        return False
+    return all(not isinstance(mine, torch.Tensor) or (isinstance(theirs, torch.Tensor) and same_values(mine, theirs))
+               for mine, theirs in zip(args, after))
 
 
 def judge(name: str, offset: int, nonce: str, data: dict, extra: str | None = None) -> Report:
@@ -714,13 +712,16 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     has_expected, expected = _expected_of(case.check)
     why = _structure_problem(expected, got, tuple(case.args)) if has_expected else None
     form = why is not None
-    # Cases may share their input tensors (chapter 9's `big` batch feeds several cases and their checks):
-    # the student's view of the inputs goes in for this case's check only and is undone after it, so
-    # what one call wrote into its inputs cannot change what a later case is checked against.
+    # Every case is judged against the grader's own copy of its inputs, never the student's view of them after
+    # the call (which the student's code controls). Where a case is about writing in place (``unchanged``), the
+    # inputs after the call are compared with that copy apart from the answer. A check that writes into
+    # shared inputs (chapter 9's `big` feeds several cases) is undone after it, too.
     saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
     try:
-        _restore_args(tuple(case.args), record.get("args"))
-        checked = case.check(got)
+        if case.unchanged and not _inputs_kept(tuple(case.args), record.get("args")):
+            checked = Diagnosis(case.unchanged, case.unchanged)
+        else:
+            checked = case.check(got)
     except Exception as err:  # an output of a shape the check did not foresee
         checked = f"the result could not be checked ({type(err).__name__}: {str(err)[:200]})"
         form = True
