@@ -6,7 +6,8 @@ autograder ("Zip file upload"). It holds:
 
 - ``setup.sh``: installs Python, bubblewrap and the package (torch for CPU, nbclient, ipykernel);
 - ``run_autograder``: runs ``gradescope_bundle.py run``;
-- ``source/``: the package with its checkers (``src/attention_book``), the grader
+- beside them, at the zip's root (Gradescope extracts the whole zip into ``/autograder/source``):
+  the package with its checkers (``pyproject.toml``, ``src/attention_book``), the grader
   (``scripts/grade.py`` and its helpers), the reference notebooks of the graded assignments, the
   course file (with its extra cases; without its roster and times file, since Gradescope knows its
   students and when each handed in) and a grading secret made for this bundle.
@@ -86,28 +87,28 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
                                       "run_autograder": RUN.encode()}
     for name in ("pyproject.toml", "setup.py", "README.md"):
         if (ROOT / name).is_file():
-            files[f"source/{name}"] = ROOT / name
+            files[f"{name}"] = ROOT / name
     for path in sorted((ROOT / "src" / "attention_book").rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            files[f"source/{path.relative_to(ROOT)}"] = path
+            files[f"{path.relative_to(ROOT)}"] = path
     for name in SCRIPTS:
-        files[f"source/scripts/{name}"] = ROOT / "scripts" / name
-    files["source/book/_ext/kernel_poll.py"] = ROOT / "book" / "_ext" / "kernel_poll.py"
+        files[f"scripts/{name}"] = ROOT / "scripts" / name
+    files["book/_ext/kernel_poll.py"] = ROOT / "book" / "_ext" / "kernel_poll.py"
     if (ROOT / "book" / "_claims_report.json").is_file():
-        files["source/book/_claims_report.json"] = ROOT / "book" / "_claims_report.json"
+        files["book/_claims_report.json"] = ROOT / "book" / "_claims_report.json"
     for name in chosen:
-        files[f"source/notebooks/{name}"] = ROOT / "notebooks" / name
+        files[f"notebooks/{name}"] = ROOT / "notebooks" / name
     settings = {"secret": secrets.token_hex(32), "course": None}
     if course_file is not None:
         # Gradescope knows its students and when each handed in (submission_metadata.json): the
         # roster and the times file (names and logins of the whole class) stay out of the bundle
-        files["source/course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"))
+        files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"))
         here = course_file.parent
         for rel in [a.get("extra_cases") for a in data.get("assignments", {}).values()]:
             if rel:
-                files[f"source/course/{rel}"] = here / rel
+                files[f"course/{rel}"] = here / rel
         settings["course"] = "course/course.toml"
-    files["source/gradescope.json"] = json.dumps(settings).encode()
+    files["gradescope.json"] = json.dumps(settings).encode()
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for name, content in sorted(files.items()):

@@ -35,23 +35,27 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in z.infolist()}
         setup = z.read("setup.sh").decode()
         run = z.read("run_autograder").decode()
-        settings = json.loads(z.read("source/gradescope.json"))
-    assert {"setup.sh", "run_autograder", "source/scripts/grade.py", "source/scripts/gradescope_bundle.py",
-            "source/src/attention_book/assignments/ch03.py", "source/src/attention_book/assignments/grading.py",
-            "source/notebooks/ch03_exercises.ipynb", "source/book/_ext/kernel_poll.py", "source/pyproject.toml",
-            "source/course/course.toml", "source/course/course_example/extra_cases.py"} <= names
+        settings = json.loads(z.read("gradescope.json"))
+    # Gradescope extracts the whole zip into /autograder/source: everything sits at the zip's root, where
+    # setup.sh's `pip install /autograder/source` and run_autograder's `cd /autograder/source` expect it
+    # (an attacker found the bundle's files one folder too deep, under source/source/).
+    assert {"setup.sh", "run_autograder", "scripts/grade.py", "scripts/gradescope_bundle.py",
+            "src/attention_book/assignments/ch03.py", "src/attention_book/assignments/grading.py",
+            "notebooks/ch03_exercises.ipynb", "book/_ext/kernel_poll.py", "pyproject.toml",
+            "course/course.toml", "course/course_example/extra_cases.py"} <= names
+    assert not any(n.startswith("source/") for n in names)
     assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
     assert setup.startswith("#!/usr/bin/env bash") and "bubblewrap" in setup and "pip install /autograder/source" in setup
     assert "gradescope_bundle.py run" in run and len(settings["secret"]) >= 32
     # the installed package (with the checkers' answers) is root's only, after the install
     install = setup.index("pip install /autograder/source")
     assert setup.index('chmod -R go-rwx "$(/autograder/venv/bin/python -c \'import attention_book') > install
-    assert not any(n.startswith("source/notebooks/") and "ch03" not in n for n in names)
+    assert not any(n.startswith("notebooks/") and "ch03" not in n for n in names)
     # the tested torch, not whatever is newest; no roster or times of the class in the bundle
     assert 'pip install "torch==2.13.0"' in setup
     assert not any(n.endswith(("roster.csv", "submitted.csv")) for n in names)
     with zipfile.ZipFile(bundle) as z:
-        shipped = z.read("source/course/course.toml").decode()
+        shipped = z.read("course/course.toml").decode()
     assert "[roster]" not in shipped and "times =" not in shipped and "[assignments.masked_softmax]" in shipped
 
 
@@ -62,8 +66,7 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
         pytest.skip("the grader's sandbox (bubblewrap) is not available here")
     root = tmp_path / "autograder"
     with zipfile.ZipFile(bundle) as z:
-        z.extractall(root / "source_zip")
-    (root / "source_zip" / "source").rename(root / "source")
+        z.extractall(root / "source")  # as Gradescope does: the whole zip into /autograder/source
     (root / "submission").mkdir()
     (root / "submission" / "ch03_exercises (2).ipynb").write_text(json.dumps(notebook(GOOD)))
     (root / "submission" / "ch03_exercises (3).ipynb").symlink_to(root / "source" / "notebooks" /
@@ -117,8 +120,7 @@ def my_masked_softmax(scores, valid_lens, window):
 
 def _unpack(bundle, root):
     with zipfile.ZipFile(bundle) as z:
-        z.extractall(root / "source_zip")
-    (root / "source_zip" / "source").rename(root / "source")
+        z.extractall(root / "source")  # as Gradescope does: the whole zip into /autograder/source
     (root / "submission").mkdir()
 
 
