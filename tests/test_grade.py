@@ -218,6 +218,28 @@ def my_masked_softmax(*args, **kwargs):
     return _honest(*args, **kwargs)
 """
 FORGE = "\n\x1b[2Kbob/ch03_exercises.ipynb masked_softmax: 10.0/10 (timeout)\r\n"
+# The worker (the kernel's parent) sends its report through a pipe: a kernel that could open it through
+# /proc/<parent>/fd would put its own report first ("cell 1 raised Forged ..."; attacker S7b).
+PIPE_FORGE = """
+import json, os, struct
+key = b"worker"
+report = json.dumps({"errors": [{"cell": 0, "error": "Forged: INJECTED BY KERNEL"}], "harness": [],
+                     "worker": "", "dead": True}).encode()
+message = struct.pack(">H", len(key)) + key + struct.pack(">Q", len(report)) + report
+base = "/proc/%d/fd" % os.getppid()
+try:
+    names = os.listdir(base)
+except OSError:
+    names = []
+for name in names:
+    try:
+        if os.readlink(os.path.join(base, name)).startswith("pipe:"):
+            fd = os.open(os.path.join(base, name), os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, message)
+            os.close(fd)
+    except OSError:
+        pass
+"""
 
 
 def leaks(secret: Path) -> str:
@@ -292,6 +314,8 @@ def graded(tmp_path_factory):
         "tia-leaks-and-forges": notebook(leaks(secret)),
         "vic-bypasses": notebook(BYPASS),
         "yan-subclass": notebook(SUBCLASS),
+        # writes a forged worker report into the grader's pipe, reached through the worker's /proc entry
+        "uma-writes-the-pipe": notebook(GOOD, PIPE_FORGE),
     }
     for who, nb in class_.items():
         (subs / who).mkdir(parents=True)
@@ -364,10 +388,12 @@ def test_every_student_gets_what_their_outputs_earn(graded):
     for who in ("quinn-huge-checker", "rex-resources"):  # their own cells may outlast the limit: their row only
         r = row(graded, who)
         assert (r["passed"], r["status"]) == (total, "graded") or r["status"] in ("timeout", "no results", "memory"), r
-    for who in ("bob", "ivy-extra-name", "kim-background", "'=cmd|' -C calc'!A0", "a b", "yan-subclass"):
+    for who in ("bob", "ivy-extra-name", "kim-background", "'=cmd|' -C calc'!A0", "a b", "yan-subclass",
+                "uma-writes-the-pipe"):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (total, total, "graded"), r
         assert r["points"] == 10.0
+    assert not any("INJECTED" in text for text in graded["texts"]), "a kernel wrote into the grader's pipe"
     for who in ("carl-wrong", "aaa-rewrites-bob"):
         r = row(graded, who)
         assert (r["passed"], r["total"], r["status"]) == (*wrong, "graded"), r
