@@ -1,0 +1,123 @@
+"""The instructors' guide (book/instructors.md) against the code it describes.
+
+The guide's table of assignment keys, notebooks and case labels is the one an instructor copies
+into a course file's ``[assignments.<key>]`` and ``weights``: it must be the grader's own. Run this
+file as a script to print the table the code gives (to paste between the guide's markers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GUIDE = ROOT / "book" / "instructors.md"
+START, END = "<!-- assignment-table:start -->", "<!-- assignment-table:end -->"
+SEEDS = (1, 987_654)  # two hidden seeds: labels and visibility must not depend on the seed
+
+
+def _grade():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import grade
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return grade
+
+
+def code_table() -> str:
+    """The table the grader's registry gives: every assignment key, its notebook, and the labels
+    of its hidden cases in order (the labels ``weights`` matches in a real run)."""
+    from attention_book.assignments import collect_cases
+    from attention_book.assignments.grading import _visible_index, grading_cases
+
+    refs = _grade().reference_assignments(ROOT / "notebooks")
+    lines = ["| key | notebook | its cases, in order (the labels `weights` matches) |", "| --- | --- | --- |"]
+    for notebook, names in sorted(refs.items()):
+        for name in names:
+            labels = None
+            for seed in SEEDS:
+                _, cases = grading_cases(name, seed)
+                _, shown = collect_cases(name, None)
+                assert all(_visible_index(c, shown) is None for c in cases), (name, seed)
+                these = [c.label or "" for c in cases]
+                assert all(these), f"{name}: a case without a label"
+                assert labels is None or these == labels, f"{name}: labels change with the seed"
+                labels = these
+            cells = " · ".join(f"`{label}`" for label in labels)
+            lines.append(f"| `{name}` | `{notebook}` | {cells} |")
+    return "\n".join(lines)
+
+
+def guide_table() -> str:
+    text = GUIDE.read_text(encoding="utf-8")
+    assert START in text and END in text, "the guide lost its assignment table's markers"
+    return text.split(START, 1)[1].split(END, 1)[0].strip()
+
+
+def test_assignment_table_is_the_graders():
+    assert guide_table() == code_table(), (
+        "book/instructors.md's assignment table disagrees with the code; paste the output of "
+        "`python tests/test_instructors_guide.py` between its markers")
+
+
+def test_every_assignment_is_in_the_table():
+    from attention_book.assignments import assignment_names
+
+    table = guide_table()
+    for name in assignment_names():
+        assert f"| `{name}` |" in table, f"assignment {name!r} is missing from the guide's table"
+
+
+def test_the_checker_line_the_guide_quotes():
+    """The guide quotes what an unfinished assignment's checker prints: it must be what it prints."""
+    import attention_book as ab
+
+    def unfinished(*args, **kwargs):
+        raise NotImplementedError
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ab.assignments.check_masked_softmax(unfinished)
+    printed = " ".join(out.getvalue().split())
+    first = printed.split(" Replace ")[0]
+    assert first.startswith("Not done yet: unfinished (masked_softmax) is not implemented yet (0 of ")
+    text = " ".join(GUIDE.read_text(encoding="utf-8").split())
+    # the guide quotes it for a function named as the assignment, so without the "(masked_softmax)"
+    assert first.replace("unfinished (masked_softmax)", "masked_softmax") in text
+    assert "Replace `raise NotImplementedError` with your code, then run this cell again." in printed
+    assert "Replace `raise NotImplementedError` with your code, then run this cell again." in text
+
+
+def test_example_course_file_names_real_assignments(tmp_path):
+    """course.example.toml loads, its weights name real cases, and its keys are assignments."""
+    from attention_book.assignments import assignment_names
+
+    grade = _grade()
+    import course
+
+    example = course.load_course(ROOT / "course.example.toml")
+    grade.check_weight_keys(example)
+    assert set(example.assignments) <= set(assignment_names())
+    table = guide_table()
+    for name in example.assignments:
+        assert f"| `{name}` |" in table
+
+
+def test_unknown_key_with_weights_stops_the_run(tmp_path):
+    """The guide says a misspelt key with weights stops the run and lists the known keys."""
+    grade = _grade()
+    import course
+
+    path = tmp_path / "course.toml"
+    path.write_text("[assignments.patchfy]\nweights = { hidden = 2 }\n", encoding="utf-8")
+    with pytest.raises(course.CourseError, match="no assignment of that name; known: .*patchify"):
+        grade.check_weight_keys(course.load_course(path))
+
+
+if __name__ == "__main__":
+    print(code_table())
