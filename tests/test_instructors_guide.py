@@ -119,5 +119,17 @@ def test_unknown_key_with_weights_stops_the_run(tmp_path):
         grade.check_weight_keys(course.load_course(path))
 
 
+
+def test_the_plan_names_every_assignment_by_its_key():
+    """The week-by-week plan gives each chapter's assignment keys: every one real, none left out."""
+    import re
+
+    from attention_book.assignments import assignment_names
+
+    text = GUIDE.read_text(encoding="utf-8")
+    plan = text.split("## A suggested plan", 1)[1].split("\n## ", 1)[0]
+    keys = set(re.findall(r"`([a-z_0-9]+)`", plan))
+    assert keys == set(assignment_names())
+
 if __name__ == "__main__":
     print(code_table())
