@@ -36,7 +36,7 @@ def code_table() -> str:
     from attention_book.assignments.grading import _visible_index, grading_cases
 
     refs = _grade().reference_assignments(ROOT / "notebooks")
-    lines = ["| key | notebook | its cases, in order (the labels `weights` matches) |", "| --- | --- | --- |"]
+    lines = ["| key | notebook | its cases by number (the labels `weights` matches) |", "| --- | --- | --- |"]
     for notebook, names in sorted(refs.items()):
         for name in names:
             labels = None
@@ -48,7 +48,7 @@ def code_table() -> str:
                 assert all(these), f"{name}: a case without a label"
                 assert labels is None or these == labels, f"{name}: labels change with the seed"
                 labels = these
-            cells = " · ".join(f"`{label}`" for label in labels)
+            cells = " ".join(f"**{i}** `{label}`" for i, label in enumerate(labels, start=1))
             lines.append(f"| `{name}` | `{notebook}` | {cells} |")
     return "\n".join(lines)
 
