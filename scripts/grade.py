@@ -1371,13 +1371,15 @@ def case_count(name: str, extra: str | None = None) -> int:
 
 
 def check_weight_keys(course) -> None:
-    """Refuse a course file whose ``weights`` name a case that does not exist: every key must be
-    ``visible``, ``hidden`` or a case's label (its description, the same for every seed)."""
+    """Refuse a course file with an ``[assignments.<key>]`` the package does not have, or whose
+    ``weights`` name a case that does not exist: every weight's key must be ``visible``, ``hidden``
+    or a case's label (its description, the same for every seed)."""
     for name, spec in course.assignments.items():
-        if not spec.weights:
-            continue
+        # a misspelt key would otherwise pass silently, its points, due date and weights never applied
         if name not in assignment_names():
             raise CourseError(f"[assignments.{name}]: no assignment of that name; known: {sorted(assignment_names())}")
+        if not spec.weights:
+            continue
         _, cases = grading_cases(name, 0, spec.extra_cases or None)
         known = {"visible", "hidden"} | {getattr(c, "label", "") or c.name for c in cases} | {c.name for c in cases}
         unknown = sorted(set(spec.weights) - known)

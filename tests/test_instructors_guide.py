@@ -107,13 +107,15 @@ def test_example_course_file_names_real_assignments(tmp_path):
         assert f"| `{name}` |" in table
 
 
-def test_unknown_key_with_weights_stops_the_run(tmp_path):
-    """The guide says a misspelt key with weights stops the run and lists the known keys."""
+@pytest.mark.parametrize("spec", ["weights = { hidden = 2 }", "points = 20"])
+def test_an_unknown_key_stops_the_run(tmp_path, spec):
+    """The guide says a misspelt key stops the run and lists the known keys, with or without weights
+    (without them it was ignored, its points and due date never applied: the guide's reader)."""
     grade = _grade()
     import course
 
     path = tmp_path / "course.toml"
-    path.write_text("[assignments.patchfy]\nweights = { hidden = 2 }\n", encoding="utf-8")
+    path.write_text(f"[assignments.patchfy]\n{spec}\n", encoding="utf-8")
     with pytest.raises(course.CourseError, match="no assignment of that name; known: .*patchify"):
         grade.check_weight_keys(course.load_course(path))
 
