@@ -215,11 +215,12 @@ export function mount(root, ctx) {
     return queue;
   }
 
+  let timer = null;
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    clearTimeout(timer); // Enter translates now: the typing's pending translation is not run again after it
     request(input.value);
   });
-  let timer = null;
   input.addEventListener("input", () => {
     clearTimeout(timer);
     timer = setTimeout(() => request(input.value), 250);
