@@ -5,8 +5,9 @@ Usage: python scripts/explorers.py FRAMES_DIR
 When the website is built, every explorer draws each setting of its controls' grids
 and writes a manifest to FRAMES_DIR (``ATTENTION_BOOK_FRAMES``). This prints, per
 explorer, how many settings and distinct images it made, their size, how many of the
-images carry a phone copy (drawn for a 390 px phone's column, issue 38) and their size,
-the time they took, and the totals.
+images carry a phone copy (drawn for a 390 px phone's column, issue 38; files of the site,
+loaded by a phone for the frame on show, so they add nothing to a page's weight) and their
+size, the time they took, and the totals.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ def main(frames: str) -> int:
         grid = " × ".join(f"{len(c['values'])} {c['label']}" for c in r["controls"])
         r.setdefault("phone_images", 0)  # manifests written before phone copies existed
         r.setdefault("phone_bytes", 0)
-        dropped = f" (phone copies left out: {r['phone_dropped']})" if r.get("phone_dropped") else ""
         print(f"{r['name']:<18} {r['settings']:>8} {r['images']:>7} {r['bytes'] / 1e3:>7.0f} "
-              f"{r['phone_images']:>6} {r['phone_bytes'] / 1e3:>6.0f} {r['seconds']:>8.1f}  {grid}{dropped}")
+              f"{r['phone_images']:>6} {r['phone_bytes'] / 1e3:>6.0f} {r['seconds']:>8.1f}  {grid}")
         for key in total:
             total[key] += r[key]
     print(f"{'total':<18} {total['settings']:>8} {total['images']:>7} {total['bytes'] / 1e3:>7.0f} "

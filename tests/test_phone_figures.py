@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -216,7 +217,8 @@ def _small_plot(n: int = 2):
 
 def test_explorer_frames_carry_phone_copies(monkeypatch, tmp_path):
     """Issue 38: an explorer's frame that a phone would shrink below 9 px gets a phone copy (the
-    same phone_png as a notebook's figure), stored beside it in the page's data and shown by
+    same phone_png as a notebook's figure), carried beside the frames in its own script block
+    (out of the frames' data, so the site's build can move the copies into files) and shown by
     the player below 600 px wide; a frame already legible on a phone gets none."""
     import base64
     import json
@@ -232,16 +234,129 @@ def test_explorer_frames_carry_phone_copies(monkeypatch, tmp_path):
         assert phone.width < Image.open(io.BytesIO(desktop)).width and phone.height > phone.width
     page = wide._repr_html_()
     data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page).group(1))
-    assert [base64.b64decode(b) for b in data["small"]] == wide.phone_images
-    assert data["smallPhone"] == [explorer.phone_width(b) for b in wide.phone_images]
-    assert all(0 < w <= PHONE_MAX_PX for w in data["smallPhone"])
-    assert 'matchMedia("(max-width: 600px)")' in page and "data.small[id]" in page
+    assert "small" not in data and "smallPhone" not in data
+    copies = json.loads(re.search(r'class="ab-explorer-phone">(.*?)</script>', page).group(1))
+    assert copies["name"] == "ch99.wide"
+    assert [base64.b64decode(b) for b in copies["copies"]] == wide.phone_images
+    assert copies["widths"] == [explorer.phone_width(b) for b in wide.phone_images]
+    assert all(0 < w <= PHONE_MAX_PX for w in copies["widths"])
+    assert 'matchMedia("(max-width: 600px)")' in page and "phone.files" in page
     record = json.loads((tmp_path / "ch99.wide.json").read_text())
     assert record["phone_images"] == 3 and record["phone_bytes"] == sum(map(len, wide.phone_images))
     small = explorer.StaticExplorer(_small_plot, "ch99.small", {"n": ab.Steps([2, 3], value=2)})
     assert small.phone_images == [None, None]
-    assert json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>',
-                                small._repr_html_()).group(1))["small"] == ["", ""]
+    assert json.loads(re.search(r'class="ab-explorer-phone">(.*?)</script>',
+                                small._repr_html_()).group(1))["copies"] == ["", ""]
+
+
+def _site_ext():
+    import sys
+
+    ext = str(Path(__file__).resolve().parent.parent / "book" / "_ext")
+    if ext not in sys.path:
+        sys.path.insert(0, ext)
+    import book_site
+
+    return book_site
+
+
+def _built_explorer_page(tmp_path, name="ch99.maps"):
+    """A site with one page holding an explorer of three settings whose frames all have phone
+    copies, as the site's build writes it (book_site.py moves the copies into _static)."""
+    from attention_book.book import explorer
+
+    book_site = _site_ext()
+    player = explorer.StaticExplorer(_row_of_maps, name, {"n": ab.Steps([1, 2, 3], value=2, label="layer")})
+    root = tmp_path / "html"
+    page = root / "notebooks" / "page.html"
+    page.parent.mkdir(parents=True)
+    text = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>t</title>'
+            '<meta name="viewport" content="width=device-width, initial-scale=1"><style>'
+            + (Path(__file__).resolve().parent.parent / "book" / "_static" / "book.css").read_text()
+            + '</style></head><body><main id="main-content">' + player._repr_html_() + "</main></body></html>")
+    built = book_site.explorer_phone_files(text, page, root / "_static")
+    page.write_text(built, encoding="utf-8")
+    return player, page, text, built
+
+
+def test_the_site_build_moves_explorer_phone_copies_into_files(tmp_path):
+    """Issue 38: the page keeps only the copies' file names (its weight drops by their bytes, so
+    every explorer can have copies: chapters 1, 2 and 9 had none, their 0.7-1.3 MB of copies would
+    have taken a page past 3 MB); the files are the copies, named by their content, in
+    _static/explorers/<name>/; a second pass changes nothing."""
+    import json
+    import re
+
+    book_site = _site_ext()
+    player, page, inline, built = _built_explorer_page(tmp_path)
+    copies = sum(map(len, player.phone_images))
+    assert len(inline.encode()) - len(built.encode()) > copies  # base64: 4/3 of the bytes left the page
+    blob = json.loads(re.search(r'class="ab-explorer-phone">(.*?)</script>', built).group(1))
+    assert blob["base"] == "../_static/explorers/ch99.maps/" and "copies" not in blob
+    folder = tmp_path / "html" / "_static" / "explorers" / "ch99.maps"
+    assert [(folder / f).read_bytes() for f in blob["files"]] == player.phone_images
+    assert blob["widths"] == [w for w in blob["widths"] if w > 0] and len(blob["widths"]) == 3
+    assert book_site.explorer_phone_files(built, page, tmp_path / "html" / "_static") == built
+
+
+JS_SHOWN = """() => Array.from(document.querySelectorAll('.ab-explorer-frame img')).filter(i => !i.hidden)
+  .map(i => ({src: i.getAttribute('src'), shows: i.getAttribute('data-ab-shows'), alt: i.alt,
+              width: i.getBoundingClientRect().width, natural: i.naturalWidth,
+              box: i.closest('.ab-explorer-frame').clientWidth}))"""
+
+
+def test_the_player_loads_a_phone_copy_from_file_only_on_a_phone(tmp_path):
+    """Issue 38, in Chromium from file:// (a site opened locally): at 390 px the player shows the
+    frame on show's phone copy, loaded from its file, within the column, and loads the next one
+    when a slider moves (by keyboard); at 1280 px it loads no copy at all; with the copies' files
+    gone it keeps the desktop frame, its alt text saying the setting."""
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    player, page, _, _ = _built_explorer_page(tmp_path)
+    url = page.as_uri()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page(viewport={"width": 390, "height": 844})
+            requested = []
+            tab.on("request", lambda r: requested.append(r.url))
+            tab.goto(url, wait_until="load")
+            tab.wait_for_selector('.ab-explorer-frame img[data-ab-shows="phone"]')
+            shown = tab.evaluate(JS_SHOWN)
+            assert len(shown) == 1 and shown[0]["src"].startswith("../_static/explorers/ch99.maps/")
+            assert shown[0]["width"] <= shown[0]["box"] + 1 and "layer 2" in shown[0]["alt"]
+            tab.focus(".ab-explorer input[type=range]")
+            tab.keyboard.press("ArrowRight")
+            tab.wait_for_function("() => document.querySelector('.ab-explorer').getAttribute('data-setting') === '2'"
+                                  " && document.querySelector('.ab-explorer-frame img').getAttribute("
+                                  "'data-ab-shows') === 'phone'")
+            after = tab.evaluate(JS_SHOWN)[0]
+            assert after["src"] != shown[0]["src"] and "layer 3" in after["alt"]
+            assert len([u for u in requested if "/explorers/" in u]) == 2  # the two frames shown
+            tab.set_viewport_size({"width": 1280, "height": 900})
+            tab.wait_for_function("() => document.querySelector('.ab-explorer-frame img')"
+                                  ".getAttribute('data-ab-shows') === 'desktop'")
+            assert tab.evaluate(JS_SHOWN)[0]["src"].startswith("data:image/png;base64,")
+            desk = browser.new_page(viewport={"width": 1280, "height": 900})
+            requested.clear()
+            desk.on("request", lambda r: requested.append(r.url))
+            desk.goto(url, wait_until="load")
+            desk.focus(".ab-explorer input[type=range]")
+            desk.keyboard.press("ArrowLeft")
+            assert not [u for u in requested if "/explorers/" in u], "a desktop loaded phone copies"
+            for f in (tmp_path / "html" / "_static" / "explorers" / "ch99.maps").iterdir():
+                f.unlink()
+            gone = browser.new_page(viewport={"width": 390, "height": 844})
+            gone.goto(url, wait_until="load")
+            gone.wait_for_selector('.ab-explorer-frame img[data-ab-shows="desktop"]')
+            fallback = gone.evaluate(JS_SHOWN)[0]
+            assert fallback["src"].startswith("data:image/png;base64,") and fallback["natural"] > 0
+            assert "layer 2" in fallback["alt"]
+        finally:
+            browser.close()
 
 
 @pytest.mark.parametrize("name", diagrams.__all__)
@@ -270,21 +385,6 @@ def test_a_diagram_whose_enlarged_labels_collide_keeps_its_desktop_drawing():
     assert plot._is_diagram(fig) and not plot._overlapping_texts(fig)
     assert phone_png(fig) is None  # enlarged to 12 pt for the phone, the two would overlap
     assert not plot._is_diagram(plt.subplots(figsize=(6.6, 2))[0])
-
-
-def test_an_explorer_whose_phone_copies_would_weigh_too_much_keeps_none(monkeypatch, tmp_path):
-    """Its page would pass the site's 3 MB page weight: the frames scroll on a phone instead, and
-    the manifest says how many copies were left out."""
-    import json
-
-    from attention_book.book import explorer
-
-    monkeypatch.setenv("ATTENTION_BOOK_FRAMES", str(tmp_path))
-    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", 1_000)
-    heavy = explorer.StaticExplorer(_row_of_maps, "ch99.heavy", {"n": ab.Steps([1, 2], value=2)})
-    assert heavy.phone_images == [None, None] and heavy.phone_dropped >= 1
-    record = json.loads((tmp_path / "ch99.heavy.json").read_text())
-    assert record["phone_images"] == 0 and record["phone_dropped"] == heavy.phone_dropped
 
 
 def test_a_long_figure_title_wraps_to_the_phone_copys_width():
@@ -465,36 +565,17 @@ def test_a_legend_over_bars_counts_as_covering_data():
     assert not bars(3.0)  # they stay in its lowest sixth, clear of it
 
 
-def test_an_explorer_stops_drawing_copies_its_budget_cannot_hold(monkeypatch, tmp_path):
-    """Chapters 1, 2 and 9 drew 40, 38 and 67 phone copies (0.5 to 0.8 CPU s each) before their
-    budget ran out and all were dropped: from _PHONE_PROJECT_AFTER settings on an explorer
-    projects its copies' bytes (mean per setting times its settings) and stops drawing them when
-    that passes 1 + _PHONE_PROJECT_AFTER / 2 / done times the budget (1.5 at first); a projection
-    within it draws them all."""
-    import json
-
-    from attention_book.book import explorer
-
-    monkeypatch.setenv("ATTENTION_BOOK_FRAMES", str(tmp_path))
-    drawn = []
-    real = explorer._phone_frame
-    monkeypatch.setattr(explorer, "_phone_frame", lambda fig: drawn.append(1) or real(fig))
-    grid = {"n": ab.Steps([1, 2, 3, 4, 5, 6], value=2)}
-    full = explorer.StaticExplorer(_row_of_maps, "ch99.full", grid)
-    sizes = [len(b) for b in full.phone_images]
-    assert len(drawn) == 6 and all(sizes) and full.phone_projected is None
-    monkeypatch.setattr(explorer, "_PHONE_PROJECT_AFTER", 2)
-    # two copies fit this budget, six are projected to take more than 1.5 times it
-    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", int(2.2 * max(sizes)))
-    drawn.clear()
-    heavy = explorer.StaticExplorer(_row_of_maps, "ch99.heavy", grid)
-    assert len(drawn) == 2, "drawing stopped once the projection passed the budget"
-    assert heavy.phone_images == [None] * 6 and heavy.phone_dropped == 2
-    assert heavy.phone_projected > 1.5 * explorer.PHONE_COPIES_MAX_BYTES
-    record = json.loads((tmp_path / "ch99.heavy.json").read_text())
-    assert record["phone_projected_bytes"] == heavy.phone_projected and record["phone_images"] == 0
-    # within the budget: every copy is drawn and kept
-    monkeypatch.setattr(explorer, "PHONE_COPIES_MAX_BYTES", sum(sizes) + 1)
-    drawn.clear()
-    kept = explorer.StaticExplorer(_row_of_maps, "ch99.kept", grid)
-    assert len(drawn) == 6 and all(kept.phone_images) and kept.phone_projected is None
+def test_a_legend_beside_its_plot_goes_under_or_over_the_phone_copy():
+    """Chapter 6's explorer (a learner: its frame is 'tiny' on a phone): the line plot's legend
+    stood right of the plot (bbox_to_anchor=(1, 0.5)) and in the copy's one column took the
+    width of both stacked plots, 75 px each in a 326 px copy; across the copy instead, each
+    plot is more than half the copy's width."""
+    fig = ab.positional_encoding_figure(32, 60)
+    copy = phone_figure(fig)
+    renderer = copy.canvas.get_renderer()
+    copy.draw_without_rendering()
+    plots = [ax for ax in copy.axes if not hasattr(ax, "_colorbar")]
+    assert len(plots) == 2 and not any(plot._legend_beside_plot(ax, renderer) for ax in plots)
+    assert all(ax.get_window_extent(renderer).width > 0.5 * copy.bbox.width for ax in plots)
+    assert overlapping(copy) == []
+    check_png(phone_png(fig))

@@ -523,6 +523,38 @@ def test_page_weight_with_its_frames_stays_under_3_mb(docname):
     assert total <= 3_000_000, f"{page}: {total / 1e6:.2f} MB with its images (at most 3 MB)"
 
 
+_PHONE_COPIES = re.compile(r'<script type="application/json" class="ab-explorer-phone">(.*?)</script>', re.S)
+_EXPLORER_DATA = re.compile(r'<script type="application/json" class="ab-explorer-data">(.*?)</script>', re.S)
+
+
+@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/") and explorer_names(p)])
+def test_explorer_phone_copies_are_files_and_a_phone_page_stays_under_3_mb(docname):
+    """Issue 38: an explorer's phone copies are not in its page (book_site.py wrote them to
+    _static/explorers/, the player loads the one on show below 600 px): the page names them,
+    each named file is there, every frame that needs a copy has one, and a phone opening the page
+    (the page, its figures and its explorers' heaviest frame copies) stays under 3 MB."""
+    page = HTML / f"{docname}.html"
+    if not page.is_file():
+        pytest.skip(f"{page} not built")
+    text = page.read_text(encoding="utf-8")
+    blobs = [json.loads(b) for b in _PHONE_COPIES.findall(text)]
+    datas = [json.loads(d) for d in _EXPLORER_DATA.findall(text)]
+    assert len(blobs) == len(datas) == len(explorer_names(docname)), f"{page}: an explorer without its copies' block"
+    images = {src for src in re.findall(r'<img[^>]+src="([^"]+)"', text) if not src.startswith("data:")}
+    total = len(text.encode()) + sum((page.parent / unquote(src)).stat().st_size for src in images
+                                     if (page.parent / unquote(src)).is_file())
+    for blob, data in zip(blobs, datas):
+        assert "copies" not in blob and blob["base"].startswith("../_static/explorers/"), (
+            f"{page}: phone copies inlined in the page (the site's build writes them to files)")
+        assert len(blob["files"]) == len(data["images"]), f"{page}: {blob['base']}: one name per frame image"
+        sizes = [(page.parent / unquote(blob["base"] + f)).stat().st_size if f else 0 for f in blob["files"]]
+        # a frame that a phone would shrink (its legible width above a phone's column) has a copy
+        missing = [k for k, (f, w) in enumerate(zip(blob["files"], data["phone"])) if not f and w > 358]
+        assert not missing, f"{page}: {blob['base']}: frame images {missing} have no phone copy"
+        total += max(sum(sizes[i] for i in frame[0]) for frame in data["frames"])
+    assert total <= 3_000_000, f"{page}: {total / 1e6:.2f} MB on a phone with its images (at most 3 MB)"
+
+
 @pytest.mark.parametrize("docname", by_page(PAGES))
 def test_internal_links_and_anchors_resolve(crawler, site, docname):
     visit = crawler.visit(docname)

@@ -477,7 +477,15 @@ def png_text_px(data: bytes) -> float | None | str:
     return float(value)
 
 
-JS_FIGURES = """() => {
+# Wait (up to 10 s) while an explorer's player is loading a phone copy (explorer.py: on a phone it
+# shows the desktop frame until the copy of the frame on show has loaded from the site's _static).
+JS_COPIES_SETTLED = """
+  for (let t = 0; t < 100 && document.querySelector('.ab-explorer-frame img[data-ab-shows="loading"]'); t++) {
+    await new Promise(r => setTimeout(r, 100));
+  }
+"""
+
+JS_FIGURES = """async () => {""" + JS_COPIES_SETTLED + """
   const column = document.querySelector('#main-content').clientWidth;
   const shown = (img) => { const w = img.getBoundingClientRect().width;
                            return w > 0 ? w : Math.min(img.naturalWidth, column); };
@@ -487,20 +495,25 @@ JS_FIGURES = """() => {
   const cells = Array.from(document.querySelectorAll('#main-content div.cell_output img'))
     .filter(i => !i.closest('.ab-explorer') && !i.closest('.ab-live') && i.complete && i.naturalWidth > 0)
     .map(i => ({where: 'figure', src: shownSrc(i), natural: i.naturalWidth, shown: shown(i)}));
+  // Below 600 px the player shows a frame's phone copy where it has one (explorer.py): a file of
+  // the site (book_site.py wrote it), or inline where the page was not built by the site's build.
+  const narrow = window.matchMedia('(max-width: 600px)').matches;
   const explorers = Array.from(document.querySelectorAll('.ab-explorer')).map(e => {
     const data = JSON.parse(e.querySelector('script.ab-explorer-data').textContent);
+    const blob = e.querySelector('script.ab-explorer-phone');
+    const copies = blob ? JSON.parse(blob.textContent) : {};
+    const small = data.images.map((_, k) => !narrow ? ''
+      : copies.files && copies.files[k] ? copies.base + copies.files[k]
+      : copies.copies && copies.copies[k] ? 'data:image/png;base64,' + copies.copies[k] : '');
     const frame = e.querySelector('.ab-explorer-frame');
     const style = getComputedStyle(frame);
     const box = (frame.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)) || column;
     const ids = data.frames[data.index[Number(e.getAttribute('data-setting'))]][0];
     const shown = Array.from(frame.querySelectorAll('img')).filter(i => !i.hidden)
       .map((i, j) => ({id: ids[j], width: i.getBoundingClientRect().width,
-                       small: !!(data.small && data.small[ids[j]] && i.src.endsWith(data.small[ids[j]]))}));
-    // Below 600 px the player shows a frame's phone copy where it has one (explorer.py).
-    const narrow = window.matchMedia('(max-width: 600px)').matches;
+                       small: i.getAttribute('data-ab-shows') === 'phone' && i.getAttribute('src') === small[ids[j]]}));
     return {where: 'explorer ' + e.getAttribute('data-explorer'), images: data.images,
-            phone: data.phone || [], small: narrow ? (data.small || []) : [],
-            smallPhone: data.smallPhone || [], box, shown};
+            phone: data.phone || [], small, smallPhone: copies.widths || [], box, shown};
   });
   return {cells, explorers};
 }"""
@@ -549,17 +562,18 @@ def test_figure_text_is_read_from_the_png_and_scaled_to_its_shown_width():
     assert "no text-size record" in _figure_text_problems([("plain", plain.getvalue(), 100)])[0]
 
 
-def _explorer_image_widths(explorer: dict) -> list[tuple[bytes, float]]:
+def _explorer_image_widths(explorer: dict, docname: str) -> list[tuple[bytes, float]]:
     """Each frame image of an explorer (on a phone, its phone copy where it has one) and the width
     the page shows it at: the frame's width, or its natural width if narrower, but never under its
     legible width (--ab-phone-width, book.css). The images on show are measured, and must agree
-    with that rule."""
+    with that rule: on a phone, each one with a copy shows it (loaded from its file)."""
     from PIL import Image
 
     out = []
     for k, b64 in enumerate(explorer["images"]):
         small = explorer["small"][k] if k < len(explorer["small"]) else ""
-        data = base64.b64decode(small or b64)  # on a phone, the frame's phone copy where it has one
+        # on a phone, the frame's phone copy where it has one
+        data = _image_bytes(small, docname) if small else base64.b64decode(b64)
         natural = Image.open(io.BytesIO(data)).width
         phone = (explorer["smallPhone"] if small else explorer["phone"])
         phone = phone[k] if k < len(phone) else 0
@@ -568,7 +582,8 @@ def _explorer_image_widths(explorer: dict) -> list[tuple[bytes, float]]:
         small = explorer["small"][shown["id"]] if shown["id"] < len(explorer["small"]) else ""
         assert shown["small"] == bool(small), (
             f"{explorer['where']}: image {shown['id'] + 1} shows the "
-            f"{'phone copy' if shown['small'] else 'desktop frame'}, the page's width calls for the other")
+            f"{'phone copy' if shown['small'] else 'desktop frame'}, the page's width calls for the other"
+            + (f" (its copy {small} did not load?)" if small else ""))
         assert abs(out[shown["id"]][1] - shown["width"]) <= 2, (
             f"{explorer['where']}: image {shown['id'] + 1} is shown {shown['width']:.0f} px wide, "
             f"the page's rule says {out[shown['id']][1]:.0f} px")
@@ -588,7 +603,7 @@ def test_figure_and_explorer_text_is_at_least_9_px(browser, site, docname, width
               for i, c in enumerate(found["cells"])]
     for explorer in found["explorers"]:
         images += [(f"{explorer['where']} image {k + 1}", data, shown)
-                   for k, (data, shown) in enumerate(_explorer_image_widths(explorer))]
+                   for k, (data, shown) in enumerate(_explorer_image_widths(explorer, docname))]
     problems = _figure_text_problems(images)
     assert not problems, (f"{docname} at {width} px: figure text below {MIN_TEXT_PX:g} px "
                           "(draw the figure narrower or its text larger):\n  " + "\n  ".join(problems))
@@ -614,41 +629,28 @@ PHONE_SCROLL_EXCEPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-JS_EXPLORER_WIDTHS = """() => Array.from(document.querySelectorAll('.ab-explorer')).map(e => {
-  const frame = e.querySelector('.ab-explorer-frame');
-  return {name: e.getAttribute('data-explorer'), box: frame.clientWidth,
-          widths: Array.from(frame.querySelectorAll('img')).filter(i => !i.hidden)
-            .map(i => i.getBoundingClientRect().width),
-          controls: Array.from(e.querySelectorAll('[data-ab-control]')).map(c => {
-            const r = c.getBoundingClientRect(); return {id: c.id, width: r.width, height: r.height}; })};
-})"""
-
-# Explorers whose frames keep their desktop width on a phone and scroll sideways in their box:
-# explorer name -> why.
-EXPLORER_SCROLL_EXCEPTIONS: dict[str, str] = {
-    # Each copy is a 64-colour palette PNG of about 340 x 700 px: 7 to 13 kB. Fewer colours save
-    # little where they keep the colours (ch09: nothing; ch01/ch02: 16 colours lose grid lines and
-    # band the maps) and a lower dpi shrinks the text; a coarser grid, or copies fetched only when
-    # a phone shows them instead of inlined in the page, would give them back.
-    # 96 settings: copies of about 13 kB (1.3 MB in all) would take the page (2.5 MB) past 3 MB
-    "ch02.kernels": "phone copies over the page's weight budget",
-    # 78 settings: copies of about 13 kB (1.0 MB in all), twice PHONE_COPIES_MAX_BYTES
-    "ch01.lookup": "phone copies over the page's weight budget",
-    # 90 settings: the sampled text under the plot kept every copy 736 px wide (fixed: core/plot.py
-    # wraps a figure's own text); its copies of about 7.5 kB (675 kB in all) pass the budget
-    "ch09.sampling": "phone copies over the page's weight budget",
-}
+JS_EXPLORER_WIDTHS = """async () => {""" + JS_COPIES_SETTLED + """
+  return Array.from(document.querySelectorAll('.ab-explorer')).map(e => {
+    const frame = e.querySelector('.ab-explorer-frame');
+    return {name: e.getAttribute('data-explorer'), box: frame.clientWidth,
+            widths: Array.from(frame.querySelectorAll('img')).filter(i => !i.hidden)
+              .map(i => i.getBoundingClientRect().width),
+            controls: Array.from(e.querySelectorAll('[data-ab-control]')).map(c => {
+              const r = c.getBoundingClientRect(); return {id: c.id, width: r.width, height: r.height}; })};
+  });
+}"""
 
 
 @pytest.mark.parametrize("docname", by_page([p for p in LAYOUT_PAGES if CHAPTER.match(p)]))
 def test_explorer_frames_fit_a_phones_column(browser, site, docname):  # noqa: F811
-    """Issue 38: at 390 px an explorer's frame shows its phone copy (explorer.py), no wider than
-    the frame's box, so the point of the explorer is on screen without scrolling; its controls
-    are targets at least 24 px high and wide (WCAG 2.2)."""
+    """Issue 38: at 390 px an explorer's frame shows its phone copy (explorer.py; a file of the
+    site the player loads, so every explorer has copies whatever their bytes), no wider than the
+    frame's box, so the point of the explorer is on screen without scrolling; its controls are
+    targets at least 24 px high and wide (WCAG 2.2)."""
     problems = []
     for e in _measured(browser, site, docname, PHONE, "explorer widths"):
         wide = [w for w in e["widths"] if w > e["box"] + 1]
-        if wide and e["name"] not in EXPLORER_SCROLL_EXCEPTIONS:
+        if wide:
             problems.append(f"{e['name']}: frame images {[round(w) for w in wide]} px wide in a {e['box']} px box")
         problems += [f"{e['name']} control {c['id']}: target {c['width']:.0f}x{c['height']:.0f} px"
                      for c in e["controls"] if c["width"] < 24 or c["height"] < 24]

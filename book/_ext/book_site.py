@@ -27,12 +27,21 @@
   copies each figure's text equivalent from its PNG (tEXt `ab-alt`, written by
   src/attention_book/core/plot.py) into its `alt` attribute, where Sphinx would
   put the file's path.
+- Explorers' phone copies out of the page (issue 38): an explorer's output carries its frames'
+  phone copies inline (`<script class="ab-explorer-phone">`, src/attention_book/book/explorer.py);
+  `explorer_phone_files` writes each copy to `_static/explorers/<name>/<hash>.png` and leaves the
+  file names in the page, so the copies weigh nothing until a phone's player loads the one on show.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import html
+import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -359,6 +368,50 @@ def accessible_html(text: str, page: Path) -> str:
                     text)
 
 
+PHONE_COPIES_CLASS = "ab-explorer-phone"  # = attention_book.book.explorer.PHONE_COPIES_CLASS
+EXPLORER_COPIES_DIR = "explorers"  # under the site's _static: one folder per explorer
+_PHONE_COPIES = re.compile(rf'<script type="application/json" class="{PHONE_COPIES_CLASS}">(.*?)</script>',
+                           re.DOTALL)
+
+
+def explorer_phone_files(text: str, page: Path, static: Path) -> str:
+    """``text`` (a written page) with its explorers' inline phone copies written to files under
+    ``static`` (the site's _static) and replaced by their names: ``{"base": the folder relative
+    to the page, "files": [name or ""], "widths": [...]}``, which the player reads. A copy's
+    name is its content's hash, so a rebuilt page reuses the files it had."""
+
+    def written(m: re.Match) -> str:
+        try:
+            data = json.loads(m.group(1))
+            name = data["name"]
+            copies = data["copies"]
+        except (ValueError, KeyError, TypeError):
+            return m.group(0)  # already written out, or not ours
+        if not re.fullmatch(r"ch\d\d\.[a-z0-9_]+", str(name)):
+            return m.group(0)
+        folder = static / EXPLORER_COPIES_DIR / name
+        files = []
+        for copy in copies:
+            try:
+                png = base64.b64decode(copy, validate=True) if copy else b""
+            except (binascii.Error, ValueError):
+                png = b""
+            if not png:
+                files.append("")
+                continue
+            target = folder / (hashlib.sha256(png).hexdigest()[:20] + ".png")
+            if not target.is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(png)
+            files.append(target.name)
+        base = Path(os.path.relpath(folder, page.parent)).as_posix() + "/"
+        blob = json.dumps({"base": base, "files": files, "widths": data.get("widths", [])},
+                          separators=(",", ":")).replace("</", "<\\/")
+        return f'<script type="application/json" class="{PHONE_COPIES_CLASS}">{blob}</script>'
+
+    return _PHONE_COPIES.sub(written, text)
+
+
 def accessible_pages(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -366,7 +419,7 @@ def accessible_pages(app, exception) -> None:
         if "_static" in page.relative_to(app.outdir).parts:
             continue
         text = page.read_text(encoding="utf-8")
-        fixed = accessible_html(text, page)
+        fixed = accessible_html(explorer_phone_files(text, page, Path(app.outdir) / "_static"), page)
         if fixed != text:
             page.write_text(fixed, encoding="utf-8")
 

@@ -16,7 +16,10 @@ printed text, or both) from keyword arguments, and one control per argument::
   menus (keyboard accessible) that swap in the output computed for the chosen
   setting. The player needs no kernel, no server and no network, so it works
   from ``file://`` as well. Identical frames are stored once; figures are
-  stored as palette PNGs, which keeps a page of frames small.
+  stored as palette PNGs, which keeps a page of frames small. Each frame's
+  phone copy (its plots restacked for a 390 px column) is a file of the site,
+  loaded only on a narrow screen for the frame on show (an ``<img>``
+  load, which ``file://`` allows), the desktop frame standing in meanwhile.
 
 Why our own player rather than a library: matplotlib's ``to_jshtml`` steps
 through one sequence (one control), Panel's ``embed`` adds Bokeh and Panel's
@@ -50,18 +53,12 @@ __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_d
 MAX_SETTINGS = 600
 """Most settings one explorer may precompute (the product of its grids' sizes)."""
 
-PHONE_COPIES_MAX_BYTES = 500_000
-"""Most bytes of phone copies one explorer may inline (issue 38): more would take its page past
-the site's 3 MB page weight (tests/test_site.py), so an explorer whose copies are larger keeps
-none, and on a phone its frames scroll sideways in their box instead."""
-
-_PHONE_PROJECT_AFTER = 8
-"""Settings drawn with their phone copies before an explorer projects its copies' total bytes:
-their mean bytes per setting so far times its number of settings. From then on, a projection over
-``1 + 4 / done`` times :data:`PHONE_COPIES_MAX_BYTES` (1.5 after 8 settings, 1.25 after 16, 1.1
-after 40: the margin shrinks as the sample grows) stops the drawing of copies there: they would
-all be dropped at the end (chapters 1, 2 and 9 drew 40, 38 and 67 copies, 0.5 to 0.8 CPU s each,
-before their budget ran out)."""
+PHONE_COPIES_CLASS = "ab-explorer-phone"
+"""The class of the ``<script type="application/json">`` that carries an explorer's phone copies
+(issue 38). The notebook's output holds them inline (base64); the website's build
+(book/_ext/book_site.py) writes each copy to a file under the site's ``_static/explorers/`` and
+leaves only the file names, so the copies add nothing to the page's weight: the player loads the
+copy of the frame on show, and only below 600 px wide."""
 
 _NAME = re.compile(r"^ch\d\d\.[a-z0-9_]+$")
 
@@ -308,12 +305,11 @@ def _phone_frame(fig) -> bytes | None:
     return _palette_png(data, text)
 
 
-def _draw(fn: Callable, kwargs: dict, dpi: int, known=frozenset(),
-          phones: bool = True) -> tuple[list[bytes], list[str], str, list]:
+def _draw(fn: Callable, kwargs: dict, dpi: int,
+          known=frozenset()) -> tuple[list[bytes], list[str], str, list]:
     """Call ``fn(**kwargs)``; return the PNGs of the figures it made, their text equivalents
     (core/plot.py's :func:`figure_alt_text`), the text it printed, and each figure's phone copy
-    (:func:`_phone_frame`; None for a figure whose PNG's hash is in ``known``: drawn before, and
-    for every figure when ``phones`` is False)."""
+    (:func:`_phone_frame`; None for a figure whose PNG's hash is in ``known``: drawn before)."""
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
@@ -327,7 +323,7 @@ def _draw(fn: Callable, kwargs: dict, dpi: int, known=frozenset(),
             figures.append(result)
         alts = [figure_alt_text(f) for f in figures]
         pngs = [_png(f, dpi) for f in figures]
-        copies = [None if not phones or hashlib.sha256(png).hexdigest() in known else _phone_frame(f)
+        copies = [None if hashlib.sha256(png).hexdigest() in known else _phone_frame(f)
                   for f, png in zip(figures, pngs)]
         return pngs, alts, printed.getvalue(), copies
     finally:
@@ -338,10 +334,42 @@ def _draw(fn: Callable, kwargs: dict, dpi: int, known=frozenset(),
 _PLAYER_JS = """
 (function (root) {
   var data = JSON.parse(root.querySelector("script.ab-explorer-data").textContent);
+  // Phone copies: file names under phone.base on the website (book_site.py wrote the files), or
+  // inline base64 (phone.copies) where the notebook's output is shown as it is; "" where none.
+  var blob = root.querySelector("script.ab-explorer-phone");
+  var phone = blob ? JSON.parse(blob.textContent) : {};
   var controls = Array.prototype.slice.call(root.querySelectorAll("[data-ab-control]"));
   var view = root.querySelector(".ab-explorer-frame");
   // Below 600 px (book.css's phone width) a frame with a phone copy shows that copy instead.
   var narrow = window.matchMedia ? window.matchMedia("(max-width: 600px)") : null;
+  var copies = {};  // a copy's address -> "loading", "loaded" or "failed"
+  function copySrc(id) {
+    if (phone.files && phone.files[id]) { return phone.base + phone.files[id]; }
+    return phone.copies && phone.copies[id] ? "data:image/png;base64," + phone.copies[id] : "";
+  }
+  function frameIds() { return data.frames[data.index[Number(root.getAttribute("data-setting"))]][0]; }
+  // The frame's images: on a phone each one's copy once it has loaded (fetched the first time it
+  // is on show, by an <img> load, which file:// allows), the desktop frame until then or if the
+  // copy cannot be loaded.
+  function showImages() {
+    var ids = frameIds(), imgs = view.querySelectorAll("img");
+    ids.forEach(function (id, j) {
+      var img = imgs[j], want = narrow && narrow.matches ? copySrc(id) : "";
+      if (want && !copies[want]) {
+        copies[want] = "loading";
+        var probe = new Image();
+        probe.onload = function () { copies[want] = "loaded"; showImages(); };
+        probe.onerror = function () { copies[want] = "failed"; showImages(); };
+        probe.src = want;
+      }
+      var small = want && copies[want] === "loaded";
+      var src = small ? want : "data:image/png;base64," + data.images[id];
+      if (img.getAttribute("src") !== src) { img.src = src; }
+      img.style.setProperty("--ab-phone-width", (small ? phone.widths[id] : (data.phone ? data.phone[id] : 0)) + "px");
+      // what the image shows: "phone" (its copy), "loading" (the frame, its copy on the way) or "desktop"
+      img.setAttribute("data-ab-shows", small ? "phone" : (want && copies[want] === "loading" ? "loading" : "desktop"));
+    });
+  }
   function update() {
     var flat = 0, said = [];
     controls.forEach(function (c, i) {
@@ -352,22 +380,19 @@ _PLAYER_JS = """
       if (c.type === "range") { c.setAttribute("aria-valuetext", shown); }
       said.push(data.names[i] + " " + shown);
     });
+    root.setAttribute("data-setting", String(flat));
     var frame = data.frames[data.index[flat]], imgs = view.querySelectorAll("img");
     frame[0].forEach(function (id, j) {
       var img = imgs[j];
       if (!img) { img = document.createElement("img"); view.insertBefore(img, view.querySelector("pre")); }
-      var small = narrow && narrow.matches && data.small && data.small[id];
-      img.src = "data:image/png;base64," + (small || data.images[id]);
       img.alt = data.alts[id] + " (" + said.join(", ") + ")";
-      img.style.setProperty("--ab-phone-width",
-                            (small ? data.smallPhone[id] : (data.phone ? data.phone[id] : 0)) + "px");
       img.hidden = false;
     });
     for (var j = frame[0].length; j < imgs.length; j++) { imgs[j].hidden = true; imgs[j].removeAttribute("src"); }
+    showImages();
     var pre = view.querySelector("pre");
     pre.textContent = frame[1];
     pre.hidden = !frame[1];
-    root.setAttribute("data-setting", String(flat));
     var status = root.querySelector(".ab-explorer-status");
     if (status) {
       status.textContent = "Showing " + said.join(", ") + ": " +
@@ -376,7 +401,7 @@ _PLAYER_JS = """
     }
   }
   controls.forEach(function (c) { c.addEventListener("input", update); c.addEventListener("change", update); });
-  if (narrow && narrow.addEventListener) { narrow.addEventListener("change", update); }
+  if (narrow && narrow.addEventListener) { narrow.addEventListener("change", showImages); }
   update();
 })(document.currentScript.parentElement);
 """
@@ -417,16 +442,9 @@ class StaticExplorer:
         frame_list: list[tuple[list[int], str]] = []
         index: list[int] = []
         digests: list[str] = []
-        self.phone_projected = None  # the copies' projected bytes, where that stopped their drawing
-        for done, setting in enumerate(settings):
+        for setting in settings:
             kwargs = {key: grids[i][k][1] for i, (key, k) in enumerate(zip(controls, setting))}
-            drawn = sum(len(b) for b in small_data if b)
-            over = drawn > PHONE_COPIES_MAX_BYTES or self.phone_projected is not None  # none kept: stop drawing them
-            if not over and done >= _PHONE_PROJECT_AFTER:
-                projected = drawn / done * len(settings)
-                if projected > (1 + _PHONE_PROJECT_AFTER / 2 / done) * PHONE_COPIES_MAX_BYTES:
-                    self.phone_projected, over = round(projected), True
-            pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys(), phones=not over)
+            pngs, png_alts, text, phones = _draw(fn, kwargs, dpi, images.keys())
             ids = []
             for png, alt, small in zip(pngs, png_alts, phones):
                 h = hashlib.sha256(png).hexdigest()
@@ -442,10 +460,6 @@ class StaticExplorer:
                 frame_list.append((ids, text))
             index.append(frames[key])
             digests.append(frame_digest(pngs, text))
-        self.phone_dropped = 0
-        if sum(len(b) for b in small_data if b) > PHONE_COPIES_MAX_BYTES or self.phone_projected is not None:
-            self.phone_dropped = sum(1 for b in small_data if b)  # the copies drawn before the budget ran out
-            small_data = [None] * len(small_data)
         self.seconds = time.perf_counter() - start
         self.grids = grids
         self.index = index
@@ -485,9 +499,6 @@ class StaticExplorer:
             "bytes": sum(map(len, self.images)),
             "phone_images": sum(1 for b in self.phone_images if b),
             "phone_bytes": sum(len(b) for b in self.phone_images if b),
-            "phone_dropped": self.phone_dropped,  # copies left out: over PHONE_COPIES_MAX_BYTES
-            # the bytes all copies were projected to take, where that stopped their drawing early
-            "phone_projected_bytes": self.phone_projected,
             "seconds": round(self.seconds, 2),
             "default": self.default_setting,
             "digests": self.digests,
@@ -546,12 +557,18 @@ class StaticExplorer:
             "frames": [[ids, text] for ids, text in self.frames],
             "images": [base64.b64encode(b).decode() for b in self.images],
             "phone": phone,
-            # phone copies (core/plot.py's phone_png), shown below 600 px wide: "" where none
-            "small": [base64.b64encode(b).decode() if b else "" for b in self.phone_images],
-            "smallPhone": [phone_width(b) if b else 0 for b in self.phone_images],
+        }
+        # Each image's phone copy (core/plot.py's phone_png; "" where it needs none), shown below
+        # 600 px wide: inline here, a file of the site once book_site.py has built the page.
+        copies = {
+            "name": self.name,
+            "copies": [base64.b64encode(b).decode() if b else "" for b in self.phone_images],
+            "widths": [phone_width(b) if b else 0 for b in self.phone_images],
         }
         blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
         parts.append(f'<script type="application/json" class="ab-explorer-data">{blob}</script>')
+        blob = json.dumps(copies, separators=(",", ":")).replace("</", "<\\/")
+        parts.append(f'<script type="application/json" class="{PHONE_COPIES_CLASS}">{blob}</script>')
         parts.append(f"<script>{_PLAYER_JS}</script>")
         parts.append("</div>")
         return "".join(parts)

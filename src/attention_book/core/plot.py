@@ -198,6 +198,16 @@ def _legend_out_of_plots(fig) -> bool:
     return True
 
 
+def _legend_beside_plot(ax, renderer) -> bool:
+    """Whether ``ax``'s legend stands right of its plot (``loc="center left", bbox_to_anchor=(1, 0.5)``):
+    in a phone's column it takes the plot's width, and a plot stacked under it gets no more
+    (chapter 6's explorer, issue 38: both plots 75 px wide in a 326 px copy)."""
+    legend = ax.get_legend()
+    if legend is None or not legend.get_visible():
+        return False
+    return legend.get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1 - 1
+
+
 def _legend_covers_data(ax, renderer) -> bool:
     """Whether ``ax``'s legend (drawn inside the plot) lies over any of its data points: the
     vertices of its lines, the centres of its markers (scatter) and its bars, in display pixels."""
@@ -524,8 +534,9 @@ def _phone_layout(fig, max_cols: int):
     if _tidy_text(copy, cells):
         return copy, True
     renderer = copy.canvas.get_renderer()
-    if any(_legend_covers_data(ax, renderer) for ax, _, _ in cells) and _legend_out_of_plots(copy):
-        # a legend over the points (ch05's accuracies): under the figure instead
+    if any(_legend_covers_data(ax, renderer) or _legend_beside_plot(ax, renderer) for ax, _, _ in cells) \
+            and _legend_out_of_plots(copy):
+        # a legend over the points (ch05's accuracies), or beside its plot: under the figure instead
         return copy, _tidy_text(copy, cells)
     return copy, False
 
