@@ -7,6 +7,10 @@ queries (batch, n_q, num_heads * p), keys (batch, n_k, num_kv_heads * p) and val
 ``h`` takes feature columns ``h * p`` to ``(h + 1) * p - 1`` of the queries and attends
 with key and value head ``h // (num_heads // num_kv_heads)`` (consecutive query heads
 share one key/value head), scaled by the square root of the head size ``p``.
+
+The page's two worked exercises have checkers too, not graded (their solutions are public):
+:func:`verify_head_weights` (11.5.1, every head's attention weights) and
+:func:`verify_gate_importance` (11.5.2, the gradient of the loss with respect to a gate per head).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 
 from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
-__all__ = ["check_per_head_attention"]
+__all__ = ["check_per_head_attention", "verify_gate_importance", "verify_head_weights"]
 
 ASSIGNMENT = "per_head_attention"  # the grader's name for it (its blocked package functions, its report)
 
@@ -166,3 +170,280 @@ def _in_learners_words(text: str, name: str) -> str:
     if not name.isidentifier() or name == ASSIGNMENT:
         return text
     return text.replace(f"{name} ({ASSIGNMENT})", name).replace(f"{ASSIGNMENT}: ", f"{name}: ")
+
+
+# --------------------------------------------------------------------------- the exercises' checkers
+# Exercises 11.5.1 and 11.5.2 are worked exercises, not graded assignments: their solutions are public
+# (folded on the website). Their checkers are called ``verify_*``, not ``check_*``: a ``check_*`` function
+# of this module would be registered as a graded assignment (``assignments._collect``).
+
+
+def _random_layer(g: torch.Generator, num_hiddens: int, num_heads: int, dropout: float = 0.0):
+    """A multi-head attention layer whose weights are drawn from ``g`` (variance 1 / fan-in: unit-size
+    projections, so the weights are neither uniform nor one-hot and every mistake changes them)."""
+    from ..models.attention import MultiHeadAttention
+
+    with torch.random.fork_rng(devices=[]):  # its initialisation leaves the learner's random numbers alone
+        layer = MultiHeadAttention(num_hiddens, num_heads, dropout=dropout)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+    return layer
+
+
+def _split(X: torch.Tensor, num_heads: int, plain: bool = False) -> torch.Tensor:
+    """(batch, n, heads * p) -> (batch, heads, n, p): head h gets columns h * p .. (h + 1) * p - 1 of every
+    token; ``plain``: the mistake of reshaping straight to (batch, heads, n, p)."""
+    b, n = X.shape[0], X.shape[1]
+    if plain:
+        return X.reshape(b, num_heads, n, -1)
+    return X.reshape(b, n, num_heads, -1).transpose(1, 2)
+
+
+@torch.no_grad()
+def _head_weights_by_hand(layer, queries, keys, values, valid_lens, *, plain=False, scale=None, mask=True,
+                          softmax=True):
+    """The weights of every head, (batch, heads, queries, keys), computed from the layer's matrices (another
+    route than the layer's own); the keyword arguments give the mistakes' results."""
+    h = layer.num_heads
+    q, k = _split(layer.W_q(queries), h, plain), _split(layer.W_k(keys), h, plain)
+    scores = q @ k.transpose(-1, -2) / (math.sqrt(q.shape[-1]) if scale is None else scale)
+    if valid_lens is not None and mask:
+        hidden = torch.arange(keys.shape[1])[None, :] >= valid_lens[:, None]  # (batch, keys)
+        scores = scores.masked_fill(hidden[:, None, None, :], float("-inf"))
+    return torch.softmax(scores, dim=-1) if softmax else scores
+
+
+HEAD_WEIGHTS_MISTAKES = [
+    ("keys beyond the valid length have weight above 0: pass valid_lens on to the layer",
+     lambda *a: _head_weights_by_hand(*a, mask=False)),
+    ("the heads are split by reshaping straight to (batch, heads, n, p), which gives a head whole tokens "
+     "instead of its own columns of every token: reshape to (batch, n, heads, p), then transpose",
+     lambda *a: _head_weights_by_hand(*a, plain=True)),
+    ("the scores are not divided by sqrt(p), the square root of one head's size",
+     lambda *a: _head_weights_by_hand(*a, scale=1.0)),
+    ("the scores are divided by the square root of the whole width: divide by sqrt(p), one head's size",
+     lambda layer, *a: _head_weights_by_hand(layer, *a, scale=math.sqrt(layer.num_hiddens))),
+    ("these are the scores before the softmax: each row of weights sums to 1 over the valid keys",
+     lambda *a: _head_weights_by_hand(*a, softmax=False)),
+]
+
+
+def _head_weights_check(args):
+    """The check of one case of :func:`verify_head_weights`: the answer, then the cause of a wrong one."""
+    want = _head_weights_by_hand(*args)
+    base = compare(want, atol=1e-5, rtol=1e-4)
+    b, h, n_q, n_k = want.shape
+    layer = args[0]
+    mistakes = [(cause, bad) for cause, wrong in HEAD_WEIGHTS_MISTAKES for bad in [wrong(*args)]
+                if not torch.allclose(bad, want, atol=1e-5, rtol=1e-4)]
+    with torch.no_grad():
+        output_shape = tuple(layer.W_o.weight.shape[:1])
+
+    def check(got):
+        if got is None:
+            cause = ("got None: the layer keeps its weights only when asked; call it with need_weights=True, "
+                     "then read its attention_weights")
+            return Diagnosis(cause, cause)
+        if not isinstance(got, torch.Tensor):
+            return base(got)
+        shape = tuple(got.shape)
+        if shape == (b, n_q) + output_shape:
+            cause = (f"shape {shape} is the layer's output (batch, queries, num_hiddens), not its weights: "
+                     "read attention.attention_weights after the call")
+            return Diagnosis(cause, cause)
+        if shape == (b, n_q, n_k):
+            cause = (f"shape {shape} has no heads axis: one map per head is wanted, (batch, heads, queries, "
+                     f"keys) = {(b, h, n_q, n_k)}, not their average")
+            return Diagnosis(cause, cause)
+        if shape == (b * h, n_q, n_k):
+            cause = (f"shape {shape} is (batch * heads, queries, keys): give every head its own axis, "
+                     f"(batch, heads, queries, keys) = {(b, h, n_q, n_k)}")
+            return Diagnosis(cause, cause)
+        why = base(got)
+        if why is None or shape != tuple(want.shape) or got.dtype != want.dtype:
+            return why
+        got = got.detach().cpu()
+        worst = (got - want).abs().max().item()
+        why = f"shape {shape} as expected, but other values (largest difference {worst:.3g})"
+        for cause, bad in mistakes:
+            if torch.allclose(got, bad, atol=1e-5, rtol=1e-4):
+                return Diagnosis(f"{why}; {cause}", cause)
+        if not torch.allclose(got.sum(-1), torch.ones(()), atol=1e-4):
+            cause = "a row of weights does not sum to 1: the weights are a softmax over each query's valid keys"
+            return Diagnosis(f"{why}; {cause}", cause)
+        return why
+
+    return check
+
+
+def verify_head_weights(fn, verbose: bool = True):
+    """Exercise 11.5.1: check ``fn(attention, queries, keys, values, valid_lens)``, which returns the weights of
+    every head of the multi-head attention layer ``attention``, (batch, heads, queries, keys), on layers and
+    inputs drawn from the case seed. Prints a line per case (what is wrong, and why where a common mistake
+    explains it) and returns the :class:`Report`."""
+    g = case_generator(51)
+
+    def case(name, num_heads, head_size, n_q, n_k, lens=True, dropout=0.0, same=False):
+        batch = draw(g, 2, 3)
+        layer = _random_layer(g, num_heads * head_size, num_heads, dropout)
+        width = num_heads * head_size
+        queries = torch.randn(batch, n_q, width, generator=g)
+        keys = queries if same else torch.randn(batch, n_k, width, generator=g)
+        values = queries if same else torch.randn(batch, n_k, width, generator=g)
+        # valid lengths of 2 keys or more (one valid key gives the weight 1 whatever the scores), one of
+        # them below the number of keys (the mask must show)
+        valid_lens = None
+        if lens:
+            valid_lens = torch.randint(2, n_k + 1, (batch,), generator=g)
+            valid_lens[0] = draw(g, 2, n_k - 1)
+        args = (layer, queries, keys, values, valid_lens)
+        hint = ("call the layer on the inputs with valid_lens and need_weights=True, then return its "
+                "attention_weights")
+        return Case(name, args, _head_weights_check(args), hint=hint)
+
+    # widths of 8 or more, above the 7 keys at most, and 2 heads or more but in one case: no wrong shape
+    # (the output, the heads flattened into the batch) is the shape of another mistake
+    cases = [
+        case("the exercise's shapes (5 heads of 20)", 5, 20, 4, 6),
+        case("every key valid (valid_lens None)", draw(g, 2, 4), draw(g, 4, 6), draw(g, 2, 5), draw(g, 3, 7),
+             lens=False),
+        case("one head", 1, draw(g, 8, 12), draw(g, 2, 4), draw(g, 4, 7)),
+        case("self-attention (queries = keys = values)", draw(g, 2, 4), draw(g, 4, 6), 5, 5, same=True),
+        case("a layer with dropout (the weights before it)", draw(g, 2, 4), draw(g, 4, 6), draw(g, 2, 4),
+             draw(g, 4, 7), dropout=0.5),
+    ]
+    return run_checks("head_weights", fn, cases, verbose=verbose)
+
+
+def _gate_gradient(run, *, plain=False, absolute=True, reduction="mean", at=1.0):
+    """|dL / d gate_h| of every head of the offset-task model ``run.model`` on ``run.X_test``, computed by
+    writing out its forward pass with the gates between the heads and W_o (another route than a hook on W_o);
+    the keyword arguments give the mistakes' results (a gate on every num_heads-th column, the signed gradient,
+    a summed loss, the gates at another value)."""
+    from torch.nn import functional as F
+
+    model, X, Y = run.model, run.X_test, run.Y_test
+    mha = model.attention
+    h = mha.num_heads
+    gates = torch.full((h,), float(at), requires_grad=True)
+    H = model.positions(model.embedding(X)).detach()
+    q, k, v = (_split(W(H), h) for W in (mha.W_q, mha.W_k, mha.W_v))
+    heads = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v  # (b, h, n, p)
+    if plain:  # gate h on the columns h, h + num_heads, ... of W_o's input
+        concat = heads.transpose(1, 2).flatten(2)
+        O = mha.W_o(concat * gates.repeat(concat.shape[-1] // h))
+    else:
+        O = mha.W_o((heads * gates[None, :, None, None]).transpose(1, 2).flatten(2))
+    logits = model.readout(O).unflatten(-1, (model.num_offsets, model.vocab_size)).flatten(0, -2)
+    loss = F.cross_entropy(logits, Y.flatten(), reduction=reduction)
+    (grad,) = torch.autograd.grad(loss, gates)
+    return grad.abs() if absolute else grad
+
+
+GATE_MISTAKES = [
+    ("the signed gradient: the importance is its size |dL/d gate| (take .abs()); the sign only says which way "
+     "the loss moves", {"absolute": False}),
+    ("the loss is summed: average it over every example, position and offset (F.cross_entropy's default), "
+     "as offset_task.offset_task_loss does", {"reduction": "sum"}),
+    ("gate h multiplies every num_heads-th column of W_o's input (repeat): head h's own columns are "
+     "h * d_head .. (h + 1) * d_head - 1 (repeat_interleave)", {"plain": True}),
+    ("the gates are at 0 when the gradient is taken: take it at gates of 1, the model as trained",
+     {"at": 0.0}),
+]
+
+
+GATE_RECIPE = ("gates = torch.ones(num_heads, requires_grad=True); a forward pre-hook on W_o multiplies "
+               "its input by gates.repeat_interleave(d_head); the mean cross-entropy of the model on run.X_test "
+               "and run.Y_test; backward; gates.grad.abs(); remove the hook")
+
+
+def _gate_check(run):
+    """The check of one case of :func:`verify_gate_importance`: the answer, then the cause of a wrong one,
+    and a model left as it was (no hook, the same output)."""
+    from ..experiments.offset_task import head_importance
+
+    want = _gate_gradient(run)
+    # float32 through another route: close to the largest gradient's size, not to each one's
+    tol = {"atol": 1e-4 * float(want.abs().max()) + 1e-9, "rtol": 1e-3}
+    mistakes = [(cause, bad) for cause, kwargs in GATE_MISTAKES for bad in [_gate_gradient(run, **kwargs)]
+                if tuple(bad.shape) != tuple(want.shape) or not torch.allclose(bad, want, **tol)]
+    mistakes.append(("these are the ablation drops (accuracy lost without each head), not the gradient",
+                     head_importance(run.model, run.model.attention, run.X_test, run.Y_test)))
+    with torch.no_grad():
+        before = run.model(run.X_test)
+    h = run.num_heads
+
+    def check(got):
+        with torch.no_grad():
+            hooks = any(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in run.model.modules())
+            changed = not torch.allclose(run.model(run.X_test), before)
+        if hooks or changed:
+            cause = ("the model is left changed (a hook still on it, or its weights moved): remove every hook "
+                     "when you are done (handle.remove(), in a finally block) and do not step an optimiser")
+            return Diagnosis(cause, cause)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (run.model.attention.num_hiddens,) != (h,):
+            cause = f"shape {tuple(got.shape)} has one number per column of W_o's input: sum them per head, ({h},)"
+            return Diagnosis(cause, cause)
+        if isinstance(got, torch.Tensor):
+            got = got.detach().cpu()
+        why = compare(want, **tol)(got)
+        if why is None or tuple(got.shape) != (h,) or got.dtype != want.dtype:
+            return why
+        if torch.isnan(got).any():
+            return why
+        # the gradients are small (about 1e-4): three significant digits, not four decimals
+        shown = lambda t: "[" + ", ".join(f"{float(x):.3g}" for x in t) + "]"
+        why = f"expected {shown(want)}, got {shown(got)}"
+        for cause, bad in mistakes:
+            if torch.allclose(got, bad.to(got.dtype), **tol):
+                return Diagnosis(f"{why}; {cause}", cause)
+        if (got < 0).any():  # signed, and another mistake on top: name both
+            size = got.abs()
+            for cause, bad in mistakes:
+                if cause != GATE_MISTAKES[0][0] and torch.allclose(size, bad.to(got.dtype), **tol):
+                    both = f"{GATE_MISTAKES[0][0]}; and {cause}"
+                    return Diagnosis(f"{why}; {both}", both)
+        return why
+
+    return check
+
+
+def verify_gate_importance(fn, verbose: bool = True):
+    """Exercise 11.5.2: check ``fn(run)``, which returns |dL / d gate_h| for each head of ``run.model`` (an
+    offset-task model, :class:`~attention_book.experiments.offset_task.OffsetTaskModel`) on ``run.X_test``,
+    ``run.Y_test``, every gate at 1, ``L`` the mean cross-entropy. The models are untrained, their weights and
+    examples drawn from the case seed. Prints a line per case and returns the :class:`Report`."""
+    from ..experiments.offset_task import HeadRun, OffsetTaskModel, make_offset_task
+
+    g = case_generator(52)
+
+    def case(name, num_heads, num_hiddens=32):
+        with torch.random.fork_rng(devices=[]):  # its initialisation leaves the learner's random numbers alone
+            model = OffsetTaskModel(num_hiddens=num_hiddens, num_heads=num_heads)
+        # unit-size embeddings, projections of variance 1 / fan-in, and a read-out 100 times smaller: its
+        # scores are small, as a model's early in training, where dL/d gate has either sign (with large
+        # random scores shrinking any head lowers the loss: every gradient is positive)
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                table = pname.startswith(("embedding", "positions")) or p.dim() == 1
+                size = 1.0 if table else 1 / math.sqrt(p.shape[-1])
+                p.copy_(torch.randn(p.shape, generator=g) * size * (0.01 if pname.startswith("readout") else 1))
+        X, Y = make_offset_task(draw(g, 40, 80), seed=draw(g, 0, 2**31 - 1))
+        run = HeadRun(num_heads, model.eval(), None, float("nan"), X, Y)
+        # a negative gradient in every case, so the signed gradient never passes: while there is none, turn
+        # the most positive head's contribution round (its columns of W_o times -1: with small scores its
+        # gradient changes sign)
+        d_head = num_hiddens // num_heads
+        for _ in range(num_heads):
+            signed = _gate_gradient(run, absolute=False)
+            if (signed < 0).any():
+                break
+            h = int(signed.argmax())
+            with torch.no_grad():
+                model.attention.W_o.weight[:, h * d_head:(h + 1) * d_head] *= -1
+        return Case(name, (run,), _gate_check(run), hint=GATE_RECIPE)
+
+    cases = [case("the chapter's model (4 heads)", 4), case("two heads", 2),
+             case("eight heads of 4 units", 8), case("four heads of 16 units", 4, num_hiddens=64)]
+    return run_checks("gate_importance", fn, cases, verbose=verbose)
