@@ -123,14 +123,19 @@ class LabelEfficiency:
                 for pre, scr in zip(self.accuracy["pretrained"], self.accuracy["from scratch"])]
 
     def table(self) -> str:
-        """The accuracies as printed lines: one row per count, one column per seed (under 60 characters)."""
-        k = len(self.seeds)
-        lines = ["held-out accuracy (%), one value per seed; chance is 50",
-                 f"{'labels':>6} {'steps':>5}  {'pretrained':<{6 * k}}  from scratch"]
-        for i, n in enumerate(self.counts):
-            pre, scr = (" ".join(f"{100 * a:5.1f}" for a in self.accuracy[name][i])
-                        for name in ("pretrained", "from scratch"))
-            lines.append(f"{n:>6} {self.steps[i]:>5}  {pre:<{6 * k}}  {scr}")
+        """The accuracies as printed lines, narrow enough for a phone (40 characters with 5 seeds).
+
+        Per count a heading with the steps and the gain from pretraining (points, the mean over the
+        seeds), then one row per start with one accuracy per seed.
+        """
+        lines = ["held-out accuracy (%), one per seed;", "chance is 50"]
+        for i, (n, gaps) in enumerate(zip(self.counts, self.gaps())):
+            gain = 100 * sum(gaps) / len(gaps)
+            lines += ["", f"{n} labels, {self.steps[i]} steps: gain {gain:+.1f}"]
+            for name in ("pretrained", "from scratch"):
+                row = " ".join(f"{100 * a:4.1f}" if a < 0.9995 else " 100"  # 4 characters each
+                               for a in self.accuracy[name][i])
+                lines.append(f"  {name:<12}  {row}")
         return "\n".join(lines)
 
 
