@@ -25,7 +25,7 @@ Why our own player rather than a library: matplotlib's ``to_jshtml`` steps
 through one sequence (one control), Panel's ``embed`` adds Bokeh and Panel's
 JavaScript to every page (megabytes), and Vega-Lite or plotly would recompute in
 the browser only what fits their chart grammar — the book's outputs are
-matplotlib figures of real model runs. The player here is about forty lines of
+matplotlib figures of real model runs. The player here is about seventy lines of
 JavaScript inlined with its frames.
 """
 
