@@ -205,10 +205,14 @@ def cut_at_word(text: str, limit: int) -> str:
 
 def display_name(raw: str) -> str:
     """A student's folder name, printable and still unique: a control character becomes ``\\xNN``
-    (``\\uNNNN``), a backslash ``\\\\``."""
+    (``\\uNNNN``), a backslash ``\\\\``, and so does white space at either end (``ada `` is ``ada\\x20``:
+    a cell or a line that strips spaces would show it as ``ada``, another student)."""
     out = []
-    for c in raw:
-        if c == "\\":
+    ends = len(raw) - len(raw.lstrip()), len(raw.rstrip())
+    for i, c in enumerate(raw):
+        if (i < ends[0] or i >= ends[1]) and c.isspace():
+            out.append(f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        elif c == "\\":
             out.append("\\\\")
         elif 0xDC80 <= ord(c) <= 0xDCFF:  # a byte of a name that is not UTF-8 (surrogate escape)
             out.append(f"\\x{ord(c) - 0xDC00:02x}")
@@ -630,6 +634,22 @@ def _stream(data: bytes) -> dict[str, bytes]:
     return items
 
 
+STDERR_KEY = "grader:stderr"  # the key run_sandboxed gives the sandbox's last stderr when the worker failed
+
+
+def exit_words(ended: str) -> str:
+    """"worker exited with 137" in words: "killed by signal 9 (SIGKILL)" (a shell's 128 + N, or Popen's -N)
+    or "exit status N"."""
+    code = ended.rpartition(" ")[2]
+    code = int(code) if code.lstrip("-").isdigit() else 0
+    number = -code if code < 0 else code - 128 if 128 < code < 160 else 0
+    if number:
+        with contextlib.suppress(ValueError):
+            return f"killed by signal {number} ({signal.Signals(number).name})"
+        return f"killed by signal {number}"
+    return f"exit status {code}"
+
+
 def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory_gb: float, disk: int,
                   limit: int, missing: set[str]) -> tuple[str, dict[str, bytes], float]:
     """Run the worker on ``stage/job.json``; return (how it ended, the worker's messages, seconds)."""
@@ -707,12 +727,14 @@ def run_sandboxed(sandbox: Sandbox, stage: Path, pkg: Path, timeout: int, memory
             with contextlib.suppress(OSError):
                 if fd >= 0:
                     os.close(fd)
-    if ended.startswith("worker exited"):
-        lines = tail.decode("utf-8", "replace").strip().splitlines()
-        ended += f": {clean(lines[-1], 200)}" if lines else ""
     messages = _stream(bytes(received))  # whole messages only: one cut short by the limit is left out
     if len(received) > limit:
         messages["overflow"] = b"1"
+    # the sandbox's stderr (libraries' noise: "Fontconfig error ...") is the instructor's, for a worker that
+    # never started a cell; never a student's feedback. The worker's own messages cannot carry this key.
+    messages.pop(STDERR_KEY, None)
+    if ended.startswith("worker exited"):
+        messages[STDERR_KEY] = tail
     return ended, messages, time.monotonic() - start
 
 
@@ -742,6 +764,8 @@ STATUS_WORDS = {
                    "segmentation fault, or the kernel was killed) before the hidden tests could run: every "
                    "case counts as failed",
     "no results": "your notebook ran, but the hidden tests produced no results: every case counts as failed",
+    "not defined": "the function your checker cell names was not defined when the hidden tests ran: every "
+                   "case counts as failed",
     "unreadable": "the file is not a notebook the grader can run",
     "flagged": "the results your notebook sent back are not what the grader writes; an instructor will look at it",
     "grader error": "the grader itself failed on this notebook (not your fault); an instructor will look at it",
@@ -769,6 +793,9 @@ NEXT_STEP = {
     "no results": FROM_THE_TOP + ": fix the first cell that raises, keep the function under the name your "
                   "checker cell calls, and make the checker cell print its report, then hand the notebook in "
                   "again",
+    "not defined": "define the function in the exercise cell under the name your checker cell passes "
+                   "(the notebook's own name for it), then " + FROM_THE_TOP + " and read your checker cell's "
+                   "report",
     "unreadable": "open the file you handed in with Jupyter: if it does not open, download the notebook again "
                   "(File, Download as .ipynb) and hand in that file",
     "flagged": "nothing yet: your instructor will look at your notebook and tell you what happens next",
@@ -791,7 +818,7 @@ def next_step(row: dict) -> str:
 
 
 # Statuses whose points an LMS should receive; the others stay blank there.
-SCORED = ("graded", "not implemented", "timeout", "no results", "unreadable", "memory", "kernel died")
+SCORED = lms_export.GRADED
 
 
 class Grader:
@@ -922,6 +949,7 @@ class Grader:
         except (ValueError, AttributeError, TypeError, RecursionError, KeyError, IndexError):
             errors, dead, crash, stopped = [], False, "", ""
         where = running_cell(nb, messages)
+        started = any(k.startswith("started:") for k in messages)
         raised = ("; cells you wrote that raised: " + " | ".join(errors)) if errors else ""
         overflow = "overflow" in messages
         out = []
@@ -934,7 +962,18 @@ class Grader:
             elif ended == "memory":
                 row.update(status="memory", reason=f"used more than {self.memory_gb:g} GB of memory: {where}"
                            + raised)
-            elif payload is None and crash and not any(k.startswith("started:") for k in messages):
+            elif payload is None and "worker" not in messages and ended.startswith("worker exited") and started:
+                # the worker never reported: it was killed with the kernel (a cell that kills every process,
+                # os.kill(-1, 9) or os.killpg). The cell is named; the sandbox's stderr is not the student's.
+                row.update(status="kernel died", reason=(
+                    f"the kernel was {exit_words(ended)}, and every process of your notebook with it, so the "
+                    f"hidden tests could not run; {where}"))
+            elif payload is None and "worker" not in messages and ended.startswith("worker exited"):
+                lines = clean_block(messages.get(STDERR_KEY, b"").decode("utf-8", "replace")).strip().splitlines()
+                row.update(status="grader error", reason=(
+                    f"the grader's worker stopped before any cell of the notebook started ({exit_words(ended)})"
+                    + (f": {clean(lines[-1], 200)}" if lines else "")))
+            elif payload is None and crash and not started:
                 # No cell of the notebook ever started: the kernel could not be started (a kernelspec whose
                 # Python the sandbox cannot see, a broken environment). Nothing the student wrote had run,
                 # so it is the grader's failure, not a 0 in the gradebook.
@@ -954,6 +993,10 @@ class Grader:
                                            self.extras.get(name))
                 if verdict["status"] == "flagged":
                     row.update(status="flagged", reason=verdict["reason"])
+                elif verdict["cases"] and all(c.get("status") == "missing" for c in verdict["cases"]):
+                    # one cause, said once (it was "not there" repeated on every case, "graded 0/9")
+                    row.update(status="not defined", total=verdict["total"], cases=verdict["cases"],
+                               reason=not_defined(targets[name], name, verdict["cases"][0]["why"]))
                 else:
                     row.update(passed=verdict["passed"], total=verdict["total"], status=verdict["status"],
                                cases=verdict["cases"],
@@ -962,6 +1005,17 @@ class Grader:
                         row["cell_error"] = stopped
             out.append(row)
         return out
+
+
+def not_defined(target: str, name: str, why: str) -> str:
+    """The one line for a notebook whose function for assignment ``name`` (``target``, as its checker cell
+    names it) did not exist, or was not a function, when the hidden tests ran."""
+    target = clean(target, 80) or "the function"
+    got = re.search(r"got (\w+)\)\s*$", str(why))
+    kind = got.group(1) if got else "NoneType"
+    what = "is not defined" if kind == "NoneType" else f"is not a function (it is a {clean(kind, 40)})"
+    return (f"`{target}` {what}: define it in the exercise cell, under the name your checker cell passes to "
+            f"check_{name}, and keep that cell before the checker cell (every case counts as failed)")
 
 
 SHORT_ERROR = 100  # characters of an exception's message from a cell the student wrote, in the feedback
@@ -1027,6 +1081,8 @@ def stopped_run_all(nb, index: int, error: str, after_blocked: bool = False) -> 
 
 def case_summary(cases: list[dict]) -> str:
     """One line naming every failed case (visible ones by name, hidden ones by number and label)."""
+    if len(cases) > 1 and all(c.get("status") == "package" for c in cases):  # one cause: said once
+        return f"every case: {clean(cases[0]['why'], 1000)}"
     failed = [case_title(c) + ": " + clean(c["why"], 100_000) for c in cases if not c["passed"]]
     return " | ".join(failed)
 
@@ -1211,7 +1267,8 @@ def identity_problems(keys: list[str]) -> dict[str, str]:
         for group in groups.values():
             if len(set(group)) > 1:
                 plain = all(g.isascii() for g in group)  # else names that look alike are told apart by code points
-                names = ", ".join(repr(display_name(g)) if plain else f"{display_name(g)!r} (code points "
+                # quoted as display_name writes them (repr would double its backslashes)
+                names = ", ".join(f"'{display_name(g)}'" if plain else f"'{display_name(g)}' (code points "
                                   f"{ascii(g)[1:-1]})" for g in sorted(set(group)))
                 for k in group:
                     problems.setdefault(k, f"the names {names} are the same {how}: rename the folders so each "
@@ -1325,7 +1382,10 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
             lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
-        failed = [c for c in r.get("cases", []) if not c["passed"]]
+        failed = [c for c in r.get("cases", []) if not c["passed"]] if r["status"] != "not defined" else []
+        if len(failed) > 1 and all(c.get("status") == "package" for c in r["cases"]):  # one cause: said once
+            lines += ["Every case:", "", fenced(failed[0]["why"]), ""]
+            failed = []
         causes = [c.get("cause") or "" for c in failed]
         common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""
         if common:  # one mistake explains every failed case: say it first, once
@@ -1388,6 +1448,17 @@ def check_weight_keys(course) -> None:
                               + ", ".join(repr(k) for k in sorted(known)))
 
 
+def idle_weights(course, seed: int | None) -> list[str]:
+    """The course file's weights that weigh no case in a run at ``seed`` (None: each student's own): a
+    ``visible`` weight, unless the run uses --seed 0 (the only seed whose cases are the checker's)."""
+    if seed == 0:
+        return []
+    return [f"[assignments.{name}] weights: visible = {spec.weights['visible']:g} weighs no case in this run: "
+            "every case's inputs come from the student's seed, so every case is hidden (a case is visible only "
+            "with --seed 0); weight cases by their labels instead (book/instructors.md, 'The assignments')"
+            for name, spec in sorted(course.assignments.items()) if "visible" in spec.weights]
+
+
 def score_row(row: dict, course, submitted) -> dict:
     """Points from the passed cases' weights, the assignment's points and the late policy."""
     spec = course.assignment(row["assignment"])
@@ -1414,6 +1485,8 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
     student folder's submission time (an aware datetime) directly, as Gradescope's metadata does."""
     course = load_course(course_file)
     check_weight_keys(course)
+    for note in idle_weights(course, seed):  # never silently: an instructor copied a weight that does nothing
+        print(f"WARNING: {note}")
     out_dir = out_csv.parent
     PRIVATE[0] = not shared_output
     _private_dirs(out_dir, out_dir)
@@ -1505,7 +1578,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                        "login": info.login if info and info.login else display_name(k),
                        "section": info.section if info else "", "email": info.email if info else ""}
     unmatched = sorted(k for k in {s.key for s in found} if roster is not None and k not in by_roster
-                       and unicodedata.normalize("NFC", k) not in roster)
+                       and unicodedata.normalize("NFC", k) not in roster and k not in refused)
     extras = {n: a.extra_cases for n, a in course.assignments.items() if a.extra_cases}
     journal = out_dir / "grades.jsonl"
     previous: dict[tuple[str, str], list[dict]] = {}
@@ -1594,7 +1667,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for rel, why in ignored:
         print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
     for k, why in sorted(refused.items()):
-        print(f"REFUSED: {clean(display_name(k), 160)}: {why}")
+        print(f"REFUSED: {clean(display_name(k), 160)}: {why} (not graded; in grades.csv and gradebook.csv as "
+              "'refused', left out of canvas.csv and moodle.csv)")
     for k in unmatched:
         print(f"not in the roster: {clean(display_name(k), 160)} (graded; left out of canvas.csv and moodle.csv)")
     if no_time:
@@ -1765,7 +1839,10 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                      f"graded so far ({len({r['key'] for r in rows})} students). Run the same command with --resume "
                      "to grade the rest; canvas.csv and moodle.csv are written only when every notebook is graded.\n")
     else:
-        lms = [s for s in students if course.roster is None or s["key"] not in unmatched]
+        # a refused name is the instructor's to settle (its row would name no one, or two students, in the LMS)
+        refused = {r["key"] for r in rows if r["status"] == "refused"}
+        lms = [s for s in students if (course.roster is None or s["key"] not in unmatched)
+               and s["key"] not in refused]
         export_rows = [dict(r, points=r["points"]) for r in rows]
         if course.roster is None:  # no Canvas ID or SIS login to match a row by: not an upload (NO_ROSTER)
             with contextlib.suppress(FileNotFoundError):

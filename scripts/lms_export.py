@@ -2,8 +2,9 @@
 Gradescope's ``results.json`` (one per submission). Used by scripts/grade.py.
 
 A missing submission is left blank (never 0: a blank does not overwrite a grade already in the
-LMS). So is a row the grader could not score (grader error, flagged results, a refused name):
-those are listed on the console for the instructor to settle by hand.
+LMS). So is a row the grader could not score (grader error, flagged results); a refused name gets no
+row at all (scripts/grade.py leaves it out). Both are listed on the console for the instructor to
+settle by hand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import io
 import json
 
 # Statuses whose points are a grade the LMS should receive (0 included: the code ran and failed).
-GRADED = ("graded", "not implemented", "timeout", "no results", "unreadable", "memory", "kernel died")
+GRADED = ("graded", "not implemented", "not defined", "timeout", "no results", "unreadable", "memory",
+          "kernel died")
 
 
 def _safe(value):

@@ -227,7 +227,8 @@ def test_names_that_collide_are_refused_and_listed():
     nfc, nfd = "Jos\u00e9", "Jose\u0301"
     problems = grade.identity_problems(["ada", " ada", "ada ", nfc, nfd, "Bea", "bea", "bea-2", "x\ny", "x y", "cy"])
     assert set(problems) == {"ada", " ada", "ada ", nfc, nfd, "Bea", "bea", "x\ny", "x y"}
-    assert "' ada'" in problems["ada"] and "rename" in problems["Bea"]
+    # the spaces at either end written out (issue 37: ' ada' and 'ada ' were both 'ada' in a cell or a line)
+    assert "'\\x20ada'" in problems["ada"] and "'ada\\x20'" in problems["ada"] and "rename" in problems["Bea"]
 
 
 def test_ids_are_never_cut_and_file_names_are_stable_and_distinct():

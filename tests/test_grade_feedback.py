@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ from test_grade import GOOD, SCAFFOLD, notebook
 SECRET = "a course secret for the feedback tests, 32+ characters"
 LOOP = "while True:  # a loop that never ends\n    pass\n"
 BOOM = 'raise RuntimeError("boom")\n'
+KILL_ALL = "import os\nos.kill(-1, 9)  # every process the notebook can reach"
+# folder names refused in pairs (the same once the spaces at their ends are removed); one a formula
+REFUSED = ("ada", "ada ", "=1+1", " =1+1")
 TIMEOUT = 45  # seconds per notebook: room for the kernel and torch's import on a busy machine
 
 
@@ -103,7 +107,9 @@ def graded(tmp_path_factory):
     base = tmp_path_factory.mktemp("feedback-class")
     (base / "ref").mkdir()
     (base / "ref" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
-    class_ = {"loop": _with_cell(notebook(GOOD), 2, LOOP), "boom": _with_cell(notebook(GOOD), 0, BOOM)}
+    class_ = {"loop": _with_cell(notebook(GOOD), 2, LOOP), "boom": _with_cell(notebook(GOOD), 0, BOOM),
+              "killer": notebook(GOOD, KILL_ALL), "gone": notebook("x = 1")}
+    class_.update({who: notebook(GOOD) for who in REFUSED})  # refused in pairs, never run
     for who, nb in class_.items():
         (base / "subs" / who).mkdir(parents=True)
         (base / "subs" / who / "ch03_exercises.ipynb").write_text(json.dumps(nb))
@@ -176,6 +182,63 @@ def test_without_a_roster_no_canvas_csv_and_the_run_says_why(graded):
     assert {(k, r["ID"], r["SIS User ID"]) for k, r in canvas.items()} == {("lloop", "11", "S11"),
                                                                          ("bboom", "12", "S12")}
     assert canvas["bboom"]["ch03 masked_softmax"] == "10.0" and canvas["lloop"]["ch03 masked_softmax"] == "0.0"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
+def test_a_notebook_that_kills_every_process_names_its_cell_without_noise(graded):
+    """Before: 'no results', 'the hidden tests did not run (worker exited with 137: Fontconfig error:
+    Cannot load default config file ...)': no cell, a library's stderr in the student's feedback."""
+    base, _ = graded
+    row = _rows(base / "out" / "grades.csv")["killer"]
+    assert (row["status"], row["points"]) == ("kernel died", "0.0"), row
+    assert "killed by signal 9 (SIGKILL)" in row["reason"], row["reason"]
+    assert "code cell 3 of 4 (first line: import os)" in row["reason"], row["reason"]
+    feedback = _feedback(base, "out", "killer")
+    assert "code cell 3 of 4" in feedback and "Fontconfig" not in feedback and "exited with" not in feedback
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
+def test_a_missing_function_is_said_once(graded):
+    """Before: 'graded', 0/9, 'the function named in your checker cell is not there' on each of 9 cases."""
+    base, _ = graded
+    row = _rows(base / "out" / "grades.csv")["gone"]
+    assert (row["status"], row["passed"], row["total"], row["points"]) == ("not defined", "0", "9", "0.0"), row
+    assert row["reason"].startswith("`my_masked_softmax` is not defined: define it in the exercise cell"), row
+    feedback = _feedback(base, "out", "gone")
+    assert feedback.count("is not defined") == 1 and "Hidden case" not in feedback, feedback
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("feedback_class")
+def test_refused_folders_are_told_apart_and_kept_out_of_lms_files(graded):
+    """Before: 'ada' and 'ada ' were two rows 'ada' in grades.csv and gradebook.csv and two 'REFUSED: ada'
+    lines; moodle.csv held 'ada ' raw; with a roster each was printed 'not in the roster: ada (graded; ...)'.
+    Now every refused folder keeps its row, its name written out (a space at an end as \\x20), text to a
+    spreadsheet; the LMS files leave them out (their grade there stays as it is) and the run says so."""
+    base, done = graded
+    shown = {"ada": "ada", "ada ": "ada\\x20", "=1+1": "'=1+1", " =1+1": "\\x20=1+1"}
+    rows = _rows(base / "out" / "grades.csv")
+    assert all(rows[name]["status"] == "refused" and rows[name]["points"] == "" for name in shown.values()), rows
+    with (base / "out" / "gradebook.csv").open(newline="", encoding="utf-8") as f:
+        book = [r["Student"] for r in csv.DictReader(f)]
+    assert all(book.count(name) == 1 for name in shown.values()), book
+    moodle = (base / "out" / "moodle.csv").read_text(encoding="utf-8")
+    assert "ada" not in moodle and "1+1" not in moodle, moodle
+    refused = [line for line in done.stdout.splitlines() if line.startswith("REFUSED: ")]
+    assert sorted(line.split(":")[1].strip() for line in refused) == sorted(
+        grade.display_name(n) for n in REFUSED), refused
+    assert all("left out of canvas.csv and moodle.csv" in line for line in refused), refused
+    (base / "roster2.csv").write_text("folder,name,id,sis_user_id,login,section\nada,Ada L,21,S21,alove,A\n")
+    (base / "course2.toml").write_text('[roster]\nfile = "roster2.csv"\n')
+    shutil.copytree(base / "out", base / "out-roster")  # the class's own folder stays as the other tests read it
+    again = _run(base, "out-roster", "--course", str(base / "course2.toml"), "--resume")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert not any("ada" in line or "1+1" in line for line in again.stdout.splitlines()
+                   if line.startswith("not in the roster")), again.stdout
+    canvas = (base / "out-roster" / "canvas.csv").read_text(encoding="utf-8")
+    assert "alove" not in canvas and "1+1" not in canvas, canvas
 
 
 # --------------------------------------------------------------------------- a grader that cannot start

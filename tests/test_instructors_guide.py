@@ -121,6 +121,39 @@ def test_an_unknown_key_stops_the_run(tmp_path, spec):
 
 
 
+def test_every_weight_of_the_example_weighs_a_case_in_a_real_run():
+    """An instructor copying course.example.toml gets what it says (issue 37: its `visible = 0.5` did
+    nothing, every case being hidden in a real run): each weight key weighs a case at a student's seed,
+    the weighted points are what the guide says, and the guide shows the example's own weights line."""
+    from attention_book.assignments import collect_cases
+    from attention_book.assignments.grading import _visible_index, grading_cases
+
+    grade = _grade()
+    import course
+
+    example = course.load_course(ROOT / "course.example.toml")
+    assert grade.idle_weights(example, None) == []
+    for name, spec in example.assignments.items():
+        for seed in SEEDS:
+            _, cases = grading_cases(name, seed, spec.extra_cases or None)
+            _, shown = collect_cases(name, None)
+            dicts = [{"label": c.label, "name": c.name, "visible": _visible_index(c, shown) is not None}
+                     for c in cases]
+            for key in spec.weights:
+                hit = [d for d in dicts if key in (d["label"], d["name"]) or key == ("visible" if d["visible"]
+                                                                                   else "hidden")]
+                assert hit, f"[assignments.{name}] weights: {key!r} weighs no case at seed {seed}"
+            if name == "masked_softmax":  # the guide: ten cases weighing 12, two of them 2/12 of 20 points
+                weights = [spec.weight(d) for d in dicts]
+                assert (len(weights), sum(weights), weights.count(2.0), spec.points) == (10, 12, 2, 20)
+    line = next(t for t in (ROOT / "course.example.toml").read_text().splitlines() if t.startswith("weights"))
+    assert line in GUIDE.read_text(encoding="utf-8")
+    visible = course.load_course(ROOT / "course.example.toml")
+    visible.assignments["masked_softmax"].weights["visible"] = 0.5
+    notes = grade.idle_weights(visible, None)
+    assert len(notes) == 1 and "weighs no case" in notes[0] and grade.idle_weights(visible, 0) == []
+
+
 def test_the_plan_names_every_assignment_by_its_key():
     """The week-by-week plan gives each chapter's assignment keys: every one real, none left out."""
     import re

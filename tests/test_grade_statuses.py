@@ -1,0 +1,139 @@
+"""Every outcome of a notebook said once, plainly, and as the instructors' guide says it (issue 37,
+the last attacker's and instructor's reads):
+
+- a notebook that kills every process (``os.kill(-1, 9)``) was "no results: worker exited with 137:
+  Fontconfig error ...": no cell named, a library's stderr shown to the student;
+- a notebook without the required function was "graded 0/9" with "not there" nine times, while the
+  guide's table said "no results";
+- the guide's status table and the statuses the grader writes could drift apart.
+
+The first two are graded here with the sandbox's run replaced by what it returns (seconds, no
+kernel); tests/test_grade_feedback.py grades both for real.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
+import grade
+import lms_export
+from attention_book.assignments.grading import run_hidden
+from test_grade import GOOD, SCAFFOLD, notebook
+
+REFERENCE = "ch03_exercises.ipynb"
+NOISE = b"Fontconfig error: Cannot load default config file: No such file: (null)\n"
+
+
+@pytest.fixture(scope="module")
+def grader(tmp_path_factory):
+    """A grader (its judge and package copy: about 10 s on a busy machine), shared by this file's tests."""
+    if grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    ref = tmp_path_factory.mktemp("statuses") / "ref"
+    ref.mkdir()
+    (ref / REFERENCE).write_text(json.dumps(notebook(SCAFFOLD)))
+    g = grade.Grader(ref, 30, 2.0, 64)
+    yield g
+    g.close()
+
+
+def _grade(grader, tmp_path, monkeypatch, nb: dict, sandbox_run) -> list[dict]:
+    sub = tmp_path / "sub.ipynb"
+    sub.write_text(json.dumps(nb))
+    monkeypatch.setattr(grade, "run_sandboxed", sandbox_run)
+    seeds = {n: 3 for n in grader.references[REFERENCE]}
+    return grader.grade_notebook("ann", sub, REFERENCE, seeds)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("statuses")
+def test_a_notebook_that_kills_every_process_is_told_which_cell(grader, tmp_path, monkeypatch):
+    """The worker is killed with the kernel, so it never reports: the row is 'kernel died', names the
+    cell that started last and the signal, and carries nothing of the sandbox's stderr. Before: 'no
+    results' with 'the hidden tests did not run (worker exited with 137: Fontconfig error ...)'."""
+    nb = notebook(GOOD, "import os\nos.kill(-1, 9)")
+    killed = {"started:0": b"", "started:1": b"", "started:2": b"", grade.STDERR_KEY: NOISE}
+    rows = _grade(grader, tmp_path, monkeypatch, nb, lambda *a, **k: ("worker exited with 137", killed, 2.0))
+    assert [r["status"] for r in rows] == ["kernel died"], rows
+    reason = rows[0]["reason"]
+    assert "killed by signal 9 (SIGKILL)" in reason and "code cell 3 of 4 (first line: import os)" in reason
+    assert "Fontconfig" not in reason and "137" not in reason and "worker" not in reason, reason
+    text = grade.feedback_markdown({"student": "ann"}, [dict(rows[0], points=0.0, max_points=10.0)])
+    assert "Fontconfig" not in text and "code cell 3 of 4" in text and "Run All from the top" in text
+    # a worker that stopped before any cell started is the grader's failure: its stderr is the instructor's
+    rows = _grade(grader, tmp_path, monkeypatch, nb,
+                  lambda *a, **k: ("worker exited with 1", {grade.STDERR_KEY: NOISE}, 0.5))
+    assert rows[0]["status"] == "grader error" and "Fontconfig error" in rows[0]["reason"], rows
+    assert "grader error" not in grade.SCORED
+
+
+def test_exit_words():
+    assert grade.exit_words("worker exited with 137") == "killed by signal 9 (SIGKILL)"
+    assert grade.exit_words("worker exited with -15") == "killed by signal 15 (SIGTERM)"
+    assert grade.exit_words("worker exited with 2") == "exit status 2"
+
+
+def _missing_function_run():
+    """The sandbox's run of a notebook whose function does not exist: the harness's own records."""
+    def run(sandbox, stage, pkg, *args, **kwargs):
+        out = stage.parent / "results"
+        run_hidden("masked_softmax", None, str(stage / "cases-masked_softmax.bin"), str(out))
+        return "finished", {"worker": b'{"errors": [], "harness": [], "worker": ""}', "started:0": b"",
+                            "started:3": b"", "results:masked_softmax": out.read_bytes()}, 3.0
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("statuses")
+def test_a_missing_function_is_one_line_and_its_own_status(grader, tmp_path, monkeypatch):
+    """Before: 'graded', 0 of 9, and 'the function named in your checker cell is not there' once per
+    case. Now 'not defined' (scored 0, as the guide says), one line naming the function and where to
+    define it, no case listed in the feedback."""
+    nb = notebook("x = 1")  # the scaffold's cell deleted: my_masked_softmax is never defined
+    rows = _grade(grader, tmp_path, monkeypatch, nb, _missing_function_run())
+    assert [r["status"] for r in rows] == ["not defined"], rows
+    r = dict(rows[0])
+    assert r["passed"] == 0 and r["total"] == 9 and len(r["cases"]) == 9
+    assert r["reason"].startswith("`my_masked_softmax` is not defined: define it in the exercise cell"), r
+    assert "check_masked_softmax" in r["reason"] and r["reason"].count("not defined") == 1
+    assert "not defined" in grade.SCORED and "not defined" in lms_export.GRADED
+    text = grade.feedback_markdown({"student": "ann"}, [dict(r, points=0.0, max_points=10.0)])
+    assert text.count("is not defined") == 1 and "Hidden case" not in text and "not there" not in text, text
+    assert "**What to do:** Define the function in the exercise cell" in text
+    # a name bound to something else than a function
+    assert grade.not_defined("f", "bleu", "... (expected your function, got int)").startswith(
+        "`f` is not a function (it is a int)")
+
+
+def _guide_statuses() -> dict[str, list[str]]:
+    text = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    table = text.split("| status | meaning | points | in `canvas.csv` |", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in table.strip().splitlines()[1:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        rows[re.fullmatch(r"`([a-z ]+)`", cells[0]).group(1)] = cells[1:]
+    return rows
+
+
+def test_the_guides_status_table_is_what_the_grader_writes():
+    """Every status the guide lists is one the grader writes, and the other way round; 'none' points
+    and a blank Canvas cell exactly for the statuses that are not scored; the guide's line for a
+    missing function is the grader's own."""
+    guide = _guide_statuses()
+    assert set(guide) == set(grade.STATUS_WORDS), set(guide) ^ set(grade.STATUS_WORDS)
+    for status, (meaning, points, canvas) in guide.items():
+        scored = status in grade.SCORED
+        assert scored == (status in lms_export.GRADED), status
+        assert (points != "none") == scored and (canvas not in ("blank", "no row")) == scored, (status, canvas)
+    assert guide["refused"][2] == "no row"  # refused folders are left out of the LMS files (see tests of them)
+    line = grade.not_defined("my_masked_softmax", "masked_softmax", "(expected your function, got NoneType)")
+    assert line.split(", and keep")[0] in guide["not defined"][0], (line, guide["not defined"])
+    assert "does not exist" not in guide["no results"][0]
