@@ -11,6 +11,10 @@ import torch
 import attention_book as ab
 from attention_book.book import live as live_mod
 
+# Its module fixtures train and export a model (tens of seconds): every test of this file runs on one
+# xdist worker, so the fixtures are built once, not once per worker (tests/xdist_group_ids.py).
+pytestmark = pytest.mark.xdist_group("live_ch02")
+
 pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 

@@ -36,6 +36,10 @@ from attention_book.book.live_ch04 import (
 )
 from attention_book.data.text import preprocess_nmt, synthetic_pairs, tokenize_nmt
 
+# Its module fixtures train and export a model (tens of seconds): every test of this file runs on one
+# xdist worker, so the fixtures are built once, not once per worker (tests/xdist_group_ids.py).
+pytestmark = pytest.mark.xdist_group("live_ch04")
+
 ROOT = Path(__file__).resolve().parent.parent
 VIEW_JS = ROOT / "book" / "_static" / "live" / "ch04.mjs"
 ORT_CANDIDATES = [

@@ -37,6 +37,10 @@ from attention_book.book.live_ch07 import (
 )
 from attention_book.data.text import synthetic_pairs
 
+# Its module fixtures train and export a model (tens of seconds): every test of this file runs on one
+# xdist worker, so the fixtures are built once, not once per worker (tests/xdist_group_ids.py).
+pytestmark = pytest.mark.xdist_group("live_ch07")
+
 ROOT = Path(__file__).resolve().parent.parent
 VIEW_JS = ROOT / "book" / "_static" / "live" / "ch07.mjs"
 TOL = 1e-4

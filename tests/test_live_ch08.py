@@ -19,6 +19,10 @@ import attention_book as ab
 from attention_book.book import live_ch08
 from attention_book.book.live import export_onnx, run_onnx
 
+# Its module fixtures train and export a model (tens of seconds): every test of this file runs on one
+# xdist worker, so the fixtures are built once, not once per worker (tests/xdist_group_ids.py).
+pytestmark = pytest.mark.xdist_group("live_ch08")
+
 pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 

@@ -26,6 +26,10 @@ from attention_book.book.live_ch09 import (
     next_token_probs,
 )
 
+# Its module fixtures train and export a model (tens of seconds): every test of this file runs on one
+# xdist worker, so the fixtures are built once, not once per worker (tests/xdist_group_ids.py).
+pytestmark = pytest.mark.xdist_group("live_ch09")
+
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = ROOT / "book" / "_static" / "live" / "ch09.mjs"
 NODE = shutil.which("node")
