@@ -27,6 +27,14 @@ def test_capped_count_is_n_unless_the_cap_is_smaller(monkeypatch):
     assert [capped_count(n) for n in (1, 5, 3000)] == [1, 2, 2]
 
 
+def _set_cap(monkeypatch, cap):
+    """Set ATTENTION_BOOK_MAX_STEPS to ``cap``, or unset it for None."""
+    if cap is None:
+        monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MAX_STEPS_ENV, str(cap))
+
+
 def _count_copy_work(monkeypatch):
     """Record the batches the copy task draws and the sequences its evaluation decodes."""
     drawn, decoded = [], []
@@ -47,10 +55,7 @@ def _count_copy_work(monkeypatch):
 
 @pytest.mark.parametrize("cap", [None, 2])
 def test_the_long_input_study_draws_trains_and_decodes_only_what_the_cap_allows(monkeypatch, one_thread, cap):
-    if cap is None:
-        monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(MAX_STEPS_ENV, str(cap))
+    _set_cap(monkeypatch, cap)
     drawn, decoded = _count_copy_work(monkeypatch)  # decoded: the batch size of each greedy decoding
     ab.seed_everything()
     runs = long_inputs.long_input_experiment(num_seeds=3, per_length=5, progress=False, **TINY_COPY)
@@ -79,10 +84,7 @@ def test_book_seeds_are_the_studys_seeds_at_most_the_cap(monkeypatch):
 def test_the_label_efficiency_study_trains_at_most_cap_seeds(monkeypatch, one_thread, cap):
     from attention_book.experiments import lm_tasks
 
-    if cap is None:
-        monkeypatch.delenv(MAX_STEPS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(MAX_STEPS_ENV, str(cap))
+    _set_cap(monkeypatch, cap)
     runs = []
     monkeypatch.setattr(lm_tasks, "_finetune_once", lambda *args, **kwargs: runs.append(args[1]) or 0.5)
     tok = None  # the study only hands the tokenizer on (to the batch maker, replaced here)
@@ -92,3 +94,12 @@ def test_the_label_efficiency_study_trains_at_most_cap_seeds(monkeypatch, one_th
     seeds = 3 if cap is None else min(3, cap)
     assert len(curve.seeds) == seeds
     assert runs == ["pretrained", "from scratch"] * 2 * seeds  # both starts, both counts, every seed
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_the_order_task_trains_at_most_cap_steps(monkeypatch, one_thread, cap):
+    from attention_book.experiments import order_task
+
+    _set_cap(monkeypatch, cap)
+    run = order_task.train_previous_token(True, seq_len=5, num_hiddens=8, steps=6, eval_every=3, num_val=8, seed=0)
+    assert run["steps"] == ([0, 3, 6] if cap is None else [0, 2])  # evaluated at the start and at the last step

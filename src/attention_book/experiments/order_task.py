@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.checks import check_int, check_positive_int
-from ..core.config import single_thread
+from ..core.config import capped_count, single_thread
 from ..core.train import IGNORE, accuracy
 from ..models.attention import MultiHeadAttention
 from ..models.positional import PositionalEncoding
@@ -89,12 +89,14 @@ def train_previous_token(
     run without positions from one seed see the same data. Returns a dict with
     ``positions``, ``seed``, ``steps`` (where the model was evaluated), ``val_accuracy``
     (the share of labelled positions right at those steps) and the trained ``model``.
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) it trains at most that many
+    steps (see :func:`~attention_book.core.config.capped_count`).
     """
     from ..core.config import resolve_seed, seed_everything
 
     seq_len = check_int("seq_len", seq_len, minimum=3)
     steps, eval_every = (
-        check_positive_int("steps", steps),
+        capped_count(check_positive_int("steps", steps)),  # ATTENTION_BOOK_MAX_STEPS
         check_positive_int("eval_every", eval_every),
     )
     with single_thread():  # a tiny model: more threads would only wait for each other
