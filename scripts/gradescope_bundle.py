@@ -34,7 +34,10 @@ import shutil
 import stat
 import sys
 import tempfile
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (Ubuntu 22.04, Gradescope's image): setup.sh installs tomli
+    import tomli as tomllib
 import zipfile
 from pathlib import Path
 
@@ -51,15 +54,18 @@ apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubb
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install --upgrade pip
 /autograder/venv/bin/pip install "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
-/autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7"
+/autograder/venv/bin/pip install "nbclient>=0.8" "nbformat>=5.9" "ipykernel>=6.29,<7" "tomli>=2; python_version < '3.11'"
 /autograder/venv/bin/pip install /autograder/source
+# where bubblewrap cannot make its namespaces in this container, each notebook runs as this user, which
+# cannot write the installed package, the checkers or the results, nor read /autograder/source; it runs the
+# venv's Python, so /autograder and the venv are passable and readable to it
+id -u ab-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin ab-student
+chmod go+rx /autograder
+chmod -R go+rX /autograder/venv
 chmod -R go-rwx /autograder/source   # the answers and the secret: root only
 # the installed package holds the checkers' answers too: root only (the sandbox mounts a student copy over it;
 # a notebook run as ab-student imports the student copy the grader puts first on its path)
 chmod -R go-rwx "$(/autograder/venv/bin/python -c 'import attention_book, os; print(os.path.dirname(attention_book.__file__))')"
-# where bubblewrap cannot make its namespaces in this container, each notebook runs as this user, which
-# cannot write the installed package, the checkers or the results, nor read /autograder/source
-id -u ab-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin ab-student
 """
 
 RUN = """#!/usr/bin/env bash

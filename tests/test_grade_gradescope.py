@@ -53,10 +53,25 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     assert not any(n.startswith("notebooks/") and "ch03" not in n for n in names)
     # the tested torch, not whatever is newest; no roster or times of the class in the bundle
     assert 'pip install "torch==2.13.0"' in setup
+    # Python 3.10 (Gradescope's Ubuntu 22.04 image) has no tomllib: tomli in its place; the venv readable by
+    # ab-student (the fallback runs its Python), then the installed package made root's only again
+    assert "\"tomli>=2; python_version < '3.11'\"" in setup and "chmod go+rx /autograder\n" in setup
+    assert setup.index("chmod -R go+rX /autograder/venv") < setup.index('chmod -R go-rwx "$(')
     assert not any(n.endswith(("roster.csv", "submitted.csv")) for n in names)
     with zipfile.ZipFile(bundle) as z:
         shipped = z.read("course/course.toml").decode()
     assert "[roster]" not in shipped and "times =" not in shipped and "[assignments.masked_softmax]" in shipped
+
+
+def test_the_scripts_read_course_files_without_tomllib():
+    """Where Python has no tomllib (3.10, Gradescope's default Ubuntu 22.04 image) the scripts read the
+    course file with tomli, which setup.sh installs there (before: ModuleNotFoundError at import, and
+    no results.json)."""
+    code = ("import sys, tomllib; sys.modules['tomli'] = tomllib; sys.modules['tomllib'] = None\n"
+            "sys.path.insert(0, 'scripts'); import course, gradescope_bundle\n"
+            "print(course.load_course(course.Path('course.example.toml')).assignments['masked_softmax'].points)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0 and run.stdout.split() == ["20.0"], run.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -135,12 +150,14 @@ def test_where_bubblewrap_cannot_start_the_notebook_cannot_forge_its_grade(bundl
         pytest.skip("dropping to an unprivileged user needs root, as in Gradescope's container")
     root = tmp_path / "autograder"
     _unpack(bundle, root)
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
-    (fake / "bwrap").chmod(0o755)
     leak = Path(tempfile.mkdtemp(prefix="g37-leak-"))
     leak.chmod(0o777)
+    # the fake bwrap where every user reaches it: the probe runs bwrap as the sandbox's user, whose PATH
+    # search skips a folder it cannot enter (tmp_path is root's 0700) and finds the real bwrap
+    fake = leak / "bin"
+    fake.mkdir(mode=0o755)
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
     try:
         cell = FORGE.format(src=str(root / "source" / "src"), secret=str(root / "source" / "gradescope.json"),
                             results=str(root / "results" / "results.json"), leak=str(leak))
@@ -171,5 +188,117 @@ def test_where_bubblewrap_cannot_start_the_notebook_cannot_forge_its_grade(bundl
         data = json.loads((root / "results" / "results.json").read_text())
         assert run.returncode == 1 and data["output"].startswith("NOT GRADED") and not (leak / "ran").exists()
         assert "no user 'no-such-user-g37'" in data["output"]
+    finally:
+        shutil.rmtree(leak, ignore_errors=True)
+
+
+def _python_for(user: str, python: str) -> bool:
+    """Can ``user`` run ``python`` with the grader's modules (as the grader's own probe does)?"""
+    import pwd
+
+    entry = pwd.getpwnam(user)
+
+    def drop():
+        os.setgroups([])
+        os.setgid(entry.pw_gid)
+        os.setuid(entry.pw_uid)
+
+    try:
+        probe = subprocess.run([python, "-c", "import torch, nbclient, ipykernel"], capture_output=True, cwd="/",
+                               env={"PATH": "/usr/bin:/bin"}, preexec_fn=drop, check=False)
+    except OSError:  # the user cannot reach the file at all
+        return False
+    return probe.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def student_venv(bundle, tmp_path_factory):
+    """Gradescope's layout after setup.sh, for the user fallback: the user ab-student (made as setup.sh
+    makes it), and a venv that user can run, with the bundle's package installed (not editable) and
+    root's only. The venv is this one linked file by file under a folder ab-student can reach (its Python
+    may lie under root's private home), never changed in place: edited files are replaced, not written."""
+    if os.geteuid() != 0:
+        pytest.skip("running notebooks as ab-student needs root, as in Gradescope's container")
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("this test links the grader's venv: run it from one")
+    if subprocess.run(["id", "-u", "ab-student"], capture_output=True, check=False).returncode != 0:
+        if shutil.which("useradd") is None:
+            pytest.skip("no user ab-student, and no useradd to make it as setup.sh does")
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "ab-student"],
+                       check=True)
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="ab-gradescope-", dir="/opt" if os.access("/opt", os.W_OK) else None))
+    top.chmod(0o755)
+    try:
+        base = Path(sys.base_prefix)
+        if not _python_for("ab-student", str(base / "bin" / "python3")):
+            linked = subprocess.run(["cp", "-al", str(base), str(top / "base")], capture_output=True, check=False)
+            if linked.returncode != 0:
+                pytest.skip(f"ab-student cannot run {base}, and it cannot be linked elsewhere: {linked.stderr[-200:]}")
+            base = top / "base"
+        venv = top / "venv"
+        if subprocess.run(["cp", "-al", sys.prefix, str(venv)], capture_output=True, check=False).returncode != 0:
+            pytest.skip(f"{sys.prefix} cannot be linked under {top}")
+        for link in (venv / "bin").iterdir():  # bin/python3 -> the base Python, wherever it now is
+            if link.is_symlink() and os.readlink(link).startswith(sys.base_prefix):
+                target = str(base) + os.readlink(link)[len(sys.base_prefix):]
+                link.unlink()
+                link.symlink_to(target)
+        cfg = (venv / "pyvenv.cfg").read_text().replace(sys.base_prefix, str(base))
+        (venv / "pyvenv.cfg").unlink()  # a link to the grader's own file: replaced, never written into
+        (venv / "pyvenv.cfg").write_text(cfg)
+        site = next(venv.glob("lib/python3*/site-packages"))
+        for editable in site.glob("__editable__*attention_book*"):
+            editable.unlink()  # the package installed as setup.sh's `pip install /autograder/source` does
+        root = top / "autograder"
+        _unpack(bundle, root)
+        shutil.copytree(root / "source" / "src" / "attention_book", site / "attention_book")
+        for p in (root / "source", site / "attention_book"):  # setup.sh: the answers and the secret root's only
+            subprocess.run(["chmod", "-R", "go-rwx", str(p)], check=True)
+        python = str(venv / "bin" / "python")
+        if not _python_for("ab-student", python):
+            pytest.skip(f"ab-student cannot run the linked venv {venv}")
+        yield root, python
+    finally:
+        shutil.rmtree(top, ignore_errors=True)  # links only: the grader's venv is untouched
+
+
+@pytest.mark.slow
+def test_the_ab_student_fallback_grades_as_gradescope_would(student_venv, tmp_path):
+    """The fallback Gradescope's container needs when bubblewrap cannot make namespaces, run as there:
+    setup.sh's user, the venv's Python, the package installed and root's only. The notebook runs as
+    ab-student, is graded (every case judged, the run exits 0), and cannot rewrite the checkers, read the
+    secret or write results.json (before, this path had never run: only as uid 65534, which could not
+    even start the grader's Python here)."""
+    import pwd
+
+    root, python = student_venv
+    fake = root.parent / "bin"  # where uid 65534 reaches it too (the probe runs bwrap as that user)
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    leak = Path(__import__("tempfile").mkdtemp(prefix="g37-leak-"))
+    leak.chmod(0o777)
+    site = Path(subprocess.run([python, "-c", "import attention_book, os; print(os.path.dirname("
+                                "attention_book.__file__))"], capture_output=True, text=True, check=True,
+                               env={"PATH": "/usr/bin:/bin"}).stdout.strip())
+    try:
+        cell = FORGE.format(src=str(site.parent), secret=str(root / "source" / "gradescope.json"),
+                            results=str(root / "results" / "results.json"), leak=str(leak))
+        (root / "submission" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(cell)))
+        checker = (site / "assignments" / "ch03.py").read_text()
+        env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": "/root", "AUTOGRADER_ROOT": str(root),
+               "OMP_NUM_THREADS": "1", "GRADE_TIMEOUT": "180"}
+        run = subprocess.run([python, "scripts/gradescope_bundle.py", "run"], capture_output=True, text=True,
+                             cwd=root / "source", env=env, check=False)
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+        assert "sandbox: user" in run.stdout, run.stdout[-2000:]
+        data = json.loads((root / "results" / "results.json").read_text())
+        assert "status: graded; 0 of 10 cases passed" in data["output"], data["output"]
+        assert len(data["tests"]) == 10 and data["score"] == 0.0, data
+        ran = (leak / "ran").read_text()
+        assert ran.startswith(f"{pwd.getpwnam('ab-student').pw_uid} ") and "refused" in ran, ran
+        assert (site / "assignments" / "ch03.py").read_text() == checker and not (leak / "secret").exists()
     finally:
         shutil.rmtree(leak, ignore_errors=True)
