@@ -1222,7 +1222,7 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
         versions.sort(key=lambda v: (v[1].order, v[0], v[1].rel))
         graded.append(versions[-1][1])
         for _, older in versions[:-1]:
-            ignored.append((Path(older.rel), f"an earlier version: {versions[-1][1].rel} is graded instead"))
+            ignored.append((Path(older.rel), f"an earlier version: {display_name(str(versions[-1][1].rel))} is graded instead"))
     return graded, sorted(ignored, key=lambda x: str(x[0]))
 
 
@@ -1863,7 +1863,7 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
             lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine],
                                           feedback_markdown(s, mine, hidden_details=False))))
-    write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), why]
+    write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), safe(why)]
                                                                      for rel, why in ignored]))
 
 

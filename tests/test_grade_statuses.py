@@ -137,3 +137,16 @@ def test_the_guides_status_table_is_what_the_grader_writes():
     line = grade.not_defined("my_masked_softmax", "masked_softmax", "(expected your function, got NoneType)")
     assert line.split(", and keep")[0] in guide["not defined"][0], (line, guide["not defined"])
     assert "does not exist" not in guide["no results"][0]
+
+
+def test_an_ignored_files_reason_names_the_graded_file_escaped(tmp_path):
+    """'an earlier version: <the graded file> is graded instead' quoted the folder's raw name (a tab) in
+    ignored.csv's reason and the console line; it is written as display_name does."""
+    folder = tmp_path / "bo\tb "
+    folder.mkdir()
+    for name in ("ch03_exercises.ipynb", "ch03_exercises-1.ipynb"):
+        (folder / name).write_text("{}")
+    found, ignored = grade.find_submissions(tmp_path, {REFERENCE: ["masked_softmax"]})
+    assert len(found) == 1 and len(ignored) == 1, (found, ignored)
+    why = ignored[0][1]
+    assert "bo\\x09b /ch03_exercises-1.ipynb is graded instead" in why and "\t" not in why, why
