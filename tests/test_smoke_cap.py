@@ -103,3 +103,34 @@ def test_the_order_task_trains_at_most_cap_steps(monkeypatch, one_thread, cap):
     _set_cap(monkeypatch, cap)
     run = order_task.train_previous_token(True, seq_len=5, num_hiddens=8, steps=6, eval_every=3, num_val=8, seed=0)
     assert run["steps"] == ([0, 3, 6] if cap is None else [0, 2])  # evaluated at the start and at the last step
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_the_lm_evaluations_read_at_most_cap_examples(monkeypatch, cap):
+    from types import SimpleNamespace
+
+    from attention_book.experiments import lm_tasks
+
+    _set_cap(monkeypatch, cap)
+    decoded = []
+    monkeypatch.setattr(lm_tasks, "greedy_decode",
+                        lambda model, enc, *args: decoded.append(len(enc)) or [[5]] * len(enc))
+    tok = SimpleNamespace(bos_id=1, eos_id=2, encode=lambda text: [3, 4], id=lambda word: 5)
+    labels = torch.tensor([[5, 2]] * 7)
+    assert lm_tasks.exact_match(None, (torch.zeros(7, 3), None, labels), tok) == 1.0
+    read = []
+
+    class Counting(torch.nn.Module):  # a decoder-only model that always predicts token 5
+        max_len = 8
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            read.append(ids)
+            return torch.nn.functional.one_hot(torch.full(ids.shape, 5), 6).float()
+
+    assert lm_tasks.next_word_accuracy(Counting(), tok, ["a :"] * 9, ["a"] * 9) == 1.0
+    assert decoded == [7 if cap is None else cap]  # examples decoded
+    assert len(read) == (9 if cap is None else cap)  # prompts read

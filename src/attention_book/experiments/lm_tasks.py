@@ -232,8 +232,14 @@ def text_to_text_batch(ids: torch.Tensor, tok: Tokenizer, batch_size: int, num_w
 
 
 def exact_match(model: nn.Module, batch, tok: Tokenizer) -> float:
-    """Share of examples an encoder–decoder answers exactly (greedy decoding)."""
+    """Share of examples an encoder–decoder answers exactly (greedy decoding).
+
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) only the first that many
+    examples are decoded (see :func:`~attention_book.core.config.capped_count`).
+    """
     enc, _, labels = batch
+    n = capped_count(len(enc))
+    enc, labels = enc[:n], labels[:n]
     preds = greedy_decode(model, enc, tok.bos_id, tok.eos_id, labels.shape[1] + 2)
     want = [[t for t in row if t not in (tok.eos_id, IGNORE)] for row in labels.tolist()]
     return sum(p == w for p, w in zip(preds, want)) / len(want)
@@ -273,9 +279,15 @@ def few_shot_prompts(words: Sequence[str], shots: int, n: int, task: str = "copy
 
 @torch.no_grad()
 def next_word_accuracy(model: nn.Module, tok: Tokenizer, prompts: Sequence[str], answers: Sequence[str]) -> float:
-    """Share of prompts after which a decoder-only model's most likely next token is the answer."""
+    """Share of prompts after which a decoder-only model's most likely next token is the answer.
+
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) only the first that many
+    prompts are read (see :func:`~attention_book.core.config.capped_count`).
+    """
     if len(prompts) != len(answers) or not prompts:
         raise ValueError(f"need as many answers as prompts (and at least one), got {len(prompts)} and {len(answers)}")
+    n = capped_count(len(prompts))
+    prompts, answers = prompts[:n], answers[:n]
     with evaluating(model):
         dev = next(model.parameters()).device
         right = 0
