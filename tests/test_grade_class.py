@@ -1,5 +1,5 @@
-"""A small class graded end to end (issue 37): the same grades again, in parallel, after a regrade,
-and after an interrupted run resumed; a kernel that dies explained; the LMS files from the run.
+"""A small class graded end to end (issue 37): the same grades again after a regrade, and from a
+parallel run interrupted and resumed; a kernel that dies explained; the LMS files from the run.
 
 Slow (a dozen notebooks run in the sandbox); tests/test_grade.py grades the hostile class.
 """
@@ -97,17 +97,6 @@ def test_scores_statuses_and_exports(setup, serial):
 
 
 @pytest.mark.slow
-def test_the_same_class_graded_in_parallel_gives_the_same_gradebook(setup, serial):
-    start = time.monotonic()
-    parallel = run(setup, "two", "--jobs", "2")
-    assert parallel.returncode == 0, parallel.stderr[-3000:]
-    print(f"JOBS=2: {time.monotonic() - start:.0f} s")
-    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
-        assert (setup / "one" / name).read_text() == (setup / "two" / name).read_text(), name
-    assert table(setup / "one" / "grades.csv") == table(setup / "two" / "grades.csv")
-
-
-@pytest.mark.slow
 def test_a_regrade_gives_the_same_score(setup, serial):
     before = table(setup / "one" / "grades.csv")
     again = run(setup, "one", "--regrade", "carl")
@@ -119,10 +108,14 @@ def test_a_regrade_gives_the_same_score(setup, serial):
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_is_marked_partial_leaves_nothing_behind_and_resumes(setup, serial):
+def test_a_parallel_run_interrupted_and_resumed_gives_the_same_gradebook(setup, serial):
+    """Two notebooks at a time (--jobs 2), stopped by SIGTERM once one is graded, then resumed: the
+    partial run is marked and leaves nothing behind, and the resumed class has the serial run's
+    grades and LMS files. (One run checks both parallel grading and resuming: a class graded once
+    more for each took about 130 s of CI's unit stage under load.)"""
     scratch = Path(tempfile.mkdtemp(prefix="grade-scratch-", dir="/tmp"))  # the grader's TMPDIR: what it leaves
     scratch.chmod(0o755)
-    proc = run(setup, "three", wait=False, tmp=scratch)
+    proc = run(setup, "three", "--jobs", "2", wait=False, tmp=scratch)
     journal = setup / "three" / "grades.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (journal.exists() and journal.read_text().strip()):
@@ -137,9 +130,11 @@ def test_an_interrupted_run_is_marked_partial_leaves_nothing_behind_and_resumes(
     shutil.rmtree(scratch, ignore_errors=True)
     assert not left, f"run folders left behind: {left}"
     graded_before = len(journal.read_text().splitlines())
-    resumed = run(setup, "three", "--resume")
+    resumed = run(setup, "three", "--resume", "--jobs", "2")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     graded_lines = [line for line in resumed.stdout.splitlines() if "/ch03_exercises.ipynb" in line]
     assert len(graded_lines) == len(CLASS) - graded_before, resumed.stdout[-2000:]
     assert not (setup / "three" / "PARTIAL.txt").exists()
-    assert (setup / "one" / "gradebook.csv").read_text() == (setup / "three" / "gradebook.csv").read_text()
+    for name in ("gradebook.csv", "canvas.csv", "moodle.csv"):
+        assert (setup / "one" / name).read_text() == (setup / "three" / name).read_text(), name
+    assert table(setup / "one" / "grades.csv") == table(setup / "three" / "grades.csv")
