@@ -88,12 +88,15 @@ def test_the_label_efficiency_study_trains_at_most_cap_seeds(monkeypatch, one_th
     runs = []
     monkeypatch.setattr(lm_tasks, "_finetune_once", lambda *args, **kwargs: runs.append(args[1]) or 0.5)
     tok = None  # the study only hands the tokenizer on (to the batch maker, replaced here)
-    monkeypatch.setattr(lm_tasks, "replaced_task_batch", lambda ids, tok, n, **kw: (torch.zeros(n, 4), torch.zeros(n)))
+    drawn = []  # passages drawn per call: the held-out set first, then each seed's labels
+    monkeypatch.setattr(lm_tasks, "replaced_task_batch",
+                        lambda ids, tok, n, **kw: drawn.append(n) or (torch.zeros(n, 4), torch.zeros(n)))
     curve = lm_tasks.label_efficiency(None, torch.zeros(10), torch.zeros(10), tok, counts=[2, 4], steps=[3, 3],
                                       num_seeds=3, seq_len=4, replace_prob=0.5, batch_size=2, lr=1e-3, num_val=4)
     seeds = 3 if cap is None else min(3, cap)
     assert len(curve.seeds) == seeds
     assert runs == ["pretrained", "from scratch"] * 2 * seeds  # both starts, both counts, every seed
+    assert drawn == [4 if cap is None else min(4, cap)] + [4] * seeds  # num_val=4, max(counts)=4
 
 
 @pytest.mark.parametrize("cap", [None, 2])

@@ -168,11 +168,12 @@ def label_efficiency(pretrained: nn.Module, train_ids: torch.Tensor, val_ids: to
     steps: a copy of ``pretrained`` and a fresh encoder of the same config. Both get the same new
     ``<cls>`` head (the generator is reset to the seed before it is made), the same minibatches of at
     most ``batch_size`` examples and learning rate ``lr``; head and encoder train together.
-    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) at most that many seeds run.
+    Under ``ATTENTION_BOOK_MAX_STEPS`` (the full-size smoke run) at most that many seeds run, each
+    scored on at most that many held-out passages.
     """
     task = {"seq_len": seq_len, "replace_prob": replace_prob}
     held_out = torch.Generator().manual_seed(resolve_seed(None))
-    val = [replaced_task_batch(val_ids, tok, num_val, generator=held_out, **task)]
+    val = [replaced_task_batch(val_ids, tok, capped_count(num_val), generator=held_out, **task)]
     acc = {"pretrained": [[] for _ in counts], "from scratch": [[] for _ in counts]}
     seeds = [resolve_seed(None) + 1 + k for k in range(capped_count(num_seeds))]
     for seed in seeds:
