@@ -862,12 +862,13 @@ class Grader:
         chapter's) met at a package function this assignment blocks is the sandbox's, not theirs (their Run
         All does not stop there), so it gets no line; a cell of theirs that raised after it may only follow
         from it, so its line says so and asks them to run all from the top to see whether it raises there."""
-        blocked = False
+        undefined: set[str] = set()  # what the cells that met a blocked function would have defined
         for e in errors:
             if str(e["error"]).startswith(BlockedAnswer.__name__ + ":"):
-                blocked = True
+                undefined |= _defined_names(_source(_cells(nb)[int(e["cell"])]))
             elif self._students_cell(nb, e["cell"], reference):
-                return stopped_run_all(nb, int(e["cell"]), e["error"], after_blocked=blocked)
+                return stopped_run_all(nb, int(e["cell"]), e["error"], after_blocked=_may_follow(
+                    e["error"], _source(_cells(nb)[int(e["cell"])]), undefined))
         return ""
 
     def close(self) -> None:
@@ -1065,6 +1066,42 @@ def running_cell(nb, messages: dict) -> str:
     return "it was running " + cell_place(nb, max(started))
 
 
+def _defined_names(source: str) -> set[str]:
+    """The names a cell's code binds (assignments, imports, defs, for and with targets); a cell that does
+    not parse (IPython magics) by its lines' ``name = ...``."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set(re.findall(r"^\s*([A-Za-z_]\w*)\s*(?:,[^=]*)?=(?!=)", source, re.M))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+# errors that a name an earlier cell left undefined, or left holding something else, would raise
+FOLLOWS = ("NameError", "UnboundLocalError", "AttributeError", "TypeError", "KeyError", "IndexError")
+
+
+def _may_follow(error: str, source: str, undefined: set[str]) -> bool:
+    """Could ``error``, raised by a cell of code ``source``, follow from a blocked call in an earlier cell
+    that would have defined ``undefined``? A NameError only on one of those names; another error of
+    :data:`FOLLOWS` only in a cell that uses one of them; any other error (a student's own
+    ``raise RuntimeError``) never."""
+    kind = str(error).partition(":")[0].strip()
+    if kind not in FOLLOWS or not undefined:
+        return False
+    if kind in ("NameError", "UnboundLocalError"):
+        named = re.search(r"'([A-Za-z_]\w*)'", str(error))
+        return named is not None and named.group(1) in undefined
+    return bool(undefined & set(re.findall(r"[A-Za-z_]\w*", source)))
+
+
 def stopped_run_all(nb, index: int, error: str, after_blocked: bool = False) -> str:
     """The feedback line for the first cell of the student's that raised, when the hidden tests ran
     anyway: the student's own Run All stops there, so they should know (the score is unchanged). After
@@ -1151,10 +1188,17 @@ class Submission:
     order: int = 0  # the LMS submission id: a later one is a later submission
 
 
+# what students and their tools add to a file's name: a copy number, "final", a version, "copy", "Copy of"
+DECORATION = re.compile(r"(?:\s*\(\d+\)|[\s_-]+\d+|[\s_.-]+(?:final|v\d+|copy|new|fixed|done))$", re.I)
+
+
 def _loose(name: str) -> str:
-    """A file name with case, spaces, punctuation and a copy number left out: ``ch 03 Exercises (2).ipynb``
-    and ``ch03_exercises.ipynb`` both give ``ch03exercises``."""
-    stem = re.sub(r"(\s*\(\d+\)|-\d+)$", "", unicodedata.normalize("NFKC", name).removesuffix(".ipynb"))
+    """A file name with case, spaces, punctuation and what renaming adds (:data:`DECORATION`) left out:
+    ``ch 03 Exercises (2).ipynb``, ``ch03_exercises_final.ipynb``, ``Copy of ch03-exercises-v2.ipynb``
+    and ``ch03_exercises.ipynb`` all give ``ch03exercises``."""
+    stem = re.sub(r"^copy of\s+", "", unicodedata.normalize("NFKC", name).removesuffix(".ipynb"), flags=re.I)
+    while (shorter := DECORATION.sub("", stem)) != stem and shorter:
+        stem = shorter
     return re.sub(r"[\W_]+", "", stem).casefold()
 
 
@@ -1188,6 +1232,14 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             continue
         match = match_reference(rel.parts[-1], references)
         if len(rel.parts) == 1:
+            lms = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb"))
+            loose = next((ref for ref in references if _loose(ref) == _loose(lms.group("rest"))), None) \
+                if lms and match is None else None
+            if loose is not None:  # an LMS name, a notebook renamed: as in a student's folder
+                ignored.append((rel, f"misnamed: not graded; it looks like {loose}, the name to hand it in under"))
+                if misnamed is not None:
+                    misnamed.setdefault((f"{lms.group('login')}_{lms.group('uid')}", loose), str(rel))
+                continue
             if match is None or not match[2]:
                 ignored.append((rel, "at the top level without an LMS name (login_123_456_<notebook>); put it in "
                                      "SUBMISSIONS/<student>/"))
@@ -1566,7 +1618,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     found, ignored = find_submissions(submissions, references, misnamed)
     misnamed = {k: v for k, v in misnamed.items() if k[0] not in {s.key for s in found if s.reference == k[1]}}
     roster = course.roster
-    by_roster = roster_keys({s.key: s.lms_id for s in found}, roster)
+    lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
+    by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
     keys = sorted({s.key for s in found} | (set(roster or {}) - set(by_roster.values())) | {k for k, _ in misnamed})
     refused = identity_problems(keys)
     students = {}
@@ -1577,7 +1630,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                        "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
                        "login": info.login if info and info.login else display_name(k),
                        "section": info.section if info else "", "email": info.email if info else ""}
-    unmatched = sorted(k for k in {s.key for s in found} if roster is not None and k not in by_roster
+    # every student who handed something in (graded or misnamed) but whom the roster does not name
+    unmatched = sorted(k for k in keys if roster is not None and k not in by_roster
                        and unicodedata.normalize("NFC", k) not in roster and k not in refused)
     extras = {n: a.extra_cases for n, a in course.assignments.items() if a.extra_cases}
     journal = out_dir / "grades.jsonl"
@@ -1670,7 +1724,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         print(f"REFUSED: {clean(display_name(k), 160)}: {why} (not graded; in grades.csv and gradebook.csv as "
               "'refused', left out of canvas.csv and moodle.csv)")
     for k in unmatched:
-        print(f"not in the roster: {clean(display_name(k), 160)} (graded; left out of canvas.csv and moodle.csv)")
+        print(f"not in the roster: {clean(display_name(k), 160)} (left out of canvas.csv and moodle.csv)")
     if no_time:
         print(f"{'=' * 78}\nWARNING: {len(no_time)} graded notebook(s) have a due date but NO submission time "
               f"(no [late] times, or no line for them); no late policy was applied to them:")

@@ -681,6 +681,58 @@ def test_a_non_editable_install_does_not_hand_the_sandbox_the_answers(tmp_path):
     assert int(row["total"]) > 0 and row["passed"] == "0", row
 
 
+@pytest.mark.parametrize("name", ["jim/ch03_exercises_final.ipynb", "jim/Ch03-Exercises (2).ipynb",
+                                  "jim/ch03 exercises-v2.ipynb", "jim/Copy of ch03_exercises.ipynb",
+                                  "jim/ch03_exercises - Copy.ipynb", "jim_209_905_ch03_exercises_final.ipynb",
+                                  "jim_209_905_ch03 exercises.ipynb", "jim_209_905_Ch03-Exercises.ipynb"])
+def test_a_near_name_is_misnamed_in_either_layout(tmp_path, name):
+    """A fresh instructor: ``jim/ch03_exercises_final.ipynb`` was ignored ("no reference notebook of this
+    name"), and Canvas's ``doejane_208_904_ch03 exercises.ipynb`` ignored as "without an LMS name": no
+    row, no feedback. Both layouts now say ``misnamed file`` for one student, with the name to use."""
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text("{}")
+    misnamed = {}
+    found, ignored = grade.find_submissions(tmp_path, {"ch03_exercises.ipynb": ["masked_softmax"]}, misnamed)
+    key = "jim" if "/" in name else "jim_209"
+    assert not found and misnamed == {(key, "ch03_exercises.ipynb"): name}, (misnamed, ignored)
+    assert [why for _, why in ignored] == ["misnamed: not graded; it looks like ch03_exercises.ipynb, the name "
+                                           "to hand it in under"]
+
+
+def test_other_notebooks_are_not_near_names(tmp_path):
+    for name in ("jim/ch03_scoring_functions.ipynb", "jim/ch04_exercises.ipynb", "jim/ch03.ipynb",
+                 "jim_209_905_notes_final.ipynb"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    misnamed = {}
+    found, ignored = grade.find_submissions(tmp_path, {"ch03_exercises.ipynb": ["masked_softmax"]}, misnamed)
+    assert not found and not misnamed and len(ignored) == 4, ignored
+
+
+def test_a_misnamed_student_not_in_the_roster_is_left_out_of_the_lms_files(tmp_path, capsys):
+    """The guide: a folder not in the roster is left out of canvas.csv and moodle.csv and listed. A
+    misnamed ``hal`` not in the roster was written ``hal,,,hal,,,`` in canvas.csv and not listed; a Canvas
+    file renamed by a rostered student (user id 208) is that student's misnamed row, under the roster."""
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    (subs / "hal").mkdir(parents=True)
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (subs / "hal" / "ch03_exercises_final.ipynb").write_text("{}")
+    (subs / "doejane_208_904_ch03 exercises.ipynb").write_text("{}")
+    (tmp_path / "roster.csv").write_text("name,id,sis_user_id,login,section\nJane Doe,208,S208,jdoe,A\n")
+    (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'canvas_id = "77"\n')
+    out = tmp_path / "out" / "grades.csv"
+    rows = grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml")
+    assert sorted((r["key"], r["status"]) for r in rows) == [("doejane_208", "misnamed file"),
+                                                             ("hal", "misnamed file")], rows
+    assert "not in the roster: hal" in capsys.readouterr().out
+    for export in ("canvas.csv", "moodle.csv"):
+        text = (out.parent / export).read_text()
+        assert "hal" not in text and text.count("jdoe") == 1, (export, text)
+    assert len(list((out.parent / "feedback").iterdir())) == 2  # each told the name to hand it in under
+
+
 def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):
     """Canvas's bulk download names files ``<namekey>_<user id>_<submission id>_<file>``: two John Smiths
     (user ids 103 and 207) are two students, each with their own row in grades.csv, canvas.csv and

@@ -150,3 +150,30 @@ def test_an_ignored_files_reason_names_the_graded_file_escaped(tmp_path):
     assert len(found) == 1 and len(ignored) == 1, (found, ignored)
     why = ignored[0][1]
     assert "bo\\x09b /ch03_exercises-1.ipynb is graded instead" in why and "\t" not in why, why
+
+
+def test_the_blocked_call_hedge_is_only_for_errors_that_may_follow_from_it():
+    """A fresh instructor: a student's own ``raise RuntimeError("I was debugging this")`` was told it
+    "may only follow from" the chapter's blocked ``ab.masked_softmax`` call. The hedge is for an error
+    that call could cause: a NameError on a name the blocked cell would have defined, or an error in a
+    cell that uses one; a student's own error is said plainly."""
+    nb = notebook(GOOD)
+    cells = ["weights = ab.masked_softmax(torch.ones(1, 2, 2))", 'raise RuntimeError("I was debugging this")',
+             "print(weights.shape)", "print(undefined_here)"]
+    for i, source in enumerate(cells):
+        nb["cells"].insert(1 + i, {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+                                   "execution_count": None})
+    grader = grade.Grader.__new__(grade.Grader)
+    grader.reference_sources = {REFERENCE: set()}
+    blocked = {"cell": 1, "error": "BlockedAnswer: the package's own masked_softmax is not available"}
+
+    def line(cell, error):
+        return grader._run_all_stop(nb, [blocked, {"cell": cell, "error": error}], REFERENCE)
+
+    own = line(2, "RuntimeError: I was debugging this")
+    assert own == grade.stopped_run_all(nb, 2, "RuntimeError: I was debugging this"), own
+    assert "blocks" not in own and "may only follow" not in own
+    follows = line(3, "NameError: name 'weights' is not defined")
+    assert "may only follow from it" in follows, follows
+    assert "may only follow" not in line(4, "NameError: name 'undefined_here' is not defined")
+    assert "may only follow" in line(3, "AttributeError: 'NoneType' object has no attribute 'shape'")
