@@ -378,6 +378,61 @@ def _add_tag(cell: dict, tag: str) -> None:
     meta["tags"] = sorted(set(meta.get("tags", [])) | {tag})
 
 
+GLUE_CALLS = ("glue", "glue_counts")  # the package's calls that only hand numbers to the website's text
+
+
+def _names_only(target: ast.AST) -> bool:
+    return isinstance(target, ast.Name) or isinstance(target, (ast.Tuple, ast.List)) and all(
+        _names_only(t) for t in target.elts)
+
+
+def _pure(node: ast.AST) -> bool:
+    """Does top-level statement ``node`` only glue, or bind plain names (no ``d[k] = ...``, no
+    ``x.append(...)``: a change to an object a later cell could read)?"""
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant) or isinstance(node.value, ast.Call) and \
+            isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GLUE_CALLS
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        return all(map(_names_only, getattr(node, "targets", None) or [node.target]))
+    if isinstance(node, (ast.For, ast.If)):
+        return (not isinstance(node, ast.For) or _names_only(node.target)) and all(
+            map(_pure, node.body + node.orelse))
+    return isinstance(node, ast.Pass)
+
+
+def _is_glue(node: ast.AST) -> bool:
+    """A statement that only glues: ``ab.glue(...)``, or a loop over plain names of nothing else."""
+    if isinstance(node, ast.For):
+        return _names_only(node.target) and not node.orelse and all(map(_is_glue, node.body))
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+        isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GLUE_CALLS
+
+
+def drop_bookkeeping(cells: list[dict]) -> list[dict]:
+    """``cells`` without the website's bookkeeping, in the code cells hidden on the website
+    (``remove-cell``): their top-level ``ab.glue(...)``/``ab.glue_counts(...)`` statements (they hand
+    numbers to the website's text, which a student's notebook does not have) are cut, and a cell left
+    with nothing else but plain names (:func:`_pure`) that no later code cell uses is dropped."""
+    trees = [_parse(source(c)) if c.get("cell_type") == "code" else None for c in cells]
+    kept = []
+    for i, (cell, tree) in enumerate(zip(cells, trees)):
+        if "remove-cell" not in tags(cell) or tree is None or not any(map(_is_glue, tree.body)):
+            kept.append(cell)
+            continue
+        lines = source(cell).split("\n")
+        cut = {n for node in tree.body if _is_glue(node) for n in range(node.lineno, node.end_lineno + 1)}
+        rest = [node for node in tree.body if not _is_glue(node)]
+        later = set().union(*(_used(t) for t in trees[i + 1:] if t is not None))
+        # a later cell that does not parse (a cell magic) is read by its words
+        later |= set(re.findall(r"\w+", " ".join(source(c) for c, t in zip(cells[i + 1:], trees[i + 1:])
+                                                 if t is None and c.get("cell_type") == "code")))
+        if all(map(_pure, rest)) and not set().union(set(), *map(_bound_here, rest)) & later:
+            continue
+        cell["source"] = "\n".join(line for n, line in enumerate(lines, start=1) if n not in cut).strip("\n")
+        kept.append(cell)
+    return kept
+
+
 def make_edition(nb: dict, edition: str, solutions: dict[str, str] | None = None) -> dict:
     """A copy of committed notebook ``nb`` (nbformat JSON as a dict) for ``edition``;
     ``solutions`` (the instructor edition only): its graded solutions, see
@@ -415,6 +470,8 @@ def make_edition(nb: dict, edition: str, solutions: dict[str, str] | None = None
         if edition == "student" and cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
         cells.append(cell)
+    if edition == "student":
+        cells = drop_bookkeeping(cells)
     nb["cells"] = cells
     guard_dependents(cells)
     if edition == "student":

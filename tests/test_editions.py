@@ -318,3 +318,23 @@ def test_student_notebook_runs_all_to_the_end(path, tmp_path, monkeypatch):
             assert out.startswith("Not done yet") and "(0 of " in out, f"{path.name}: checker printed {out!r}"
             assert "all cases passed" not in out
     assert any("Not done yet" in out for out in printed), f"{path.name}: no scaffold said it is not done"
+
+
+def test_the_student_edition_drops_the_websites_bookkeeping():
+    """A fresh instructor: the student edition kept the internal ``ab.glue(...)``/``ab.glue_counts(...)``
+    cells (``remove-cell``: hidden only on the website). A bookkeeping cell whose names no later cell
+    uses is dropped; one a later cell needs, and a remove-cell without glue, are kept."""
+    nb = _nb(_code("import attention_book as ab\nratio = 2.0"),
+             _code('ab.glue("ex_ratio", ratio)\nab.glue_counts("c", "ch03.x")\nscratch = ratio * 2', "remove-cell"),
+             _code('ab.glue("ex_kept", ratio)\nneeded = ratio + 1', "remove-cell"),
+             _code("setup = 1", "remove-cell"),
+             _code('log = []\nab.glue("ex_log", ratio)\nlog.append(1)', "remove-cell"),
+             _code("print(needed, setup)"))
+    student = editions.make_edition(nb, "student")
+    sources = [editions.source(c) for c in student["cells"]]
+    assert not any("ex_ratio" in s for s in sources), sources
+    assert "needed = ratio + 1" in sources and "setup = 1" in sources, sources  # glue cut, the rest kept
+    assert "log = []\nlog.append(1)" in sources, sources  # it changes an object: kept, its glue cut
+    assert editions.source(editions.make_edition(nb, "public")["cells"][1]).startswith('ab.glue("ex_ratio"')
+    real = editions.make_edition(json.loads((ROOT / "notebooks" / "ch03_exercises.ipynb").read_text()), "student")
+    assert not any("ab.glue" in editions.source(c) for c in real["cells"])
