@@ -33,6 +33,11 @@ ROSTER_COLUMNS = {  # accepted header spellings (compared lower-case, spaces and
 }
 
 
+# When a Gradescope student sees the hidden cases' results and the score they make ([gradescope] scores),
+# in Gradescope's own words for a test's visibility; the first is the default
+GRADESCOPE_SCORES = ("after_due_date", "after_published", "visible")
+
+
 class CourseError(ValueError):
     """A course file or roster that cannot be used: the message says where and why."""
 
@@ -79,6 +84,7 @@ class Course:
     roster: dict[str, Student] | None = None
     roster_file: str = ""
     secret_file: str = ""
+    gradescope_scores: str = GRADESCOPE_SCORES[0]  # [gradescope] scores: when hidden cases' results show
     path: Path | None = None
 
     def assignment(self, name: str) -> Assignment:
@@ -133,6 +139,15 @@ def load_course(path: Path | None) -> Course:
         raise CourseError(f"course file {path}: [late] per_day and cap are fractions between 0 and 1")
     if course.late_source not in ("none", "mtime", "csv"):
         raise CourseError(f"course file {path}: [late] source is none, mtime or csv")
+    gradescope = data.get("gradescope", {})
+    unknown = set(gradescope) - {"torch", "scores"} if isinstance(gradescope, dict) else {"(not a table)"}
+    if unknown:
+        raise CourseError(f"course file {path}: [gradescope] has unknown keys {sorted(unknown)}; "
+                          "known: scores, torch")
+    course.gradescope_scores = str(gradescope.get("scores", GRADESCOPE_SCORES[0]))
+    if course.gradescope_scores not in GRADESCOPE_SCORES:
+        raise CourseError(f"course file {path}: [gradescope] scores is one of {', '.join(GRADESCOPE_SCORES)} "
+                          f"(not {course.gradescope_scores!r})")
     if late.get("times"):
         course.times_file = str(here / late["times"])
     if top.get("secret_file"):

@@ -806,8 +806,13 @@ NEXT_STEP = {
 }
 
 
-def next_step(row: dict) -> str:
-    """The line that tells a student what to do after this row's outcome; '' for full marks."""
+def next_step(row: dict, sealed: bool = False) -> str:
+    """The line that tells a student what to do after this row's outcome; '' for full marks. ``sealed``
+    (feedback_markdown's): a graded row's step says nothing of how its hidden cases went."""
+    if sealed and row["status"] == "graded":
+        return FROM_THE_TOP + (" and fix the cell named above, so that your notebook runs to its end" if
+                               row.get("cell_error") else ", then make every case your checker cell shows pass: "
+                               "the hidden cases call your function on other inputs of the same kind")
     if row["status"] == "graded" and row.get("passed") == row.get("total") and not row.get("cell_error"):
         return ""
     if row["status"] == "graded" and row.get("passed") == row.get("total"):  # full marks, a cell that raised
@@ -1411,10 +1416,20 @@ def clean_block(text: str) -> str:
     return "\n".join(" ".join(clean(line, 10**7).split(" ")) for line in text.replace("\r\n", "\n").split("\n"))
 
 
-def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True) -> str:
+# When a sealed Gradescope result shows what it holds back, per [gradescope] scores (course.GRADESCOPE_SCORES)
+SHOWN = {"after_due_date": "after the due date", "after_published": "when your instructor publishes the grades"}
+
+
+def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True, sealed: str = "") -> str:
     """A student's feedback: per assignment the points, the status in words, and each failed case (a
     visible case whole: input, expected, got; a hidden case by number and description only). Every
-    text the student's code or name could influence is in a fenced code block."""
+    text the student's code or name could influence is in a fenced code block.
+
+    ``sealed`` (a key of SHOWN; Gradescope, before the hidden cases' results show): nothing that
+    depends on how the hidden cases went, neither the points, nor how many cases passed or failed,
+    nor their causes; the status, the cell that raised, the late days, a failed visible case and how
+    many hidden cases there are stay (what one submission's draw revealed would let a student resubmit
+    until a lucky draw: its seed derives from the notebook's bytes)."""
     lines = ["# Feedback", "", "Student:", "", fenced(student["student"]), ""]
     for r in rows:
         # the file's name, in characters Markdown leaves alone (a name an LMS prefixed could hold any)
@@ -1422,9 +1437,16 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
             f"{handed} (graded as {r['notebook']}): {r['assignment']}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
-        lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
-                  + (f"; {r['passed']} of {r['total']} cases passed" if r["status"] in ("graded", "not implemented")
-                     else ""), ""]
+        hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
+        if sealed:
+            lines += [f"## {title}", "", f"**Points: shown {SHOWN[sealed]}** — status: {r['status']}", ""]
+            if hidden_cases:
+                lines += [f"The grader checked your function on {hidden_cases} hidden case(s). Which passed, and "
+                          f"your points, are shown {SHOWN[sealed]}.", ""]
+        else:
+            lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
+                      + (f"; {r['passed']} of {r['total']} cases passed"
+                         if r["status"] in ("graded", "not implemented") else ""), ""]
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
             lines += [words[:1].upper() + words[1:] + ".", ""]
@@ -1440,6 +1462,8 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             failed = []
         causes = [c.get("cause") or "" for c in failed]
         common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""
+        if sealed:  # how many hidden cases failed, and why, depends on the draw
+            causes, common, failed = [], "", [c for c in failed if c.get("visible")]
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
         elif len(failed) >= 2 and any(causes):
@@ -1459,13 +1483,46 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 lines += [f"### Hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else ""), "",
                           fenced(c["why"]), ""]
         hidden = sum(1 for c in failed if not c.get("visible"))
-        if hidden and not hidden_details:  # Gradescope: which hidden cases failed shows after the due date
-            lines += [f"{hidden} hidden case(s) failed; which ones, and why, is shown with the tests after "
-                      "the due date.", ""]
-        step = next_step(r)
+        if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
+            lines += [f"{hidden} hidden case(s) failed; which ones, and why, is in the hidden cases' tests.", ""]
+        step = next_step(r, sealed=bool(sealed))
         if step:  # every outcome but full marks ends with what to do next, after what it refers to
             lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
     return "\n".join(lines)
+
+
+def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date") -> dict:
+    """One submission's Gradescope ``results.json``. ``scores`` is the course file's ``[gradescope]
+    scores``: "visible" shows every case's test, the points and the feedback with its counts at once
+    (a student who resubmits meets newly drawn cases and sees how each draw went); "after_due_date"
+    or "after_published" (Gradescope's own visibility names) holds back every hidden case's test and
+    the feedback with the points until then, and shows at once, per assignment, a test that says
+    whether the notebook ran, with the sealed feedback (feedback_markdown's ``sealed``) as the output.
+    Gradescope's specification: while a test is hidden the student does not see the total score. A
+    row's ``points`` None (not graded) counts 0 there."""
+    data = lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in rows],
+                                         feedback_markdown(student, rows, hidden_details=False))
+    if scores == "visible":
+        return data
+    ran = []
+    for r in rows:
+        fine = r["status"] in ("graded", "not implemented") and not r.get("cell_error")
+        hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
+        words = STATUS_WORDS.get(r["status"], r["status"])
+        ran.append({"name": f"{r['assignment']}: your notebook ran" + ("" if fine else " (see the feedback)"),
+                    "status": "passed" if fine else "failed", "visibility": "visible",
+                    "output": f"Status: {words}." + (" One of your cells raised an error: the feedback above "
+                                                      "names it." if r.get("cell_error") else "")
+                    + (f" {hidden_cases} hidden case(s): which passed, and your points, are shown "
+                       f"{SHOWN[scores]}." if hidden_cases else "")})
+    for t in data["tests"]:
+        if t["visibility"] != "visible":  # a hidden case's test (its score counts): shown with the points
+            t["visibility"] = scores
+    every = all(r["status"] == "graded" and r.get("passed") == r.get("total") for r in rows)
+    points = {"name": "Your points, with the feedback on the hidden cases", "visibility": scores,
+              "status": "passed" if every else "failed", "output": data["output"], "output_format": "md"}
+    return dict(data, output=feedback_markdown(student, rows, hidden_details=False, sealed=scores),
+                tests=ran + data["tests"] + [points])
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
@@ -1915,8 +1972,7 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         write_atomic(feedback / f"{slug(s['key'])}.md", text)
         _private_dirs(scope / slug(s["key"]), out_dir)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
-            lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in mine],
-                                          feedback_markdown(s, mine, hidden_details=False))))
+            gradescope_json(s, mine, course.gradescope_scores)))
     write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), safe(why)]
                                                                      for rel, why in ignored]))
 

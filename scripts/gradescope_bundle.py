@@ -16,6 +16,10 @@ autograder ("Zip file upload"). It holds:
 ``/autograder/submission`` exactly as ``make grade`` does, one student at a time (the student's seed
 derives from the bundle's secret, the assignment and the student's Gradescope user id), and writes
 ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (for tests).
+The hidden cases' tests and the points show after the due date unless the course file's
+``[gradescope] scores`` says otherwise (``after_published``, or ``visible``: at once); until then
+the student sees whether the notebook ran, the cell that raised and how many hidden cases there are
+(grade.gradescope_json): a resubmission draws new cases, so a score shown at once could be re-rolled.
 
 Each notebook runs in bubblewrap's sandbox where the container lets it make namespaces; where it
 does not, as the unprivileged user ``ab-student`` that ``setup.sh`` creates (``GRADE_SANDBOX_USER``
@@ -86,6 +90,13 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     if unknown:
         raise SystemExit(f"gradescope_bundle: {unknown} are not notebooks with an assignment; known: {sorted(refs)}")
     data = tomllib.loads(course_file.read_text(encoding="utf-8")) if course_file is not None else {}
+    if course_file is not None:  # a wrong [gradescope] scores (or any other key) stops here, not on Gradescope
+        from course import CourseError, load_course
+
+        try:
+            load_course(course_file)
+        except CourseError as err:
+            raise SystemExit(f"gradescope_bundle: {err}") from None
     torch = str(data.get("gradescope", {}).get("torch", TORCH))
     if not all(part.isalnum() or part in ".+" for part in torch):
         raise SystemExit(f"gradescope_bundle: [gradescope] torch = {torch!r} is not a version")

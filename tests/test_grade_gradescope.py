@@ -74,6 +74,87 @@ def test_the_scripts_read_course_files_without_tomllib():
     assert run.returncode == 0 and run.stdout.split() == ["20.0"], run.stderr[-2000:]
 
 
+def _drawn(passed: list[bool]) -> dict:
+    """One graded row of masked_softmax as one draw of its 9 hidden cases left it: ``passed`` per case,
+    the failed ones with a cause; a cell that raised; a day late (10 %)."""
+    cases = [{"index": i + 1, "visible": False, "label": f"label {i + 1}", "name": "", "passed": ok,
+              "why": "" if ok else f"wrong on case {i + 1}", "cause": "" if ok else "the window is off by one",
+              "weight": 1.0} for i, ok in enumerate(passed)]
+    score = sum(passed) / len(passed)
+    return dict(student="4242", key="4242", notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+                status="graded", passed=sum(passed), total=len(passed), score=score, max_points=20.0,
+                points=round(20.0 * score * 0.9, 2), penalty=0.1, late_days=1, cases=cases,
+                cell_error="code cell 2 of 5 (first line: plot(x)) raised NameError: name 'plot' is not defined")
+
+
+def _shown(data: dict) -> dict:
+    """What a Gradescope student sees before the due date: the top-level output and the visible tests."""
+    return {"output": data["output"], "tests": [t for t in data["tests"] if t.get("visibility") == "visible"]}
+
+
+def test_before_the_due_date_no_hidden_result_and_no_score_shows():
+    """A fresh attacker (issue 37): each resubmission draws new hidden cases (the seed derives from the
+    notebook's bytes) and Gradescope showed the score at once, so a wrong masked_softmax resubmitted
+    with a blank line until a lucky draw scored 0..6 of 9 over 30 seeds: best-of-N. By default nothing a
+    student sees before the due date depends on the draw: two draws of the same notebook, 2 and 6 cases
+    passed, show the same; the tests that do (every hidden case, the points) show after the due date, and
+    so, by Gradescope's specification, does the total score."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import course as course_mod
+    import grade
+
+    scores = course_mod.load_course(ROOT / "course.example.toml").gradescope_scores
+    assert scores == "after_due_date"  # the default: the example sets nothing
+    student = {"student": "4242"}
+    unlucky = grade.gradescope_json(student, [_drawn([True] * 2 + [False] * 7)], scores)
+    lucky = grade.gradescope_json(student, [_drawn([True] * 6 + [False] * 3)], scores)
+    assert _shown(unlucky) == _shown(lucky)
+    assert unlucky["score"] == 4.0 and lucky["score"] == 12.0  # Gradescope records the true score
+    shown = _shown(lucky)
+    for leak in ("points —", "of 20", "12", "6 of 9", "cases passed", "failed", "off by one", "wrong on"):
+        assert leak not in shown["output"], leak
+    # what stays: the notebook ran, the cell that raised, the late days, how many hidden cases there are
+    assert "raised NameError" in shown["output"] and "1 day(s) late" in shown["output"]
+    assert "9 hidden case(s)" in shown["output"] and "after the due date" in shown["output"]
+    [ran] = shown["tests"]
+    assert ran["name"].startswith("masked_softmax: your notebook ran") and ran["status"] == "failed"
+    assert "score" not in ran and "max_score" not in ran and "9 hidden case(s)" in ran["output"]
+    later = [t for t in lucky["tests"] if t.get("visibility") != "visible"]
+    assert {t["visibility"] for t in later} == {"after_due_date"} and len(later) == 10
+    assert round(sum(t.get("max_score", 0.0) for t in lucky["tests"]), 6) == 20.0
+    assert "12 of 20 points" in later[-1]["output"] and "off by one" in later[-1]["output"]
+    # after_published: the same, until the instructor publishes the grades
+    published = grade.gradescope_json(student, [_drawn([True] * 6 + [False] * 3)], "after_published")
+    assert {t["visibility"] for t in published["tests"] if t["visibility"] != "visible"} == {"after_published"}
+    assert "publishes the grades" in published["output"] and "after the due date" not in published["output"]
+
+
+def test_scores_visible_shows_every_result_at_once(tmp_path):
+    """[gradescope] scores = "visible": the results.json as before (every test and the points at once),
+    for an instructor who accepts re-rolling; a misspelt value or key stops the course file."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import course as course_mod
+    import grade
+    import lms_export
+
+    path = tmp_path / "course.toml"
+    path.write_text('[gradescope]\nscores = "visible"\ntorch = "2.13.0"\n')
+    assert course_mod.load_course(path).gradescope_scores == "visible"
+    rows = [_drawn([True] * 6 + [False] * 3)]
+    data = grade.gradescope_json({"student": "4242"}, rows, "visible")
+    assert data == lms_export.gradescope_results(rows, grade.feedback_markdown({"student": "4242"}, rows,
+                                                                               hidden_details=False))
+    assert "12 of 20 points" in data["output"] and "6 of 9 cases passed" in data["output"]
+    for text in ('[gradescope]\nscores = "now"\n', '[gradescope]\nscore = "visible"\n'):
+        path.write_text(text)
+        with pytest.raises(course_mod.CourseError, match=r"\[gradescope\]"):
+            course_mod.load_course(path)
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "gradescope_bundle.py"), "build", "--out",
+                          str(tmp_path / "a.zip"), "--notebooks", "ch03_exercises", "--course", str(path)],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "[gradescope]" in bad.stderr and not (tmp_path / "a.zip").exists()
+
+
 @pytest.mark.slow
 def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -96,13 +177,16 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     data = json.loads((root / "results" / "results.json").read_text())
     assert data["score"] > 0 and data["tests"] and all(t["status"] in ("passed", "failed") for t in data["tests"])
     # the example course gives masked_softmax 20 points and one extra hidden case of the instructor's
-    assert round(sum(t["max_score"] for t in data["tests"]), 6) == 20.0  # the last case takes what rounding left
+    # the last case takes what rounding left
+    assert round(sum(t.get("max_score", 0.0) for t in data["tests"]), 6) == 20.0
     assert any("large scores" in t["name"] for t in data["tests"])
     assert "Feedback" in data["output"]
     assert data["score"] == pytest.approx(16.0)  # every case passed, 20 points less 2 late days of 10 %
     assert "2 day(s) late" in data["output"]
-    # which hidden cases failed is only in the tests shown after the due date, never in the output
+    # which hidden cases failed, and the points, only in the tests shown after the due date (the example
+    # course sets no [gradescope] scores), never in the output
     assert all(t["visibility"] == "after_due_date" for t in data["tests"] if "hidden case" in t["name"])
+    assert "16 of 20 points" not in data["output"] and "16 of 20 points" in data["tests"][-1]["output"]
 
 
 # A notebook that, when nothing isolates it, rewrites the checkers the judge will import (every case then
@@ -238,8 +322,13 @@ def student_venv(bundle, tmp_path_factory):
                 pytest.skip(f"ab-student cannot run {base}, and it cannot be linked elsewhere: {linked.stderr[-200:]}")
             base = top / "base"
         venv = top / "venv"
-        if subprocess.run(["cp", "-al", sys.prefix, str(venv)], capture_output=True, check=False).returncode != 0:
-            pytest.skip(f"{sys.prefix} cannot be linked under {top}")
+        # the venv's real folder: where sys.prefix is a link (a checkout whose .venv links the shared one),
+        # `cp -al` copies the link itself, and every edit below would land in the grader's own venv
+        real = os.path.realpath(sys.prefix)
+        if subprocess.run(["cp", "-al", real, str(venv)], capture_output=True, check=False).returncode != 0:
+            pytest.skip(f"{real} cannot be linked under {top}")
+        if venv.is_symlink() or os.path.realpath(venv) == real:
+            pytest.skip(f"{venv} is not a copy of {real}")
         for link in (venv / "bin").iterdir():  # bin/python3 -> the base Python, wherever it now is
             if link.is_symlink() and os.readlink(link).startswith(sys.base_prefix):
                 target = str(base) + os.readlink(link)[len(sys.base_prefix):]
@@ -295,8 +384,9 @@ def test_the_ab_student_fallback_grades_as_gradescope_would(student_venv, tmp_pa
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
         assert "sandbox: user" in run.stdout, run.stdout[-2000:]
         data = json.loads((root / "results" / "results.json").read_text())
-        assert "status: graded; 0 of 10 cases passed" in data["output"], data["output"]
-        assert len(data["tests"]) == 10 and data["score"] == 0.0, data
+        # the points and the counts only in the test shown after the due date
+        assert "status: graded; 0 of 10 cases passed" in data["tests"][-1]["output"], data["tests"][-1]
+        assert len(data["tests"]) == 12 and data["score"] == 0.0, data
         ran = (leak / "ran").read_text()
         assert ran.startswith(f"{pwd.getpwnam('ab-student').pw_uid} ") and "refused" in ran, ran
         assert (site / "assignments" / "ch03.py").read_text() == checker and not (leak / "secret").exists()
