@@ -357,8 +357,22 @@ def test_translate_handles_unknown_empty_and_long_sentences(capsys):
         ab.translate(model, data, ["a", "b"], ["c"])
     rows = ab.experiments.translation.translation_table(model, data, ["go ."], ["va !"])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["source", "translation", "reference", "BLEU"] and len(rows) == 1
-    assert out[1].startswith("go .") and "va !" in out[1] and f"{rows[0].bleu:.3f}" in out[1]
+    assert len(rows) == 1 and out[0] == "go ." and out[1] == f"  -> {rows[0].text}"
+    assert "va !" in out[2] and f"{rows[0].bleu:.3f}" in out[2]
+    assert len(out[2]) <= 40  # a phone's column (an untrained model's output may be longer)
+
+
+def test_narrow_printers_fit_a_phone(capsys):
+    translation = ab.experiments.translation
+    translation.print_records({"GRU": {"val loss": "4.123", "val BLEU": "0.070"}})
+    assert capsys.readouterr().out.splitlines() == ["GRU", "  val loss  4.123", "  val BLEU  0.070"]
+    reference = "je suis chez moi ."
+    for prediction in ("je suis chez chez moi .", "je suis ."):
+        translation.print_bleu_parts(prediction, reference, ab.bleu_parts(prediction, reference))
+        out = capsys.readouterr().out
+        assert max(len(line) for line in out.splitlines()) <= 40
+        grams = [g for order in ab.bleu_parts(prediction, reference)["orders"] for g in order["grams"]]
+        assert all(g in out for g in grams) and "BP = exp(" in out
 
 
 def test_attention_map_labels_tokens():

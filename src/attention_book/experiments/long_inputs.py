@@ -42,6 +42,7 @@ __all__ = [
     "long_input_experiment",
     "long_input_figure",
     "copy_alignment_figure",
+    "print_copy_summary",
 ]
 
 COPY_PAD, COPY_BOS, COPY_EOS = 0, 1, 2  # the symbols of the copy task come after these three ids
@@ -271,3 +272,17 @@ def copy_alignment_figure(model: nn.Module, length: int = 16, vocab_size: int = 
                         ylabel="queries: output symbols", xticklabels=source, yticklabels=output, figsize=figsize)
     fig.suptitle(f"copying {length} symbols: {right} of {length} right", fontsize=10)
     return fig
+
+
+def print_copy_summary(spans: dict[str, dict[str, list[float]]]) -> None:
+    """Print per-seed copy accuracies, one group of lines per model, about 40 characters wide.
+
+    ``spans`` maps a label of source lengths (``"2-6"``) to ``{model name: [accuracy per
+    seed]}``; each line reads ``lengths 2-6:  98% 97% 99%``.
+    """
+    names = list(next(iter(spans.values())))
+    width = max(len(label) for label in spans)
+    for name in names:
+        print(name)
+        for label, acc in spans.items():
+            print(f"  lengths {label + ':':<{width + 1}} " + " ".join(f"{a:.0%}" for a in acc[name]))

@@ -16,7 +16,7 @@ from ..models.attention import record_attention
 from ..models.seq2seq import Translation, make_seq2seq, translate, translation_loss
 from ..models.transformer import make_transformer
 
-__all__ = ["train_transformer", "translation_attention", "translation_attention_figure", "train_translator", "compare_translators", "evaluate_by_length", "translation_table", "alignment_figure", "teacher_forced_scores", "validation_loss", "evaluate_translation"]
+__all__ = ["train_transformer", "translation_attention", "translation_attention_figure", "train_translator", "compare_translators", "evaluate_by_length", "translation_table", "print_records", "print_bleu_parts", "alignment_figure", "teacher_forced_scores", "validation_loss", "evaluate_translation"]
 
 
 def train_transformer(data, num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_heads: int = 4,
@@ -143,15 +143,59 @@ def evaluate_by_length(model: nn.Module, data, split: str = "val", beam_size: in
 
 def translation_table(model: nn.Module, data, sentences: Sequence[str], references: Sequence[str],
                       beam_size: int | None = None, k: int = 2) -> list[Translation]:
-    """Translate and print a small table (source, translation, reference, BLEU); return the results."""
+    """Translate and print the results, one group of lines per sentence; return them.
+
+    Each group is the source, then ``-> translation``, then ``= reference`` and the BLEU
+    score: narrow enough for a phone's column (about 40 characters for short sentences).
+    """
     results = translate(model, data, sentences, references, beam_size=beam_size, k=k)
-    rows = [(r.source, r.text, r.reference or "", f"{r.bleu:.3f}" if r.bleu is not None else "")
-            for r in results]
-    head = ("source", "translation", "reference", "BLEU")
-    widths = [max(len(row[i]) for row in [head, *rows]) for i in range(4)]
-    for row in [head, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    for r in results:
+        print(r.source)
+        print(f"  -> {r.text}")
+        if r.reference is not None:
+            print(f"  =  {r.reference}  (BLEU {r.bleu:.3f})")
     return results
+
+
+def print_records(records: dict[str, dict[str, str]], indent: int = 2) -> None:
+    """Print a narrow table: each record's name, then its ``field value`` lines, aligned.
+
+    ``records`` maps a name to ``{field: formatted value}``; a phone-width alternative
+    to a table with one column per field.
+    """
+    width = max((len(key) for fields in records.values() for key in fields), default=0)
+    for name, fields in records.items():
+        print(name)
+        for key, value in fields.items():
+            print(f"{' ' * indent}{key:<{width}}  {value}")
+
+
+def _wrap_items(items: Sequence[str], width: int, indent: str) -> list[str]:
+    lines, line = [], indent
+    for item in items:
+        if line.strip() and len(line) + 2 + len(item) > width:
+            lines.append(line)
+            line = indent
+        line += ("  " if line.strip() else "") + item
+    return lines + [line]
+
+
+def print_bleu_parts(prediction: str, reference: str, parts: dict, width: int = 40) -> None:
+    """Print :func:`~attention_book.data.text.bleu_parts` as a worked example, ``width`` wide.
+
+    For each n: the prediction's n-grams marked ✓ (matched) or ✗, then
+    ``p_n = matched/all`` and the exponent ``1/2^n``; then the brevity penalty.
+    """
+    print(f"prediction: {prediction}")
+    for order in parts["orders"]:
+        n, matched = order["n"], order["matched"]
+        marks = [f"{g} {'✓' if m else '✗'}" for g, m in zip(order["grams"], matched)]
+        print(f"  {n}-grams:")
+        print("\n".join(_wrap_items(marks, width, "    ")))
+        print(f"  p_{n} = {sum(matched)}/{len(matched)} = {order['precision']:.3f},"
+              f" exponent {order['weight']:g}")
+    ratio = f"{len(reference.split())}/{len(prediction.split())}"
+    print(f"  BP = exp(min(0, 1 - {ratio})) = {parts['penalty']:.3f}")
 
 
 def alignment_figure(model: nn.Module, data, sentence: str, reference: str | None = None, figsize=(4.4, 3.8)):
