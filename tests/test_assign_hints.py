@@ -245,6 +245,41 @@ def test_the_right_bleu_and_schedule_pass():
     assert ab.assignments.check_warmup_cosine(_warmup_cosine, verbose=False)
 
 
+# Chapter 7 (issue 36, a fresh learner): a tensor scored 10/10 though the task asks for a Python float; a
+# missing ramp got "the ramp replaces the cosine term: the factor is the product of the two"; a NameError got
+# every case's hint beside it.
+
+def _no_ramp(step, warmup, max_steps):
+    import math
+
+    return (1 + math.cos(math.pi * min(step, max_steps) / max_steps)) / 2
+
+
+def _as_tensor(step, warmup, max_steps):
+    return torch.tensor(_warmup_cosine(step, warmup, max_steps))
+
+
+def _name_error(step, warmup, max_steps):
+    return ramp * _no_ramp(step, warmup, max_steps)  # noqa: F821 (the learner's slip)
+
+
+def test_a_schedule_returning_a_tensor_fails_and_says_python_float():
+    found = failures(ab.assignments.check_warmup_cosine, _as_tensor)
+    assert len(found) == 10 * len(OFFSETS), found
+    assert all("Python float" in why for why in found), found
+
+
+def test_a_missing_ramp_is_named_and_never_told_the_ramp_replaces_the_cosine_alone():
+    assert_named(ab.assignments.check_warmup_cosine, _no_ramp, "ramp is missing",
+                 wrong=("the factor is the product of the two", "hint:"))
+
+
+def test_a_crashing_schedule_shows_its_error_where_it_was_raised_and_no_hint():
+    found = failures(ab.assignments.check_warmup_cosine, _name_error)
+    assert found and all(why.startswith("raised NameError") and "in _name_error" in why and "hint" not in why
+                         for why in found), found
+
+
 def _masked_ce(logits, labels, pad_id, *, by_all=False, no_mask=False):
     per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
     mask = (labels != pad_id).to(per_token.dtype)
@@ -288,6 +323,20 @@ def test_a_merge_that_leaves_states_out_is_told_so(stop):
 
 def test_the_right_merge_passes():
     assert ab.assignments.check_merge_softmax(_merge, verbose=False)
+
+
+def test_a_merge_of_the_first_and_last_state_is_not_told_it_used_one_state():
+    """Issue 36: on the "first block is empty" case, merging states[0] and states[-1] gives the last state's
+    answer alone, and the checker said "only one state is used"; the learner had merged two."""
+    def first_and_last(states):
+        return _merge(states[:1] + states[1:][-1:])  # one state: that state alone
+
+    found = failures(ab.assignments.check_merge_softmax, first_and_last)
+    assert found, "the wrong solution passed every case"
+    for why in found:
+        assert "merge every state of the list" in why, why
+        assert "only one state is used" not in why, why
+    assert any("between the first and the last" in why for why in found), found
 
 
 # Round 2 (issue 36 item 7, issue 37): the grader's visible feedback, ch05's dtype and scaling, ch04's empty and

@@ -18,20 +18,31 @@ def _ramp(t, warmup):
 
 
 # Common mistakes: (cause in words that hold no value of a case, the factor a schedule with that mistake gives).
+RAMP_ONLY = ("during the warm-up the factor is the ramp alone (the ramp replaces the cosine term): multiply the "
+             "ramp min(1, t / warmup) by the cosine term at every step")
+NO_RAMP = ("the warm-up ramp is missing (the factor is the cosine term alone): multiply the cosine term by "
+           "min(1, t / warmup), which is 0 at step 0")
+EITHER_TERM = ("one of the two terms is missing (the ramp replaces the cosine term, or the ramp is missing): "
+               "the factor is min(1, t / warmup) times the cosine term at every step")
 MISTAKES = [
     ("the ramp runs one step ahead: the warm-up term is t / warmup, 0 at step 0, not (t + 1) / warmup",
      lambda s, w, n: min(1.0, (min(s, n) + 1) / w) * _cosine(min(s, n), n)),
-    ("during the warm-up the ramp replaces the cosine term: the factor is the product of the two at every step",
-     lambda s, w, n: min(s, n) / w if s < w else _cosine(min(s, n), n)),
+    (RAMP_ONLY, lambda s, w, n: min(s, n) / w if s < w else _cosine(min(s, n), n)),
+    (NO_RAMP, lambda s, w, n: _cosine(min(s, n), n)),
     ("the step is not clipped to max_steps: past the end the cosine climbs back up; use t = min(step, max_steps)",
      lambda s, w, n: _ramp(s, w) * _cosine(s, n)),
     (("the cosine starts after the warm-up, (t - warmup) / (max_steps - warmup): in this schedule it runs over "
      "the whole run, cos(pi t / max_steps) from step 0"),
      lambda s, w, n: _ramp(min(s, n), w) * _cosine(max(min(s, n) - w, 0), n - w)),
 ]
+NOT_FLOAT = ("the factor must be a Python float, as the task asks (LambdaLR multiplies the base rate by it): "
+             "compute it with math.cos and math.pi, or return float(...) of your result")
 
 
-def _number(expected: float, args: tuple = ()):
+def _number(expected: float, args: tuple = (), hint: str = ""):
+    """A check of one factor: a float close to ``expected``; a wrong value names the mistake it
+    matches (or both, where the ramp alone and the cosine alone give the same value), else ``hint``.
+    The hint lives here, not on the case, so a function that raises shows its error alone."""
     inner = compare(float(expected), atol=1e-6, rtol=1e-6)
     mistaken = []
     for cause, wrong in MISTAKES if args else []:
@@ -43,14 +54,21 @@ def _number(expected: float, args: tuple = ()):
             mistaken.append((cause, value))
 
     def check(got):
-        if hasattr(got, "item") and getattr(got, "ndim", 0) == 0:  # a 0-d tensor or NumPy scalar
-            got = got.item()
+        if hasattr(got, "item") and not isinstance(got, float):  # a tensor or a NumPy array
+            return Diagnosis(f"expected a Python float, got {type(got).__module__}.{type(got).__name__} {got!r}"
+                             f" — {NOT_FLOAT}", NOT_FLOAT)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             return f"expected a number, got {type(got).__name__}"
         why = inner(float(got))
-        cause = next((cause for cause, value in mistaken
-                      if math.isclose(float(got), value, rel_tol=1e-6, abs_tol=1e-6)), None) if why else None
-        return Diagnosis(f"{why} — {cause}", cause) if cause else why
+        if not why:
+            return None
+        causes = [cause for cause, value in mistaken
+                  if math.isclose(float(got), value, rel_tol=1e-6, abs_tol=1e-6)]
+        if {RAMP_ONLY, NO_RAMP} <= set(causes):
+            causes = [EITHER_TERM]
+        if causes:
+            return Diagnosis(f"{why} — {causes[0]}", causes[0])
+        return f"{why} — hint: {hint}" if hint else why
 
     return check
 
@@ -102,5 +120,5 @@ def check_warmup_cosine(fn, verbose: bool = True):
     total = draw(g, 3, 12)
     rows.append(("the warm-up is the whole run", (draw(g, 1, total - 1), total, total),
                  "both terms apply together at every step"))
-    cases = [Case(name, args, _number(reference(*args), args), hint=hint) for name, args, hint in rows]
+    cases = [Case(name, args, _number(reference(*args), args, hint)) for name, args, hint in rows]
     return run_checks("warmup_cosine", fn, cases, verbose=verbose)
