@@ -23,16 +23,27 @@ def _out_of(states) -> torch.Tensor:
     return acc / torch.where(l > 0, l, torch.ones_like(l))[:, None]
 
 
-# Common mistakes in the loop over the states: (cause, the states such a loop merges, by their positions).
+# Common mistakes in the loop over the states: (cause, the positions of the states such a loop merges).
 SUBSETS = [
     ("the loop leaves the last state out: merge every state of the list, the last one too",
-     lambda n: slice(0, n - 1)),
+     lambda n: range(0, n - 1)),
     (("the loop stops after the first two states and leaves the others out: merge every state of the list, "
-     "one after the other"), lambda n: slice(0, 2)),
+     "one after the other"), lambda n: range(0, 2)),
     (("the loop leaves the first state out: start from states[0] and merge every state of the list, "
-     "states[1:], into it"), lambda n: slice(1, n)),
-    ("only one state is used: merge every state of the list", lambda n: slice(n - 1, n)),
+     "states[1:], into it"), lambda n: range(1, n)),
+    ("only the first and the last state are merged: merge every state of the list, those between them too",
+     lambda n: [0, n - 1]),
+    ("only one state is used: merge every state of the list", lambda n: [n - 1]),
 ]
+
+
+def _left_out_cause(missing: tuple[int, ...], n: int) -> str:
+    """The cause for a result that several of the loops above give alike: it names the states left out."""
+    which = "the first state" if missing == (0,) else (
+        "the last state" if missing == (n - 1,) else ("the states between the first and the last"
+                                                        if missing == tuple(range(1, n - 1)) else
+                                                        "some of the states"))
+    return f"the result leaves {which} out (blocks with no key add nothing): merge every state of the list"
 
 
 def _expect(states, scores, values):
@@ -42,13 +53,16 @@ def _expect(states, scores, values):
     weights = torch.softmax(scores.masked_fill(empty[..., None], 0.0), dim=-1).masked_fill(empty[..., None], 0.0)
     want_out = weights @ values
     shapes = (tuple(want_out.shape), tuple(lse.shape))
-    partial = []  # (cause, out) for each subset of the states that gives another answer than all of them
+    n = len(states)
+    holds_keys = [bool((state[1] > 0).any()) for state in states]  # an empty block adds nothing to a merge
+    partial = []  # (cause, out, non-empty states left out) for each subset that gives another answer than all
     for cause, part in SUBSETS:
-        chosen = states[part(len(states))]
-        if 0 < len(chosen) < len(states):
-            out = _out_of(chosen)
+        chosen = sorted(set(part(n)))
+        if 0 < len(chosen) < n:
+            out = _out_of([states[i] for i in chosen])
             if not torch.allclose(out[~torch.isneginf(lse)], want_out[~torch.isneginf(lse)], atol=1e-6, rtol=1e-5):
-                partial.append((cause, out))
+                missing = tuple(i for i in range(n) if i not in chosen and holds_keys[i])
+                partial.append((cause, out, missing))
 
     def check(got):
         if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -73,9 +87,12 @@ def _expect(states, scores, values):
         if not torch.allclose(out[seen], want_out[seen], atol=1e-6, rtol=1e-5):
             worst = (out[seen] - want_out[seen]).abs().max().item()
             why = f"out is not the attention output over all the blocks (largest difference {worst:.3g})"
-            cause = next((cause for cause, other in partial
-                          if torch.allclose(out[seen], other[seen], atol=1e-6, rtol=1e-5)), None)
-            if cause:
+            alike = [(cause, missing) for cause, other, missing in partial
+                     if torch.allclose(out[seen], other[seen], atol=1e-6, rtol=1e-5)]
+            if alike:
+                # Several loops give this result when a block is empty (merging the first and the last state
+                # of [empty, a, b] gives b alone): name the states left out, not one loop's guess.
+                cause = alike[0][0] if len({c for c, _ in alike}) == 1 else _left_out_cause(alike[0][1], n)
                 return Diagnosis(f"{why} — {cause}", cause)
             return f"{why}; did you rescale both l and acc of every state to the new maximum, then divide acc by l?"
         if not torch.allclose(got_lse[seen], lse[seen], atol=1e-6, rtol=1e-6):
