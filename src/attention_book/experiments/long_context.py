@@ -447,7 +447,8 @@ def length_attention_figure(models: dict[str, LengthModel], seq_len: int = 96, t
         if k % cols == 0:
             ax.set_ylabel("query position")
     cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8)
-    cbar.set_label("largest weight over the heads", fontsize=8)
+    cbar.set_label("largest weight over the heads", fontsize=11)
+    cbar.ax.tick_params(labelsize=10)
     return fig
 
 
@@ -657,7 +658,10 @@ def window_figure(window: int, model: LengthModel, lengths: Sequence[int] = (32,
     left.grid(False)
     left.set_xlabel("key position")
     left.set_ylabel("query position")
-    left.set_title(f"window {window}: each query sees ≤ {window} keys", fontsize=10)
+    longest = max(lengths)
+    share = min(window, longest) * (2 * longest - min(window, longest) + 1) / 2 / longest ** 2
+    left.set_title(f"window {window}: each query sees ≤ {window} keys\n"
+                   f"(at length {longest}: {share:.0%} of the n² scores)", fontsize=10)
     if full is not None:
         right.plot(list(full), list(full.values()), marker="o", markersize=4, color="0.6", label="no window")
     right.plot(list(accuracy), list(accuracy.values()), marker="o", markersize=4, label=f"window {window}")
@@ -668,8 +672,6 @@ def window_figure(window: int, model: LengthModel, lengths: Sequence[int] = (32,
     right.set_ylim(0, 1.02)
     right.set_xlabel("test sequence length")
     right.set_ylabel("accuracy")
-    longest = max(lengths)
-    share = min(window, longest) * (2 * longest - min(window, longest) + 1) / 2 / longest ** 2
-    right.set_title(f"scores computed at length {longest}: {share:.0%} of n²", fontsize=10)
+    right.set_title(f"accuracy with a window of {window}, and with none", fontsize=10)
     right.legend(fontsize=8, loc="lower left")
     return fig

@@ -351,7 +351,7 @@ def tile_figure(seq_len: int = 256, block_size: int = 32, causal: bool = True, w
                 ax=None):
     """The tiles of a (seq_len × seq_len) self-attention: computed whole, computed with a mask, skipped.
 
-    The exact mask is drawn underneath (visible pairs dark); the grid shows
+    The exact mask is drawn over the tiles (visible pairs shaded dark); the grid shows
     blocks of ``block_size`` queries × ``block_size`` keys. Prints the share of
     the n² scores computed and how much of that a tile-free method would need.
     """
@@ -380,7 +380,8 @@ def tile_figure(seq_len: int = 256, block_size: int = 32, causal: bool = True, w
         kind = int(plan[i, j])
         ax.add_patch(Rectangle((j * block_size - 0.5, i * block_size - 0.5), block_size, block_size,
                                facecolor=colours[kind], edgecolor="0.55", linewidth=0.6, zorder=1))
-    ax.imshow(visible.float().numpy(), cmap=ListedColormap([(0, 0, 0, 0), (0.1, 0.2, 0.45, 0.55)]),
+    visible_colour = (0.1, 0.2, 0.45, 0.55)
+    ax.imshow(visible.float().numpy(), cmap=ListedColormap([(0, 0, 0, 0), visible_colour]),
               interpolation="nearest", zorder=2, extent=(-0.5, seq_len - 0.5, seq_len - 0.5, -0.5))
     ax.set_xlim(-0.5, seq_len - 0.5)
     ax.set_ylim(seq_len - 0.5, -0.5)
@@ -390,10 +391,12 @@ def tile_figure(seq_len: int = 256, block_size: int = 32, causal: bool = True, w
     computed = counts["tiles"] - counts["skipped"]
     what = "window " + str(window) if window is not None else ("causal" if causal else "no mask")
     ax.set_title(f"{what}, blocks of {block_size}: {computed} of {counts['tiles']} tiles computed", fontsize=10)
-    ax.legend(handles=[Patch(facecolor=colours[FULL], edgecolor="0.55", label="computed"),
+    # below the axes, off the tiles; the dark shading is the visible pairs drawn over the tiles
+    ax.legend(handles=[Patch(facecolor=colours[FULL], edgecolor="0.55", label="tile computed"),
                        Patch(facecolor=colours[MASKED], edgecolor="0.55", label="computed, mask inside"),
-                       Patch(facecolor=colours[SKIPPED], edgecolor="0.55", label="skipped")],
-              loc="upper right", fontsize=7, framealpha=0.9)
-    print(f"scores computed: {counts['scores']:,} of {seq_len ** 2:,} ({counts['scores'] / seq_len ** 2:.0%}); "
+                       Patch(facecolor=colours[SKIPPED], edgecolor="0.55", label="tile skipped"),
+                       Patch(facecolor=visible_colour, edgecolor="0.55", label="visible under the mask")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
+    print(f"scores computed: {counts['scores']:,} of {seq_len ** 2:,} ({counts['scores'] / seq_len ** 2:.0%})\n"
           f"visible under the mask: {counts['needed']:,} ({counts['needed'] / seq_len ** 2:.0%})")
     return fig
