@@ -324,3 +324,11 @@ def test_page_decoding_matches_package(trained, exported, tmp_path):
             assert page["said"].startswith(
                 "Where each step looks most, layer 2: " + first
             )
+
+
+def test_fallback_table_keeps_its_columns_apart(trained):
+    """The static page's table (issue 36: "he's calm .il est mouillé ." ran together at 390 px)."""
+    model, data = trained
+    html = ch07_live_view(model, data, ["i'm home .", "we won ."]).fallback_html()
+    first_cells = html.count("<td style='padding:0 1.5em 0 0")
+    assert first_cells == 2 and "<th style='padding:0 1.5em 0 0" in html, html

@@ -314,13 +314,15 @@ class TransformerTranslatorView(LiveView):
             if self.examples
             else []
         )
+        gap = "style='padding:0 1.5em 0 0;text-align:left'"  # columns apart on any theme
         rows = "".join(
-            f"<tr><td>{html.escape(r.source)}</td><td>{html.escape(r.text)}</td></tr>"
+            f"<tr><td {gap}>{html.escape(r.source)}</td><td>{html.escape(r.text)}</td></tr>"
             for r in results
         )
         table = (
-            "<table class='ab-live-table'><thead><tr><th>English</th>"
-            f"<th>the model's French</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"<table class='ab-live-table'><thead><tr><th {gap}>English</th>"
+            "<th style='text-align:left'>the model's French</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
             if rows
             else ""
         )

@@ -570,7 +570,7 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
     ax.set_ylim(0.0, 1.1 * base_lr)  # the same scale for every warm-up length
     ax.set_xlabel("optimisation step")
     ax.set_ylabel("learning rate")
-    ax.set_title(f"warm-up {warmup} steps, cosine decay to step {max_steps}")
+    ax.set_title(f"warm-up {warmup} of {max_steps} steps")  # one line at 390 px
     return fig
 
 
