@@ -191,3 +191,60 @@ def test_chapter9_live_view_from_file_keeps_its_frame(browser, reference):  # no
     assert shown["state"] == "file"
     assert "python -m http.server -d _build/html" in shown["note"]
     assert shown["fallback_shown"] and shown["fallback_images"] >= 1
+
+
+# Everything the view drew, measured against its own box (the page's column): how far the
+# furthest element reaches past its right edge, in px.
+OVERFLOW = """(root) => {
+    const r = document.querySelector(root);
+    const edge = r.getBoundingClientRect().right;
+    let worst = 0;
+    for (const e of r.querySelectorAll('.ab-ch09 *')) {
+        const box = e.getBoundingClientRect();
+        if (box.width) worst = Math.max(worst, box.right - edge);
+    }
+    return worst;
+}"""
+
+
+def test_chapter9_live_view_wraps_and_says_what_it_cuts(site, browser, reference):  # noqa: F811
+    """A fresh learner (issue 36): a 15-word prompt made the view 583 px wide in a 358 px
+    column; a prompt past the context was cut silently; Step said "The prompt changed";
+    an empty prompt left the last "Next word at temperature ..." summary standing."""
+    from test_site import DESKTOP, PHONE
+
+    tok, model, data = reference
+    fifteen = "the time traveller looked at us and smiled , and the moon was rising over"
+    phrase = "the time traveller looked at the machine and "
+    long = (phrase * (data["max_len"] // 8 + 3)).strip()
+    n_long = len(tok.encode(long))
+    assert n_long > data["max_len"]
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        root = live.root
+        for size in (PHONE, DESKTOP):
+            live.page.set_viewport_size(size)
+            for text in (fifteen, long):
+                live.page.fill(f'{root} [name="prompt"]', text)
+                _settle(live, "distribution", {"prompt": text})
+                over = live.page.evaluate(OVERFLOW, root)
+                assert over <= 1, f"{size['width']} px, {text[:30]!r}: {over:.0f} px past the column"
+        message = live.page.inner_text(f"{root} .ab-message")
+        assert "cut" in message and str(data["max_len"]) in message, message
+        struck = live.page.locator(f"{root} .ab-tokens .ab-cut").count()
+        assert struck == n_long - data["max_len"]
+
+        live.page.fill(f'{root} [name="prompt"]', fifteen)
+        _settle(live, "distribution", {"prompt": fifteen})
+        assert live.page.inner_text(f"{root} .ab-message") == ""
+        assert live.page.locator(f"{root} .ab-tokens .ab-cut").count() == 0
+        live.page.click(f'{root} [name="step"]')
+        _wait(live, f"r.querySelector('[name=prompt]').value.length > {len(fifteen)}")
+        after_step = live.page.inner_text(f"{root} .ab-text")
+        assert "prompt changed" not in after_step and "Step added" in after_step, after_step
+
+        assert live.page.text_content(f"{root} .ab-said").startswith("Next word")
+        live.page.fill(f'{root} [name="prompt"]', "  42 — #  ")
+        _wait(live, "r.dataset.distribution === ''")
+        assert live.page.text_content(f"{root} .ab-said") == ""
+        assert live.events == []

@@ -146,7 +146,8 @@ export async function continueIds(ort, session, data, ids, count, temperature, t
 // ---------------------------------------------------------------------------- the view
 
 const STYLE = `
-.ab-ch09 { display: grid; gap: .5rem; margin: .5rem 0; max-width: 42rem; }
+.ab-ch09 { display: grid; grid-template-columns: minmax(0, 1fr); gap: .5rem; margin: .5rem 0; max-width: min(42rem, 100%); }
+.ab-ch09 > * { min-width: 0; }
 .ab-ch09 .ab-row { display: flex; flex-wrap: wrap; gap: .4rem 1rem; align-items: center; }
 .ab-ch09 label { display: inline-flex; gap: .4rem; align-items: center; }
 .ab-ch09 .ab-prompt { flex: 1 1 16rem; min-width: 0; }
@@ -154,8 +155,11 @@ const STYLE = `
 .ab-ch09 select { max-width: 12rem; }
 .ab-ch09 input[type=number] { width: 4.5rem; }
 .ab-ch09 output { min-width: 2.5rem; }
-.ab-ch09 .ab-tokens { overflow-wrap: anywhere; }
-.ab-ch09 .ab-tokens code { margin-right: .3rem; }
+/* the token line wraps within the column at any length (a fresh learner: a 15-word prompt ran to 583 px
+   in a 358 px column) */
+.ab-ch09 .ab-tokens { display: flex; flex-wrap: wrap; gap: .2rem .3rem; align-items: baseline; }
+.ab-ch09 .ab-tokens code { white-space: normal; overflow-wrap: anywhere; min-width: 0; }
+.ab-ch09 .ab-tokens .ab-cut { text-decoration: line-through; opacity: .6; }
 .ab-ch09 .ab-unk { color: #b00; }
 .ab-ch09 .ab-bars { display: grid; grid-template-columns: minmax(3rem, max-content) minmax(0, 1fr) 3.5rem;
   gap: .15rem .5rem; align-items: center; font-size: .9rem; }
@@ -189,7 +193,8 @@ export async function mount(root, ctx) {
     ...data.examples.map((e) => element("option", { value: e }, e)));
   const temperature = element("input", { type: "range", min: "0", max: "2", step: "0.01", value: "1", name: "temperature" });
   const temperatureShown = element("output", {}, "1.00");
-  const topK = element("input", { type: "number", min: "0", max: String(data.tokens.length), step: "1", value: "0", name: "top_k" });
+  const topK = element("input", { type: "number", min: "0", max: String(data.tokens.length), step: "1", value: "0", name: "top_k",
+    title: "0 = all tokens", "aria-description": "0 keeps all tokens" });
   const seed = element("input", { type: "number", min: "0", step: "1", value: String(data.seed), name: "seed" });
   const count = element("input", { type: "number", min: "1", max: "200", step: "1", value: String(data.num_tokens), name: "num_tokens" });
   const generateButton = element("button", { type: "button", name: "generate" }, "Generate");
@@ -206,7 +211,7 @@ export async function mount(root, ctx) {
     element("div", { class: "ab-row" }, element("label", { class: "ab-prompt" }, "prompt", prompt),
       labelled("examples", examples)),
     element("div", { class: "ab-row" }, labelled("temperature", temperature, temperatureShown),
-      labelled("top-k (0 = all)", topK), labelled("seed", seed), labelled("new words", count),
+      labelled("top-k", topK), labelled("seed", seed), labelled("new words", count),
       element("span", {}, generateButton, " ", stepButton)),
     tokensLine, message, caption, bars, text, said);
   // The loader's status line and the build's frames stay in root; the form goes before them.
@@ -225,8 +230,16 @@ export async function mount(root, ctx) {
     return { temperature: t, topK: k, seed: s, count: n };
   }
 
+  // How many of the prompt's first tokens fall outside the model's context (<bos> + prompt, cropped).
+  function cutCount(n) {
+    return Math.max(0, n - data.max_len);
+  }
+
   function showTokens(tokens) {
-    tokensLine.replaceChildren("tokens: ", ...tokens.map((t) => element("code", t === data.tokens[data.unk] ? { class: "ab-unk" } : {}, t)));
+    const cut = cutCount(tokens.length);
+    const kind = (t, i) => [t === data.tokens[data.unk] ? "ab-unk" : "", i < cut ? "ab-cut" : ""].join(" ").trim();
+    tokensLine.replaceChildren(element("span", {}, "tokens:"),
+      ...tokens.map((t, i) => element("code", kind(t, i) ? { class: kind(t, i) } : {}, t)));
   }
 
   function showBars(raw, adjusted, t, k) {
@@ -259,9 +272,14 @@ export async function mount(root, ctx) {
       caption.textContent = "";
       root.dataset.distribution = "";
       text.textContent = "";
+      said.textContent = "";
       return null;
     }
-    message.textContent = "";
+    const cut = cutCount(ids.length);
+    message.textContent = ids.length + 1 > data.max_len
+      ? `The prompt has ${ids.length} tokens, more than the model reads: its context is ${data.max_len} tokens ` +
+        `with <bos>, so ${cut ? `its first ${cut} (struck through) and <bos> are` : "<bos> is"} cut.`
+      : "";
     const started = performance.now();
     const scores = banned(await nextScores(ort, session, context(data, ids)), data.banned);
     const ms = performance.now() - started;
@@ -307,9 +325,12 @@ export async function mount(root, ctx) {
       text.textContent = "The model chose <eos>: the text ends here.";
       return;
     }
-    prompt.value = `${prompt.value.trimEnd()} ${data.tokens[out.ids[0]]}`;
-    stale();
+    const word = data.tokens[out.ids[0]];
+    prompt.value = `${prompt.value.trimEnd()} ${word}`;
+    root.dataset.continuation = "";
     await update();
+    text.textContent = `Step added “${word}” to the prompt (${t === 0 ? "greedy" : `sampled with seed ${s}`}): ` +
+      "press Step for one more word, or Generate to continue from here.";
   }
 
   // One computation at a time, in order; an error shows in the view instead of the console.

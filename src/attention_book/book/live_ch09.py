@@ -178,7 +178,8 @@ class GenerateView(LiveView):
             value=0,
             min=0,
             max=50,
-            description="top-k (0 = all)",
+            description="top-k",
+            tooltip="0 = all tokens",
             continuous_update=False,
         )
         seed = widgets.IntText(value=self.seed, description="seed")
