@@ -579,3 +579,39 @@ def test_a_legend_beside_its_plot_goes_under_or_over_the_phone_copy():
     assert all(ax.get_window_extent(renderer).width > 0.5 * copy.bbox.width for ax in plots)
     assert overlapping(copy) == []
     check_png(phone_png(fig))
+
+
+def restacked_titles(fig):
+    """(title as one line, y label) of each plot of ``fig``'s phone copy, in reading order."""
+    copy = phone_figure(fig)
+    assert copy is not None
+    cells = plot._grid_axes(copy)
+    assert max(c for _, _, c in cells) + 1 == 2  # five columns restacked into two
+    return [(" ".join(ax.get_title().split()), " ".join(ax.get_ylabel().split())) for ax, _, _ in cells]
+
+
+def test_a_restacked_grid_says_each_plots_row_and_column():
+    """Exercise 11.5.1's 2 x 5 maps (issue 38): restacked in two columns, every plot says its
+    example and its head; example 1's maps were labelled "example 0 query", with no "head k"."""
+    maps = np.random.default_rng(0).random((2, 5, 4, 6))
+    fig = ab.heatmaps_figure(maps, xlabel="key", ylabel="query", titles=[f"head {h}" for h in range(5)],
+                             row_titles=["example 0", "example 1"], figsize=(6.8, 3.6))
+    shown = restacked_titles(fig)
+    assert [t for t, _ in shown] == [f"example {e}, head {h}" for e in range(2) for h in range(5)]
+    assert not any("example" in label for _, label in shown)
+    copy = phone_figure(fig)
+    for ax, _, _ in plot._grid_axes(copy):  # the 4 x 6 maps are not drawn as tall strips
+        box = ax.get_window_extent(copy.canvas.get_renderer())
+        assert box.height <= 1.2 * box.width
+    # a grid drawn by hand the same way: a column's title on its top plot, a row's label beside its first
+    fig, axes = plt.subplots(2, 5, figsize=(6.8, 3.6), sharex=True, sharey=True, layout="constrained")
+    for i in range(2):
+        axes[i, 0].set_ylabel(f"example {i}\nquery")
+        for j in range(5):
+            axes[i, j].plot([0, 1], [0, j])
+            if i == 0:
+                axes[i, j].set_title(f"head {j}")
+    shown = restacked_titles(fig)
+    assert [t for t, _ in shown] == [f"example {e}, head {h}" for e in range(2) for h in range(5)]
+    assert not any("example" in label for _, label in shown)
+    plt.close("all")

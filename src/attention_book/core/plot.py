@@ -373,7 +373,7 @@ def _wrap_line(line: str, per_line: int) -> str:
     import textwrap
 
     parts = line.split(", ")
-    if len(parts) > 1 and all(len(part) + 1 <= per_line for part in parts):
+    if len(parts) > 1 and all(len(part) <= per_line for part in parts):  # a comma may stand out
         out = [parts[0]]
         for part in parts[1:]:
             if len(out[-1]) + 2 + len(part) <= per_line:
@@ -386,15 +386,14 @@ def _wrap_line(line: str, per_line: int) -> str:
 
 
 def _wrap_text(text, width_in: float) -> None:
-    """Wrap a Text artist's string onto lines that fit ``width_in`` inches at its font size."""
-    import textwrap
-
+    """Wrap a Text artist's string onto lines that fit ``width_in`` inches at its font size (after
+    its commas where the parts fit: "example 1,\nhead 3", not "example\n1, head 3")."""
     content = text.get_text()
     if not content:
         return
     per_line = max(12, int(width_in * 72 / (0.55 * text.get_fontsize())))
     if len(content) > per_line:
-        text.set_text("\n".join(textwrap.wrap(content, per_line)))
+        text.set_text(_wrap_line(" ".join(content.split()), per_line))
 
 
 def _phone_width_in() -> float:
@@ -471,6 +470,28 @@ def phone_figure(fig):
     return copy
 
 
+def _panel_titles(cells) -> str:
+    """Title every plot of a grid of several rows and columns with its row's and its column's
+    labels, for a copy that restacks it: a column's title (on its top plot) and a row's label (the
+    y label of its first plot) otherwise end up beside other rows' plots (exercise 11.5.1's 2 x 5
+    maps in two columns: example 1's heads under "example 0 query", with no "head k", issue 38).
+    A plot's own title is kept. Returns the y label to show beside the restacked column: the
+    line every row's label ends with (the axis's name, "query"), or "" when they share none."""
+    top = {c: ax.get_title() for ax, r, c in cells if r == 0}
+    side = {r: ax.get_ylabel() for ax, r, c in cells if c == 0}
+    lines = {r: label.split("\n") for r, label in side.items()}
+    common = {ls[-1] for ls in lines.values()}
+    axis = common.pop() if len(common) == 1 and len(lines) > 1 else ""
+    for ax, r, c in cells:
+        full = getattr(ax, "_ab_panel_title", None)
+        if full is None:
+            row = " ".join(lines.get(r, [""])[:-1] if axis else lines.get(r, [""])).strip()
+            own = ax.get_title() or top.get(c, "")
+            full = ", ".join(part for part in (row, own) if part)
+        ax.set_title(full)
+    return axis
+
+
 def _phone_layout(fig, max_cols: int):
     """:func:`phone_figure`'s copy with at most ``max_cols`` columns of plots, laid out as drawn,
     and whether its layout collapsed (then it was not tidied further); (None, False) if ``fig``
@@ -497,15 +518,24 @@ def _phone_layout(fig, max_cols: int):
     panel_w, panel_h = width / cols0, height / rows0
     new_panel_w = PHONE_FIGURE_WIDTH / cols
     row_h = min(max(panel_h * new_panel_w / panel_w, 1.4), 4.0)
+    images = [ax.get_images() for ax, _, _ in cells]
+    if cols < cols0 and all(len(im) == 1 for im in images):  # maps: each keeps its data's shape, not a tall strip
+        shape = images[0][0].get_array().shape
+        map_w = (PHONE_FIGURE_WIDTH - 1.0) / cols - 0.3  # less the colour bar and tick labels
+        row_h = min(max(map_w * shape[0] / shape[1] + 0.6, 1.4), 4.0)  # + title and ticks
     grid = GridSpec(rows, cols, figure=copy)
     first = cells[0][0]
+    restacked = cols < cols0 and rows0 > 1
+    ylabel = _panel_titles(cells) if restacked else first.get_ylabel()
     for k, (ax, _, _) in enumerate(cells):
         r, c = divmod(k, cols)
         ax.set_subplotspec(grid[r, c])
+        if restacked:  # a row's label stays with the row's first plot only: every plot says its own
+            ax.set_ylabel(ylabel if c == 0 else "")
         if c == 0 and ax is not first and first.get_shared_y_axes().joined(ax, first):
             ax.tick_params(labelleft=True)
             if not ax.get_ylabel():
-                ax.set_ylabel(first.get_ylabel())
+                ax.set_ylabel(ylabel)
     xlabel = next((ax.get_xlabel() for ax, _, _ in reversed(cells) if ax.get_xlabel()), "")
     for k, (ax, _, _) in enumerate(cells):  # shared x: tick labels and label under the last row only
         if n > 1 and all(first.get_shared_x_axes().joined(other, first) for other, _, _ in cells):
@@ -1054,6 +1084,7 @@ def heatmaps_figure(
             if row_titles is not None:
                 name = f"{row_titles[i]}, {name}" if name else row_titles[i]
             names.append(_words(name))
+            axes[i, j]._ab_panel_title = name  # its full title when a phone copy restacks the grid
     fig._ab_values = _map_tables(data, names, _words(xlabel) or "keys", _words(ylabel) or "queries",
                                  xticklabels, yticklabels)
     return fig
