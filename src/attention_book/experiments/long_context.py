@@ -554,7 +554,8 @@ def kernel_features_figure(data, sigma: float = 0.5, feature_counts: Sequence[in
     ax.set_ylabel("y")
     ax.set_title(f"Gaussian kernel regression, σ = {sigma}: exact and through features", fontsize=10)
     ax.legend(fontsize=8)
-    print("features | largest gap to the exact estimate")  # one short row each: fits a phone
+    print("largest gap to the exact estimate")
+    print("features | gap")  # one short row each: fits a phone
     for r, g in gaps.items():
         print(f"{r:>8} | {g:.3f}")
     return fig, gaps
