@@ -1153,6 +1153,15 @@ LMS_PREFIX = re.compile(r"^(?P<login>[^_/]+)_(?:LATE_|late_)?(?P<uid>\d+)_(?P<su
 RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>\d+)\)|-(?P<again>\d+))?$")
 
 
+def handed_name(rel: str) -> str:
+    """The name a student gave the file at ``rel`` (a path under SUBMISSIONS): without the student's folder,
+    and without the ``login_uid_sub_`` prefix an LMS's bulk download put before it (the student never saw
+    ``wumei_107_9007_ch03_exercises_final.ipynb``, only ``ch03_exercises_final.ipynb``)."""
+    name = Path(rel).name
+    lms = LMS_PREFIX.match(name) if "/" not in rel else None
+    return lms.group("rest") if lms else name
+
+
 def match_reference(filename: str, references) -> tuple[str, int, str] | None:
     """``(reference name, resubmission number, LMS student key or '')`` for a submitted file's name,
     allowing the renamings LMSs and browsers make: ``ch03_exercises (1).ipynb`` (a second download),
@@ -1430,7 +1439,12 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     nor their causes; the status, the cell that raised, the late days, a failed visible case and how
     many hidden cases there are stay (what one submission's draw revealed would let a student resubmit
     until a lucky draw: its seed derives from the notebook's bytes)."""
-    lines = ["# Feedback", "", "Student:", "", fenced(student["student"]), ""]
+    # the roster's name where there is one (escaped as the folder's key is: both are untrusted text),
+    # with the key that names the folder or the LMS's files
+    name = student.get("name") or student["student"]
+    name = name if name == student["student"] else display_name(name)
+    who = name if name == student["student"] else f"{name} ({student['student']})"
+    lines = ["# Feedback", "", "Student:", "", fenced(who), ""]
     for r in rows:
         # the file's name, in characters Markdown leaves alone (a name an LMS prefixed could hold any)
         handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", Path(r["path"]).name)[:200] if r.get("path") else ""
@@ -1589,9 +1603,11 @@ def score_row(row: dict, course, submitted) -> dict:
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
           seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
           jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None,
-          fallback_user: str | None = None, shared_output: bool = False) -> list[dict]:
+          fallback_user: str | None = None, shared_output: bool = False, lms_notes: bool = True) -> list[dict]:
     """Grade the class; see :func:`main`. Returns the rows of grades.csv. ``submitted`` gives a
-    student folder's submission time (an aware datetime) directly, as Gradescope's metadata does."""
+    student folder's submission time (an aware datetime) directly, as Gradescope's metadata does.
+    ``lms_notes=False`` (the Gradescope run): no advice about the LMS exports (canvas.csv needs a
+    roster), which a Gradescope container has no use for."""
     course = load_course(course_file)
     check_weight_keys(course)
     for note in idle_weights(course, seed):  # never silently: an instructor copied a weight that does nothing
@@ -1608,7 +1624,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         raise GradeError(f"another grade.py run is writing into {out_dir}: wait for it to finish") from None
     try:
         return _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret,
-                             jobs, resume, regrade, submitted, fallback_user)
+                             jobs, resume, regrade, submitted, fallback_user, lms_notes)
     finally:
         lock.close()
 
@@ -1666,7 +1682,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret, jobs, resume,
-                  regrade, submitted=None, fallback_user=None) -> list[dict]:
+                  regrade, submitted=None, fallback_user=None, lms_notes=True) -> list[dict]:
     out_dir = out_csv.parent
     key, key_from = grading_secret(secret, course, out_dir)
     key_id = secret_id(key)
@@ -1750,7 +1766,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 rows.append(dict(student=students[k]["student"], key=k, notebook=ref, assignment=n, passed=0,
                                  total=case_count(n, extras.get(n)), cases=[],
                                  status="misnamed file" if wrong else "not submitted",
-                                 reason=(f"handed in {display_name(wrong)!r}, which is not named {ref}: rename the "
+                                 reason=(f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
+                                         "rename the "
                                          "file and hand it in again") if wrong else "",
                                  sha256="", seed=""))
     def submitted_at(r):
@@ -1802,7 +1819,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for what in sorted(sandbox_note.get("missing", [])):
         print(f"not limited: {what}")
     canvas = "" if partial or course.roster is None else " canvas.csv,"
-    if course.roster is None and not partial:
+    if course.roster is None and not partial and lms_notes:
         print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
         print(NO_ROSTER)
     print(("PARTIAL (interrupted): " if partial else "") +

@@ -709,21 +709,29 @@ def test_other_notebooks_are_not_near_names(tmp_path):
     assert not found and not misnamed and len(ignored) == 4, ignored
 
 
+def _graded_with_roster(tmp_path, handed: list[str], roster_row: str):
+    """Grade ``handed`` (paths under SUBMISSIONS, each an empty "notebook") against ch03's scaffold, with a
+    roster of one ``roster_row`` and masked_softmax's Canvas id; ``(rows, grades.csv's path)``."""
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    subs.mkdir()
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    for rel in handed:
+        (subs / rel).parent.mkdir(parents=True, exist_ok=True)
+        (subs / rel).write_text("{}")
+    (tmp_path / "roster.csv").write_text(f"name,id,sis_user_id,login,section\n{roster_row}\n")
+    (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'canvas_id = "77"\n')
+    out = tmp_path / "out" / "grades.csv"
+    return grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml"), out
+
+
 def test_a_misnamed_student_not_in_the_roster_is_left_out_of_the_lms_files(tmp_path, capsys):
     """The guide: a folder not in the roster is left out of canvas.csv and moodle.csv and listed. A
     misnamed ``hal`` not in the roster was written ``hal,,,hal,,,`` in canvas.csv and not listed; a Canvas
     file renamed by a rostered student (user id 208) is that student's misnamed row, under the roster."""
-    subs, reference = tmp_path / "subs", tmp_path / "ref"
-    (subs / "hal").mkdir(parents=True)
-    reference.mkdir()
-    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
-    (subs / "hal" / "ch03_exercises_final.ipynb").write_text("{}")
-    (subs / "doejane_208_904_ch03 exercises.ipynb").write_text("{}")
-    (tmp_path / "roster.csv").write_text("name,id,sis_user_id,login,section\nJane Doe,208,S208,jdoe,A\n")
-    (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
-                                     'canvas_id = "77"\n')
-    out = tmp_path / "out" / "grades.csv"
-    rows = grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml")
+    rows, out = _graded_with_roster(tmp_path, ["hal/ch03_exercises_final.ipynb",
+                                               "doejane_208_904_ch03 exercises.ipynb"], "Jane Doe,208,S208,jdoe,A")
     assert sorted((r["key"], r["status"]) for r in rows) == [("doejane_208", "misnamed file"),
                                                              ("hal", "misnamed file")], rows
     assert "not in the roster: hal" in capsys.readouterr().out
@@ -731,6 +739,23 @@ def test_a_misnamed_student_not_in_the_roster_is_left_out_of_the_lms_files(tmp_p
         text = (out.parent / export).read_text()
         assert "hal" not in text and text.count("jdoe") == 1, (export, text)
     assert len(list((out.parent / "feedback").iterdir())) == 2  # each told the name to hand it in under
+
+
+def test_feedback_quotes_the_uploaded_name_and_the_rosters_name(tmp_path):
+    """A fresh instructor (issue 37): Canvas's misnamed file was quoted as
+    'wumei_107_9007_ch03_exercises_final.ipynb', a name the student never saw, and the feedback's
+    "Student:" showed the key ``wumei_107`` though the roster has the name and the guide says each file
+    begins with the student's name. Now: the uploaded name, and the roster's name (escaped as the key
+    is: a control character in it is shown, not obeyed) with the key beside it."""
+    rows, out = _graded_with_roster(tmp_path, ["wumei_107_9007_ch03_exercises_final.ipynb"],
+                                    '"Wu\x1bMei",107,S107,wmei,A')
+    (row,) = rows
+    assert row["status"] == "misnamed file" and "'ch03_exercises_final.ipynb'" in row["reason"], row
+    assert "9007" not in row["reason"]
+    (feedback,) = (out.parent / "feedback").iterdir()
+    text = feedback.read_text()
+    assert "Student:\n\n```text\nWu\\x1bMei (wumei_107)\n```" in text, text[:300]
+    assert "\x1b" not in text and "9007" not in text
 
 
 def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):

@@ -187,6 +187,61 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     # course sets no [gradescope] scores), never in the output
     assert all(t["visibility"] == "after_due_date" for t in data["tests"] if "hidden case" in t["name"])
     assert "16 of 20 points" not in data["output"] and "16 of 20 points" in data["tests"][-1]["output"]
+    # no advice about the LMS exports (a roster for canvas.csv) in Gradescope's log (issue 37)
+    assert "canvas.csv" not in run.stdout + run.stderr and "roster" not in run.stdout + run.stderr
+
+
+TRY = "#### Try the bundle before uploading"
+
+
+def _guide_try_lines() -> list[str]:
+    """The shell lines of the guide's "Try the bundle before uploading" (book/instructors.md)."""
+    text = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    assert TRY in text, "the guide lost its subsection on trying the bundle"
+    block = text.split(TRY, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].rstrip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_guide_says_how_to_try_the_bundle_in_gradescopes_layout():
+    """A fresh instructor (issue 37): the guide never said how to try the bundle before uploading it.
+    Its recipe lays out what run() reads (source/, submission/, submission_metadata.json; results/ is
+    made) and names the results.json fields that gradescope_json writes."""
+    lines = _guide_try_lines()
+    joined = "\n".join(lines)
+    for part in ("-d try/source", "try/submission/", "try/submission_metadata.json", "AUTOGRADER_ROOT=",
+                 "scripts/gradescope_bundle.py run", '"created_at"', '"users"'):
+        assert part in joined, part
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+
+    data = grade.gradescope_json({"student": "4242"}, [_drawn([True] * 9)])
+    text = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8").split(TRY, 1)[1].split("\n## ", 1)[0]
+    for key in ("score", "output", "tests", "visibility"):
+        assert key in data or all(key in t for t in data["tests"]), key
+        assert f"`{key}`" in text, key
+    assert {t["visibility"] for t in data["tests"]} <= {"visible", "after_due_date"}
+
+
+@pytest.mark.slow
+def test_the_guides_try_the_bundle_lines_grade_a_notebook(bundle, tmp_path):
+    """The guide's lines, run as written (the bundle's path, the notebook and the Python put in): the
+    bundle grades the notebook, writes try/results/results.json and prints its score."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    if __import__("grade").Sandbox.detect().kind == "none":
+        pytest.skip("the grader's sandbox (bubblewrap) is not available here")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(GOOD)))
+    script = "set -e\n" + "\n".join(_guide_try_lines()).replace(
+        "grades/gradescope_autograder.zip", str(bundle)).replace(
+        "cp ch03_exercises.ipynb", f"cp {tmp_path / 'mine' / 'ch03_exercises.ipynb'}").replace(
+        " python scripts/", f" {sys.executable} scripts/")
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", GRADE_TIMEOUT="300"))
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
+    data = json.loads((tmp_path / "try" / "results" / "results.json").read_text())
+    assert data["score"] == pytest.approx(20.0) and f"score {data['score']}" in run.stdout  # on time, all passed
+    assert {t["visibility"] for t in data["tests"]} == {"visible", "after_due_date"}
+    assert "canvas.csv" not in run.stdout + run.stderr
 
 
 # A notebook that, when nothing isolates it, rewrites the checkers the judge will import (every case then
