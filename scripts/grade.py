@@ -1603,11 +1603,13 @@ def score_row(row: dict, course, submitted) -> dict:
 def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memory_gb: float = 8.0,
           seed: int | None = None, disk_mb: int = 512, course_file: Path | None = None, secret: str | None = None,
           jobs: int = 1, resume: bool = False, regrade: str | None = None, submitted: dict | None = None,
-          fallback_user: str | None = None, shared_output: bool = False, lms_notes: bool = True) -> list[dict]:
+          fallback_user: str | None = None, shared_output: bool = False, lms_notes: bool = True,
+          names: dict[str, str] | None = None) -> list[dict]:
     """Grade the class; see :func:`main`. Returns the rows of grades.csv. ``submitted`` gives a
     student folder's submission time (an aware datetime) directly, as Gradescope's metadata does.
     ``lms_notes=False`` (the Gradescope run): no advice about the LMS exports (canvas.csv needs a
-    roster), which a Gradescope container has no use for."""
+    roster), which a Gradescope container has no use for. ``names`` gives a student folder's name
+    where the roster gives none (Gradescope's metadata: the student's name beside the user id)."""
     course = load_course(course_file)
     check_weight_keys(course)
     for note in idle_weights(course, seed):  # never silently: an instructor copied a weight that does nothing
@@ -1624,7 +1626,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         raise GradeError(f"another grade.py run is writing into {out_dir}: wait for it to finish") from None
     try:
         return _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret,
-                             jobs, resume, regrade, submitted, fallback_user, lms_notes)
+                             jobs, resume, regrade, submitted, fallback_user, lms_notes, names)
     finally:
         lock.close()
 
@@ -1682,7 +1684,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, disk_mb, course, secret, jobs, resume,
-                  regrade, submitted=None, fallback_user=None, lms_notes=True) -> list[dict]:
+                  regrade, submitted=None, fallback_user=None, lms_notes=True, names=None) -> list[dict]:
     out_dir = out_csv.parent
     key, key_from = grading_secret(secret, course, out_dir)
     key_id = secret_id(key)
@@ -1699,7 +1701,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for k in keys:
         info = (roster or {}).get(by_roster.get(k, unicodedata.normalize("NFC", k)))
         students[k] = {"key": k, "student": display_name(k), "name": (info.name if info and info.name else
-                                                                    display_name(k)),
+                                                                    (names or {}).get(k) or display_name(k)),
                        "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
                        "login": info.login if info and info.login else display_name(k),
                        "section": info.section if info else "", "email": info.email if info else ""}

@@ -220,7 +220,8 @@ def run(root: Path) -> dict:
             grader.grade(work / "subs", work / "out" / "grades.csv", timeout, source / "notebooks",
                          course_file=course, secret=settings["secret"],
                          submitted={student: when} if (when := _submitted_at(meta)) else None,
-                         fallback_user=user, lms_notes=False)  # no canvas.csv advice in Gradescope's log
+                         fallback_user=user, lms_notes=False,  # no canvas.csv advice in Gradescope's log
+                         names={student: str(users[0].get("name") or "")})
             data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
     except (Exception, SystemExit) as err:  # noqa: BLE001  the grader's own failure: said in a results.json
         data = {"score": 0.0, "visibility": "visible", "tests": [], "extra_data": {"status": "grader error"},

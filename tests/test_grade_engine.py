@@ -709,7 +709,7 @@ def test_other_notebooks_are_not_near_names(tmp_path):
     assert not found and not misnamed and len(ignored) == 4, ignored
 
 
-def _graded_with_roster(tmp_path, handed: list[str], roster_row: str):
+def _graded_with_roster(tmp_path, handed: list[str], roster_row: str, **options):
     """Grade ``handed`` (paths under SUBMISSIONS, each an empty "notebook") against ch03's scaffold, with a
     roster of one ``roster_row`` and masked_softmax's Canvas id; ``(rows, grades.csv's path)``."""
     subs, reference = tmp_path / "subs", tmp_path / "ref"
@@ -723,7 +723,7 @@ def _graded_with_roster(tmp_path, handed: list[str], roster_row: str):
     (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
                                      'canvas_id = "77"\n')
     out = tmp_path / "out" / "grades.csv"
-    return grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml"), out
+    return grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml", **options), out
 
 
 def test_a_misnamed_student_not_in_the_roster_is_left_out_of_the_lms_files(tmp_path, capsys):
@@ -756,6 +756,17 @@ def test_feedback_quotes_the_uploaded_name_and_the_rosters_name(tmp_path):
     text = feedback.read_text()
     assert "Student:\n\n```text\nWu\\x1bMei (wumei_107)\n```" in text, text[:300]
     assert "\x1b" not in text and "9007" not in text
+
+
+def test_a_name_given_where_the_roster_has_none_heads_the_feedback(tmp_path):
+    """Gradescope's run gives the student's name from submission_metadata.json (``names``): the
+    feedback shows it beside the key, escaped; the roster's name, where there is one, comes first."""
+    _, out = _graded_with_roster(tmp_path, ["hal/ch03_exercises_final.ipynb",
+                                            "doejane_208_904_ch03 exercises.ipynb"], "Jane Doe,208,S208,jdoe,A",
+                                 names={"hal": "Hal\u202eRoe", "doejane_208": "not Jane"})
+    texts = [p.read_text() for p in (out.parent / "feedback").iterdir()]
+    assert sum("```text\nHal\\u202eRoe (hal)\n```" in t for t in texts) == 1, texts
+    assert sum("```text\nJane Doe (doejane_208)\n```" in t for t in texts) == 1, texts
 
 
 def test_two_students_with_one_canvas_name_key_are_two_students(tmp_path):

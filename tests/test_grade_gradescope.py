@@ -168,7 +168,8 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     (root / "submission" / "ch03_exercises (3).ipynb").symlink_to(root / "source" / "notebooks" /
                                                                    "ch03_exercises.ipynb")  # a link: ignored
     # handed in two days late (the example course: due 2027-04-30 23:59 Berlin, 10 % a day)
-    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "email": "a@b.c"}],
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "email": "a@b.c",
+                                                                          "name": "Ada\u202eLovelace"}],
                                                                "created_at": "2027-05-02T12:00:00.5+02:00"}))
     run = subprocess.run([sys.executable, str(root / "source" / "scripts" / "gradescope_bundle.py"), "run"],
                          capture_output=True, text=True, cwd=root / "source",
@@ -187,6 +188,8 @@ def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_pa
     # course sets no [gradescope] scores), never in the output
     assert all(t["visibility"] == "after_due_date" for t in data["tests"] if "hidden case" in t["name"])
     assert "16 of 20 points" not in data["output"] and "16 of 20 points" in data["tests"][-1]["output"]
+    # the feedback names the student as Gradescope does, escaped as a key is (issue 37)
+    assert "Ada\\u202eLovelace (4242)" in data["output"] and "\u202e" not in data["output"]
     # no advice about the LMS exports (a roster for canvas.csv) in Gradescope's log (issue 37)
     assert "canvas.csv" not in run.stdout + run.stderr and "roster" not in run.stdout + run.stderr
 
@@ -235,7 +238,7 @@ def test_the_guides_try_the_bundle_lines_grade_a_notebook(bundle, tmp_path):
         "grades/gradescope_autograder.zip", str(bundle)).replace(
         "cp ch03_exercises.ipynb", f"cp {tmp_path / 'mine' / 'ch03_exercises.ipynb'}").replace(
         " python scripts/", f" {sys.executable} scripts/")
-    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path,
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=tmp_path, check=False,
                          env=dict(os.environ, OMP_NUM_THREADS="1", GRADE_TIMEOUT="300"))
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     data = json.loads((tmp_path / "try" / "results" / "results.json").read_text())
