@@ -806,13 +806,17 @@ NEXT_STEP = {
 }
 
 
+# Statuses decided from the handed-in file alone, before anything of it runs: the same whatever hidden
+# cases a submission draws, so a sealed Gradescope result may show them at once (see feedback_markdown).
+DECIDED_BEFORE_RUNNING = frozenset({"unreadable", "misnamed file", "not submitted", "refused"})
+
+
 def next_step(row: dict, sealed: bool = False) -> str:
     """The line that tells a student what to do after this row's outcome; '' for full marks. ``sealed``
-    (feedback_markdown's): a graded row's step says nothing of how its hidden cases went."""
-    if sealed and row["status"] == "graded":
-        return FROM_THE_TOP + (" and fix the cell named above, so that your notebook runs to its end" if
-                               row.get("cell_error") else ", then make every case your checker cell shows pass: "
-                               "the hidden cases call your function on other inputs of the same kind")
+    (feedback_markdown's): a row whose notebook ran gets one step that says nothing of how the run went."""
+    if sealed and row["status"] not in DECIDED_BEFORE_RUNNING:
+        return (FROM_THE_TOP + ", check that it runs to its end, then make every case your checker cell shows "
+                "pass: the hidden cases call your function on other inputs of the same kind")
     if row["status"] == "graded" and row.get("passed") == row.get("total") and not row.get("cell_error"):
         return ""
     if row["status"] == "graded" and row.get("passed") == row.get("total"):  # full marks, a cell that raised
@@ -1434,11 +1438,14 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     visible case whole: input, expected, got; a hidden case by number and description only). Every
     text the student's code or name could influence is in a fenced code block.
 
-    ``sealed`` (a key of SHOWN; Gradescope, before the hidden cases' results show): nothing that
-    depends on how the hidden cases went, neither the points, nor how many cases passed or failed,
-    nor their causes; the status, the cell that raised, the late days, a failed visible case and how
-    many hidden cases there are stay (what one submission's draw revealed would let a student resubmit
-    until a lucky draw: its seed derives from the notebook's bytes)."""
+    ``sealed`` (a key of SHOWN; Gradescope, before the hidden cases' results show): nothing that can
+    depend on the hidden cases a submission drew. Its seed derives from the notebook's bytes, so what
+    one draw revealed would let a student resubmit until a lucky draw; and a notebook's code can see
+    its draw (its function receives the inputs), so whatever running it gave can: the points, how many
+    cases passed and why, and also its status, a cell that raised, a kernel that died or a timeout (a
+    fresh attacker resubmitted a function that killed its kernel on the cases it failed until the
+    visible "ran" test passed, then held 20/20 for a wrong answer). What stays: a status decided from
+    the file alone (DECIDED_BEFORE_RUNNING), the late days and how many hidden cases there are."""
     # the roster's name where there is one (escaped as the folder's key is: both are untrusted text),
     # with the key that names the folder or the LMS's files
     name = student.get("name") or student["student"]
@@ -1452,11 +1459,19 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             f"{handed} (graded as {r['notebook']}): {r['assignment']}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
         hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
+        if sealed and r["status"] not in DECIDED_BEFORE_RUNNING:  # what the run gave waits, all of it
+            lines += [f"## {title}", "", f"**Status and points: shown {SHOWN[sealed]}**", "",
+                      f"Your notebook was received and run. How the run went (its status, any cell that raised) "
+                      f"and which of its {hidden_cases} hidden case(s) passed are shown {SHOWN[sealed]}: what a "
+                      "run does can depend on the hidden cases it drew.", ""]
+            if r.get("late_days"):
+                lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points "
+                          "taken.", ""]
+            lines += ["**What to do:** " + next_step(r, sealed=True)[:1].upper() + next_step(r, sealed=True)[1:]
+                      + ".", ""]
+            continue
         if sealed:
             lines += [f"## {title}", "", f"**Points: shown {SHOWN[sealed]}** — status: {r['status']}", ""]
-            if hidden_cases:
-                lines += [f"The grader checked your function on {hidden_cases} hidden case(s). Which passed, and "
-                          f"your points, are shown {SHOWN[sealed]}.", ""]
         else:
             lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
                       + (f"; {r['passed']} of {r['total']} cases passed"
@@ -1510,8 +1525,9 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
     scores``: "visible" shows every case's test, the points and the feedback with its counts at once
     (a student who resubmits meets newly drawn cases and sees how each draw went); "after_due_date"
     or "after_published" (Gradescope's own visibility names) holds back every hidden case's test and
-    the feedback with the points until then, and shows at once, per assignment, a test that says
-    whether the notebook ran, with the sealed feedback (feedback_markdown's ``sealed``) as the output.
+    the feedback with the points until then, and shows at once, per assignment, a test that says only
+    that the notebook was received and run (or, for a status decided from the file alone, why it was
+    not), with the sealed feedback (feedback_markdown's ``sealed``) as the output.
     Gradescope's specification: while a test is hidden the student does not see the total score. A
     row's ``points`` None (not graded) counts 0 there."""
     data = lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in rows],
@@ -1519,16 +1535,18 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
     if scores == "visible":
         return data
     ran = []
-    for r in rows:
-        fine = r["status"] in ("graded", "not implemented") and not r.get("cell_error")
+    for r in rows:  # at once: only what does not depend on the draw (feedback_markdown's ``sealed``)
         hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
-        words = STATUS_WORDS.get(r["status"], r["status"])
-        ran.append({"name": f"{r['assignment']}: your notebook ran" + ("" if fine else " (see the feedback)"),
-                    "status": "passed" if fine else "failed", "visibility": "visible",
-                    "output": f"Status: {words}." + (" One of your cells raised an error: the feedback above "
-                                                      "names it." if r.get("cell_error") else "")
-                    + (f" {hidden_cases} hidden case(s): which passed, and your points, are shown "
-                       f"{SHOWN[scores]}." if hidden_cases else "")})
+        if r["status"] in DECIDED_BEFORE_RUNNING:
+            ran.append({"name": f"{r['assignment']}: your notebook was not run (see the feedback)",
+                        "status": "failed", "visibility": "visible",
+                        "output": f"Status: {STATUS_WORDS.get(r['status'], r['status'])}."})
+            continue
+        ran.append({"name": f"{r['assignment']}: your notebook was received and run", "status": "passed",
+                    "visibility": "visible",
+                    "output": f"How the run went, which of its {hidden_cases} hidden case(s) passed and your "
+                              f"points are shown {SHOWN[scores]}. Before you hand in, run your notebook from the "
+                              "top: its checker cell tests the same function on cases of its own."})
     for t in data["tests"]:
         if t["visibility"] != "visible":  # a hidden case's test (its score counts): shown with the points
             t["visibility"] = scores

@@ -113,11 +113,12 @@ def test_before_the_due_date_no_hidden_result_and_no_score_shows():
     shown = _shown(lucky)
     for leak in ("points —", "of 20", "12", "6 of 9", "cases passed", "failed", "off by one", "wrong on"):
         assert leak not in shown["output"], leak
-    # what stays: the notebook ran, the cell that raised, the late days, how many hidden cases there are
-    assert "raised NameError" in shown["output"] and "1 day(s) late" in shown["output"]
+    # what stays: the notebook was received and run, the late days, how many hidden cases there are;
+    # not the cell that raised (a cell can see the draw: it could raise on the draws it fails)
+    assert "raised NameError" not in shown["output"] and "1 day(s) late" in shown["output"]
     assert "9 hidden case(s)" in shown["output"] and "after the due date" in shown["output"]
     [ran] = shown["tests"]
-    assert ran["name"].startswith("masked_softmax: your notebook ran") and ran["status"] == "failed"
+    assert ran["name"] == "masked_softmax: your notebook was received and run" and ran["status"] == "passed"
     assert "score" not in ran and "max_score" not in ran and "9 hidden case(s)" in ran["output"]
     later = [t for t in lucky["tests"] if t.get("visibility") != "visible"]
     assert {t["visibility"] for t in later} == {"after_due_date"} and len(later) == 10
@@ -127,6 +128,31 @@ def test_before_the_due_date_no_hidden_result_and_no_score_shows():
     published = grade.gradescope_json(student, [_drawn([True] * 6 + [False] * 3)], "after_published")
     assert {t["visibility"] for t in published["tests"] if t["visibility"] != "visible"} == {"after_published"}
     assert "publishes the grades" in published["output"] and "after the due date" not in published["output"]
+
+
+def test_before_the_due_date_how_the_run_went_does_not_show():
+    """A fresh attacker (issue 37, after the points were held back): the visible test said whether the
+    notebook ran, so a function that killed its kernel on the hidden cases it failed (it receives their
+    inputs) made a one-bit oracle: resubmit until the run "passed", then hold 20/20 for a wrong answer.
+    Whatever running the notebook gave now shows only after the due date; a status decided from the file
+    alone (misnamed, unreadable) still shows at once."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+
+    student = {"student": "4242"}
+    full = dict(_drawn([True] * 9), cell_error="")
+    outcomes = [full, dict(full, status="kernel died", passed=0, points=0.0, reason="killed by signal 9"),
+                dict(full, status="timeout", passed=0, points=0.0, reason="ran past 300 s"),
+                dict(full, status="no results", passed=0, points=0.0), _drawn([True] * 2 + [False] * 7),
+                dict(full, status="not defined", passed=0, points=0.0)]
+    shown = [_shown(grade.gradescope_json(student, [row], "after_due_date")) for row in outcomes]
+    assert all(s == shown[0] for s in shown[1:]), [s["tests"] for s in shown]
+    for word in ("died", "signal", "timeout", "300 s", "raised NameError", "is not defined", "no results"):
+        assert word not in shown[0]["output"] and word not in shown[0]["tests"][0]["output"], word
+    misnamed = dict(full, status="misnamed file", passed=0, points=None, cases=[],
+                    reason="handed in 'ch03_exercises_final.ipynb'")
+    told = _shown(grade.gradescope_json(student, [misnamed], "after_due_date"))["tests"][0]
+    assert told["status"] == "failed" and "another name" in told["output"]
 
 
 def test_scores_visible_shows_every_result_at_once(tmp_path):
