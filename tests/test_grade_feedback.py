@@ -157,7 +157,10 @@ def test_a_students_cell_that_raised_is_named_and_the_score_stands(graded):
     feedback = _feedback(base, "out", "boom")
     assert line in feedback and feedback.count("raised RuntimeError") == 1, feedback
     results = json.loads((base / "out" / "gradescope" / grade.slug("boom") / "results.json").read_text())
-    assert line in results["output"] and results["score"] == 10.0
+    # Gradescope, before the due date (the default): a cell that raised is an outcome of the run, which
+    # can depend on the draw, so it waits in the held-back feedback test (test_grade_gradescope.py)
+    held = [t for t in results["tests"] if t.get("visibility") == "after_due_date"]
+    assert line not in results["output"] and line in held[-1]["output"] and results["score"] == 10.0
 
 
 @pytest.mark.slow

@@ -163,8 +163,8 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     ax.set_xticklabels(labels, rotation=45, ha="right")
     ax.set_ylabel("probability of the next token")
     ax.set_title(f"next token after “{prompt}”", fontsize=10)
-    # above the axes, never over the bars (a phone shrinks the figure to 390 px)
-    fig.legend(loc="outside upper center", ncols=2, frameon=False, fontsize=9)
+    # above the axes, never over the bars; one column, so the phone copy (core/plot.py) fits 358 px
+    fig.legend(loc="outside upper center", ncols=1, frameon=False, fontsize=9)
     wrapped = _wrap(f"{prompt} ▸ {text}", 95)
     fig.text(0.01, -0.02, f"sample (seed {seed}):\n{wrapped}", ha="left", va="top", fontsize=9, family="monospace")
     fig.generated_text = text
