@@ -390,8 +390,7 @@ def _pure(node: ast.AST) -> bool:
     """Does top-level statement ``node`` only glue, or bind plain names (no ``d[k] = ...``, no
     ``x.append(...)``: a change to an object a later cell could read)?"""
     if isinstance(node, ast.Expr):
-        return isinstance(node.value, ast.Constant) or isinstance(node.value, ast.Call) and \
-            isinstance(node.value.func, ast.Attribute) and node.value.func.attr in GLUE_CALLS
+        return isinstance(node.value, ast.Constant) or _is_glue(node)
     if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return all(map(_names_only, getattr(node, "targets", None) or [node.target]))
     if isinstance(node, (ast.For, ast.If)):
@@ -426,7 +425,7 @@ def drop_bookkeeping(cells: list[dict]) -> list[dict]:
         # a later cell that does not parse (a cell magic) is read by its words
         later |= set(re.findall(r"\w+", " ".join(source(c) for c, t in zip(cells[i + 1:], trees[i + 1:])
                                                  if t is None and c.get("cell_type") == "code")))
-        if all(map(_pure, rest)) and not set().union(set(), *map(_bound_here, rest)) & later:
+        if all(map(_pure, rest)) and not set().union(*map(_bound_here, rest)) & later:
             continue
         cell["source"] = "\n".join(line for n, line in enumerate(lines, start=1) if n not in cut).strip("\n")
         kept.append(cell)

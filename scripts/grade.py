@@ -1467,8 +1467,8 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             if r.get("late_days"):
                 lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points "
                           "taken.", ""]
-            lines += ["**What to do:** " + next_step(r, sealed=True)[:1].upper() + next_step(r, sealed=True)[1:]
-                      + ".", ""]
+            step = next_step(r, sealed=True)
+            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
             continue
         if sealed:
             lines += [f"## {title}", "", f"**Points: shown {SHOWN[sealed]}** — status: {r['status']}", ""]

@@ -293,12 +293,17 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
         except NotImplementedError:
             not_implemented = True
             why = NOT_DONE
-        except Exception as err:  # the learner's code raised: say where
+        except Exception as err:  # the learner's code raised: say where, and only that
             frame = traceback.extract_tb(err.__traceback__)[-1]
             why = f"raised {type(err).__name__}: {err} (line {frame.lineno} in {frame.name})"
-        # a check that names the mistake itself (a Diagnosis' cause) needs no general hint beside it
+            raised = True
+        else:
+            raised = False
+        # a check that names the mistake itself (a Diagnosis' cause) needs no general hint beside it, and
+        # an error needs none either: a case's hint is about a wrong value, not about the code raising
         named = bool(getattr(why, "cause", ""))
-        hint = f" — hint: {case.hint}" if case.hint and why not in (None, NOT_DONE) and not named else ""
+        hint = (f" — hint: {case.hint}" if case.hint and why not in (None, NOT_DONE) and not named and not raised
+                else "")
         results.append((case.name, why is None, "" if why is None else why + hint))
     report = Report(assignment, results, not_implemented)
     if verbose:

@@ -39,10 +39,9 @@ NOT_FLOAT = ("the factor must be a Python float, as the task asks (LambdaLR mult
              "compute it with math.cos and math.pi, or return float(...) of your result")
 
 
-def _number(expected: float, args: tuple = (), hint: str = ""):
+def _number(expected: float, args: tuple = ()):
     """A check of one factor: a float close to ``expected``; a wrong value names the mistake it
-    matches (or both, where the ramp alone and the cosine alone give the same value), else ``hint``.
-    The hint lives here, not on the case, so a function that raises shows its error alone."""
+    matches (or both, where the ramp alone and the cosine alone give the same value)."""
     inner = compare(float(expected), atol=1e-6, rtol=1e-6)
     mistaken = []
     for cause, wrong in MISTAKES if args else []:
@@ -66,9 +65,7 @@ def _number(expected: float, args: tuple = (), hint: str = ""):
                   if math.isclose(float(got), value, rel_tol=1e-6, abs_tol=1e-6)]
         if {RAMP_ONLY, NO_RAMP} <= set(causes):
             causes = [EITHER_TERM]
-        if causes:
-            return Diagnosis(f"{why} — {causes[0]}", causes[0])
-        return f"{why} — hint: {hint}" if hint else why
+        return Diagnosis(f"{why} — {causes[0]}", causes[0]) if causes else why
 
     return check
 
@@ -120,5 +117,5 @@ def check_warmup_cosine(fn, verbose: bool = True):
     total = draw(g, 3, 12)
     rows.append(("the warm-up is the whole run", (draw(g, 1, total - 1), total, total),
                  "both terms apply together at every step"))
-    cases = [Case(name, args, _number(reference(*args), args, hint)) for name, args, hint in rows]
+    cases = [Case(name, args, _number(reference(*args), args), hint=hint) for name, args, hint in rows]
     return run_checks("warmup_cosine", fn, cases, verbose=verbose)
