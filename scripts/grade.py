@@ -1204,6 +1204,8 @@ class Submission:
     rel: str
     lms_id: str = ""  # the LMS user id of an LMS-named file (Canvas's bulk download)
     order: int = 0  # the LMS submission id: a later one is a later submission
+    # the student's other files for this notebook, not graded: ``[(relative path, why)]`` (find_submissions)
+    others: list = field(default_factory=list)
 
 
 # what students and their tools add to a file's name: a copy number, "final", a version, "copy", "Copy of"
@@ -1220,6 +1222,12 @@ def _loose(name: str) -> str:
     return re.sub(r"[\W_]+", "", stem).casefold()
 
 
+def near_reference(name: str, references) -> str | None:
+    """The reference notebook that a file's name (without an LMS prefix) matches only loosely
+    (:func:`_loose`: ``ch03_exercises_final.ipynb`` for ``ch03_exercises.ipynb``), or None."""
+    return next((ref for ref in references if _loose(ref) == _loose(name)), None)
+
+
 def find_submissions(submissions: Path, references, misnamed: dict | None = None) -> tuple[list[Submission], list]:
     """``([Submission], [(path, why ignored)])``: ``SUBMISSIONS/<student>/<notebook>`` or, at the top
     level, files named by an LMS's bulk download (``login_123_456_<notebook>``); a notebook's common
@@ -1228,6 +1236,7 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     student's folder whose name matches a reference only loosely (:func:`_loose`) is not graded; it is
     put in ``misnamed`` as ``{(student, reference): relative path}``, so the student's row says so."""
     found: dict[tuple[str, str], list[tuple[int, Submission]]] = {}
+    near: dict[tuple[str, str], list[tuple[str, int]]] = {}  # every loosely named file: (rel, LMS id)
     ignored = []
     for path in sorted(submissions.rglob("*")):
         rel = path.relative_to(submissions)
@@ -1249,31 +1258,26 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             ignored.append((rel, "not a regular file"))
             continue
         match = match_reference(rel.parts[-1], references)
+        lms = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb")) if len(rel.parts) == 1 else None
         if len(rel.parts) == 1:
-            lms = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb"))
-            loose = next((ref for ref in references if _loose(ref) == _loose(lms.group("rest"))), None) \
-                if lms and match is None else None
+            loose = near_reference(lms.group("rest"), references) if lms and match is None else None
             if loose is not None:  # an LMS name, a notebook renamed: as in a student's folder
-                ignored.append((rel, f"misnamed: not graded; it looks like {loose}, the name to hand it in under"))
-                if misnamed is not None:
-                    misnamed.setdefault((f"{lms.group('login')}_{lms.group('uid')}", loose), str(rel))
+                near.setdefault((f"{lms.group('login')}_{lms.group('uid')}", loose), []).append(
+                    (str(rel), int(lms.group("sub"))))
                 continue
             if match is None or not match[2]:
                 ignored.append((rel, "at the top level without an LMS name (login_123_456_<notebook>); put it in "
                                      "SUBMISSIONS/<student>/"))
                 continue
             key = match[2]
-            lms = LMS_PREFIX.match(rel.parts[-1][: -len(".ipynb")])
             lms_id, order = (lms.group("uid"), int(lms.group("sub"))) if lms else ("", 0)
         elif len(rel.parts) == 2:
             if submissions.joinpath(rel.parts[0]).is_symlink():
                 ignored.append((rel, "the student's folder is a symbolic link"))
                 continue
-            loose = next((ref for ref in references if _loose(ref) == _loose(rel.parts[-1])), None)
-            if match is None and loose is not None:
-                ignored.append((rel, f"misnamed: not graded; it looks like {loose}, the name to hand it in under"))
-                if misnamed is not None:
-                    misnamed.setdefault((rel.parts[0], loose), str(rel))
+            loose = near_reference(rel.parts[-1], references) if match is None else None
+            if loose is not None:
+                near.setdefault((rel.parts[0], loose), []).append((str(rel), 0))
                 continue
             if match is None:
                 ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
@@ -1290,10 +1294,41 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
         # an LMS submission id decides first (Canvas: the highest is the latest, whatever the file's "-N"), then
         # the resubmission number of the file's name
         versions.sort(key=lambda v: (v[1].order, v[0], v[1].rel))
-        graded.append(versions[-1][1])
+        chosen = versions[-1][1]
+        graded.append(chosen)
         for _, older in versions[:-1]:
-            ignored.append((Path(older.rel), f"an earlier version: {display_name(str(versions[-1][1].rel))} is graded instead"))
+            ignored.append((Path(older.rel), f"an earlier version: {display_name(str(chosen.rel))} is graded instead"))
+            chosen.others.append((older.rel, "an earlier version" + (" (a lower LMS submission ID)" if older.order
+                                                                     else " (a lower resubmission number)")))
+    chosen_of = {(s.key, s.reference): s for s in graded}
+    for (key, ref), files in sorted(near.items()):
+        chosen = chosen_of.get((key, ref))
+        for rel, order in files:
+            if chosen is None:  # only loosely named files: the student's row says "misnamed file"
+                ignored.append((Path(rel), f"misnamed: not graded; it looks like {ref}, the name to hand it in under"))
+                if misnamed is not None:
+                    misnamed.setdefault((key, ref), rel)
+                continue
+            # beside a file of the right name, whatever it holds and whenever it came: never graded (the rule
+            # cannot be gamed and a regrade picks the same file), never silently (Submission.others)
+            later = "; handed in after the graded file (a higher LMS submission ID)" if order > chosen.order > 0 \
+                else ""
+            ignored.append((Path(rel), f"misnamed: not graded, since {display_name(str(chosen.rel))} has the "
+                                       f"assignment's name ({ref}){later}; said in the student's feedback and row"))
+            chosen.others.append((rel, f"its name is not {ref}{later}"))
     return graded, sorted(ignored, key=lambda x: str(x[0]))
+
+
+def several_files(sub: Submission) -> dict:
+    """What a row says of a student who handed in other files for its notebook beside the graded one
+    (``sub.others``): ``files``, the graded file's name and each other's with why it was not graded, as
+    the student named them (:func:`handed_name`, escaped), for the feedback; ``note``, the same on one
+    line, for grades.csv and the console."""
+    name = lambda rel: display_name(handed_name(str(rel)))  # noqa: E731
+    files = [name(sub.rel), [[name(rel), why] for rel, why in sub.others]]
+    note = (f"several files for {sub.reference}: graded {files[0]!r}; not graded: "
+            + ", ".join(f"{n!r} ({why})" for n, why in files[1]))
+    return {"files": files, "note": note}
 
 
 def roster_keys(lms_ids: dict[str, str], roster) -> dict[str, str]:
@@ -1467,6 +1502,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             if r.get("late_days"):
                 lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points "
                           "taken.", ""]
+            lines += other_files(r)
             step = next_step(r, sealed=True)
             lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
             continue
@@ -1479,6 +1515,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
             lines += [words[:1].upper() + words[1:] + ".", ""]
+        lines += other_files(r)
         if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
         if r.get("late_days"):
@@ -1520,6 +1557,22 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     return "\n".join(lines)
 
 
+def other_files(row: dict) -> list[str]:
+    """The feedback's lines on the other files a student handed in for a row's notebook (several_files):
+    which one was graded and why the others were not, in the names the student gave them (fenced: a
+    file's name is the student's text); [] when there were none."""
+    if not row.get("files"):
+        return []
+    graded, others = row["files"]
+    notebook = row["notebook"]
+    return ["**You handed in more than one file for this notebook; one was graded:**", "",
+            fenced("\n".join([f"graded:     {graded}"] + [f"not graded: {n} ({why})" for n, why in others])),
+            "", f"Only the file named {notebook} is graded (of several versions under that name, the latest: "
+            f"{notebook.removesuffix('.ipynb')} (2).ipynb after {notebook.removesuffix('.ipynb')} (1).ipynb), "
+            "whatever the other files hold and whenever they came. If a file that was not graded is the one you "
+            f"meant, hand it in again named {notebook}, alone.", ""]
+
+
 def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date") -> dict:
     """One submission's Gradescope ``results.json``. ``scores`` is the course file's ``[gradescope]
     scores``: "visible" shows every case's test, the points and the feedback with its counts at once
@@ -1558,7 +1611,7 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
-          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason"]
+          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -1709,7 +1762,6 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     references = reference_assignments(reference)
     misnamed: dict[tuple[str, str], str] = {}
     found, ignored = find_submissions(submissions, references, misnamed)
-    misnamed = {k: v for k, v in misnamed.items() if k[0] not in {s.key for s in found if s.reference == k[1]}}
     roster = course.roster
     lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
@@ -1790,6 +1842,11 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                          "rename the "
                                          "file and hand it in again") if wrong else "",
                                  sha256="", seed=""))
+    several = {(s.key, s.reference): s for s in found if s.others}
+    for r in rows:  # from this run's files, also for a row kept from an earlier run (--resume, --regrade)
+        if (r["key"], r["notebook"]) in several:
+            r.update(several_files(several[(r["key"], r["notebook"])]))
+
     def submitted_at(r):
         if submitted and r["key"] in submitted:
             return submitted[r["key"]]
@@ -1814,6 +1871,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                   submissions)
     for rel, why in ignored:
         print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
+    for r in rows:
+        if r.get("note"):
+            print(f"several files: {clean(r['student'], 120)} {r['assignment']}: {clean(r['note'], 400)}")
     for k, why in sorted(refused.items()):
         print(f"REFUSED: {clean(display_name(k), 160)}: {why} (not graded; in grades.csv and gradebook.csv as "
               "'refused', left out of canvas.csv and moodle.csv)")
@@ -1975,7 +2035,9 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
             r = by.get((s["key"], a))
             cells += ["" if r is None or r["points"] is None else r["points"],
                       "not graded yet" if r is None else r["status"]
-                      + ("; no submission time, late policy not applied" if r.get("no_time") else "")]
+                      + ("; no submission time, late policy not applied" if r.get("no_time") else "")
+                      + (f"; {len(r['files'][1])} other file(s) handed in, not graded (see the feedback)"
+                         if r.get("files") else "")]
         book_rows.append(cells)
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:

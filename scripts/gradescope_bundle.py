@@ -213,8 +213,17 @@ def run(root: Path) -> dict:
                     + " or ".join(sorted(references)) + f" (found: {[p.name for p in handed] or 'no notebook'}).",
                     "visibility": "visible", "tests": []}
         else:
-            for ref, (_, p) in matched.items():
-                shutil.copyfile(p, folder / ref, follow_symlinks=False)
+            # every file that is (or looks like) an assignment's notebook, under the name the student gave it:
+            # grade.py picks the one to grade as make grade does, and the feedback names the others (a newer
+            # ch03_exercises_final.ipynb beside ch03_exercises.ipynb is not graded, and never silently)
+            chosen = {p for _, p in matched.values()}
+            kept: dict[str, Path] = {}
+            for p in sorted(handed, key=lambda p: p not in chosen):  # of one name in two folders: the chosen
+                if p.name not in kept and (grader.match_reference(p.name, references)
+                                           or grader.near_reference(p.name, references)):
+                    kept[p.name] = p
+            for name, p in kept.items():
+                shutil.copyfile(p, folder / name, follow_symlinks=False)
             course = source / settings["course"] if settings.get("course") else None
             timeout = int(os.environ.get("GRADE_TIMEOUT", str(grader.TIMEOUT)))  # 300 s unless set
             grader.grade(work / "subs", work / "out" / "grades.csv", timeout, source / "notebooks",

@@ -709,6 +709,102 @@ def test_other_notebooks_are_not_near_names(tmp_path):
     assert not found and not misnamed and len(ignored) == 4, ignored
 
 
+class FakeGrader:
+    """Grader's place in a test that needs no notebook to run: every notebook "graded", 1 of 1 case,
+    without a sandbox, a judge or a package copy (seconds saved: which file is graded, and what the
+    student is told about the others, is decided before anything runs)."""
+
+    def __init__(self, reference, *args):
+        self.sandbox = type("Box", (), {"kind": "fake", "missing": []})()
+        self.missing: set[str] = set()
+        self.references = grade.reference_assignments(reference)
+        self.paths: list[Path] = []
+
+    def grade_notebook(self, who, path, reference, seeds):
+        FakeGrader.graded.append(Path(path).name)
+        return [dict(student=who, notebook=reference, assignment=n, passed=1, total=1, status="graded",
+                     reason="", cases=[], seed=seeds[n]) for n in self.references[reference]]
+
+    def close(self):
+        pass
+
+
+def fake_grading(monkeypatch) -> list[str]:
+    """Grade with FakeGrader; returns the list of the files' names it is handed, in order."""
+    FakeGrader.graded = []
+    monkeypatch.setattr(grade, "Grader", FakeGrader)
+    monkeypatch.setattr(grade, "_announce", lambda grader: None)
+    return FakeGrader.graded
+
+
+@pytest.mark.parametrize("handed, graded, other, why", [
+    # a folder per student: the newer file under a near name, and a copy number / Canvas's resubmission
+    (["jim/ch03_exercises.ipynb", "jim/ch03_exercises_final.ipynb"], "ch03_exercises.ipynb",
+     "ch03_exercises_final.ipynb", "its name is not ch03_exercises.ipynb"),
+    (["jim/ch03_exercises.ipynb", "jim/ch03_exercises (1).ipynb"], "ch03_exercises (1).ipynb",
+     "ch03_exercises.ipynb", "an earlier version (a lower resubmission number)"),
+    (["jim/ch03_exercises-1.ipynb", "jim/Copy of ch03_exercises.ipynb"], "ch03_exercises-1.ipynb",
+     "Copy of ch03_exercises.ipynb", "its name is not ch03_exercises.ipynb"),
+    # Canvas's flat bulk download (login_uid_sub_name): quoted as the student named the file
+    (["jim_209_905_ch03_exercises.ipynb", "jim_209_906_ch03_exercises_final.ipynb"], "ch03_exercises.ipynb",
+     "ch03_exercises_final.ipynb",
+     "its name is not ch03_exercises.ipynb; handed in after the graded file (a higher LMS submission ID)"),
+    (["jim_209_905_ch03_exercises.ipynb", "jim_209_906_ch03_exercises-1.ipynb"], "ch03_exercises-1.ipynb",
+     "ch03_exercises.ipynb", "an earlier version (a lower LMS submission ID)"),
+])
+def test_a_students_other_files_for_a_notebook_are_never_lost_silently(tmp_path, monkeypatch, handed, graded,
+                                                                        other, why):
+    """A fresh attacker (issue 37, 7/10): ``ch03_exercises.ipynb`` and, later, ``ch03_exercises_final.ipynb``
+    beside it: the old file was graded and the newer one only listed in ignored.csv, nothing in the
+    student's feedback or gradebook row. The rule: the file with the assignment's name is graded (of
+    several versions of it, the latest), whatever the others hold and whenever they came (no file times:
+    a zip or a download resets them); the row's note, its gradebook status and the feedback name the
+    file graded and every other, with why it was not graded."""
+    ran = fake_grading(monkeypatch)
+    subs = tmp_path / "subs"
+    for rel in handed:
+        (subs / rel).parent.mkdir(parents=True, exist_ok=True)
+        (subs / rel).write_text("{}")
+    os.utime(subs / handed[0], (4e9, 4e9))  # the other file is the newer by its time: no matter
+    reference = tmp_path / "ref"
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    out = tmp_path / "out" / "grades.csv"
+    (row,) = grade.grade(subs, out, 10, reference, secret="s" * 40)
+    assert row["status"] == "graded" and len(ran) == 1 and ran[0].endswith(graded), (row, ran)
+    assert row["note"] == f"several files for ch03_exercises.ipynb: graded {graded!r}; not graded: {other!r} " \
+                          f"({why})", row["note"]
+    with out.open(newline="", encoding="utf-8") as f:
+        assert [r["note"] for r in csv.DictReader(f)] == [row["note"]]
+    book = (out.parent / "gradebook.csv").read_text()
+    assert "graded; 1 other file(s) handed in, not graded (see the feedback)" in book, book
+    (feedback,) = (out.parent / "feedback").iterdir()
+    text = feedback.read_text()
+    assert f"```text\ngraded:     {graded}\nnot graded: {other} ({why})\n```" in text, text
+    assert "hand it in again named ch03_exercises.ipynb, alone" in text
+    ignored = (out.parent / "ignored.csv").read_text()
+    assert other in ignored and ("said in the student's feedback" in ignored or "earlier version" in ignored)
+    # Gradescope's results.json, held back until the due date: the files are decided before any run
+    results = json.loads(next((out.parent / "gradescope").rglob("results.json")).read_text())
+    assert f"not graded: {other} ({why})" in results["output"], results["output"]
+
+
+def test_the_other_files_names_are_escaped(tmp_path, monkeypatch):
+    """A file's name is the student's text: a control character in it is shown escaped, in a fenced
+    block, never obeyed."""
+    fake_grading(monkeypatch)
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    (subs / "jim").mkdir(parents=True)
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    for name in ("ch03_exercises.ipynb", "ch03_exercises\x1b_final.ipynb"):
+        (subs / "jim" / name).write_text("{}")
+    (row,) = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40)
+    text = next((tmp_path / "out" / "feedback").iterdir()).read_text()
+    assert "\x1b" not in text and "\x1b" not in row["note"], text
+    assert "not graded: ch03_exercises\\x1b_final.ipynb (its name" in text, text
+
+
 def _graded_with_roster(tmp_path, handed: list[str], roster_row: str, **options):
     """Grade ``handed`` (paths under SUBMISSIONS, each an empty "notebook") against ch03's scaffold, with a
     roster of one ``roster_row`` and masked_softmax's Canvas id; ``(rows, grades.csv's path)``."""

@@ -181,6 +181,41 @@ def test_scores_visible_shows_every_result_at_once(tmp_path):
     assert bad.returncode != 0 and "[gradescope]" in bad.stderr and not (tmp_path / "a.zip").exists()
 
 
+@pytest.mark.parametrize("handed, graded, other", [
+    (["ch03_exercises.ipynb", "ch03_exercises_final.ipynb"], "ch03_exercises.ipynb", "ch03_exercises_final.ipynb"),
+    (["ch03_exercises.ipynb", "ch03_exercises (1).ipynb"], "ch03_exercises (1).ipynb", "ch03_exercises.ipynb"),
+    (["ch03_exercises-1.ipynb", "work/Ch03 Exercises.ipynb"], "ch03_exercises-1.ipynb", "Ch03 Exercises.ipynb"),
+])
+def test_gradescope_says_which_of_several_files_was_graded(tmp_path, monkeypatch, handed, graded, other):
+    """A fresh attacker (issue 37, 7/10): in /autograder/submission, ``ch03_exercises.ipynb`` and a newer
+    ``ch03_exercises_final.ipynb``: only the first was copied to the grader, so the student never heard of
+    the second. Every file that looks like the assignment's notebook now reaches the grader under the name
+    the student gave it; the one with the assignment's name is graded, as make grade does, and the
+    feedback shown at once (the files are decided before anything runs) names the others."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gradescope_bundle
+    import grade
+    from test_grade_engine import fake_grading
+
+    ran = fake_grading(monkeypatch)
+    monkeypatch.setattr(grade.Sandbox, "detect", staticmethod(lambda *a, **k: type("Box", (), {
+        "kind": "bubblewrap", "missing": []})()))
+    root = tmp_path / "autograder"
+    (root / "source" / "notebooks").mkdir(parents=True)
+    shutil.copyfile(ROOT / "notebooks" / "ch03_exercises.ipynb", root / "source" / "notebooks" /
+                    "ch03_exercises.ipynb")
+    (root / "source" / "gradescope.json").write_text(json.dumps({"secret": "s" * 64, "course": None}))
+    for rel in handed:
+        (root / "submission" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / "submission" / rel).write_text("{}")
+    (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "name": "Ada"}]}))
+    data = gradescope_bundle.run(root)
+    assert ran == [graded], (ran, data["output"])
+    shown = _shown(data)["output"]
+    assert f"graded:     {graded}\nnot graded: {other} (" in shown, shown
+    assert "hand it in again named ch03_exercises.ipynb, alone" in shown
+
+
 @pytest.mark.slow
 def test_run_autograder_grades_a_submission_in_gradescopes_layout(bundle, tmp_path):
     sys.path.insert(0, str(ROOT / "scripts"))
