@@ -72,6 +72,22 @@ def test_ablating_a_head_equals_zeroing_its_output_columns():
         assert not mha.W_o._forward_pre_hooks
 
 
+def test_pruning_curve_reuses_the_drops_it_is_given():
+    # the exercises' page measures the drops once and hands them on (issue 36)
+    ot = ab.experiments.offset_task
+    torch.manual_seed(0)
+    model = ot.OffsetTaskModel(num_heads=4).eval()
+    X, Y = ot.make_offset_task(64, seed=1)
+    drops = ot.head_importance(model, model.attention, X, Y)
+    assert ot.pruning_curve(model, model.attention, X, Y, importance=drops) == ot.pruning_curve(
+        model, model.attention, X, Y)
+    # a given order is followed, whatever the model would measure
+    order, _ = ot.pruning_curve(model, model.attention, X, Y, importance=torch.tensor([3.0, 2.0, 1.0, 0.0]))
+    assert order == [3, 2, 1, 0]
+    with pytest.raises(ValueError, match=r"one number per head, shape \(4,\); got shape \(3,\)"):
+        ot.pruning_curve(model, model.attention, X, Y, importance=torch.zeros(3))
+
+
 def test_collect_attention_returns_one_four_d_tensor_per_call():
     class Two(nn.Module):
         def __init__(self):

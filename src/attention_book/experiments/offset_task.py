@@ -257,15 +257,20 @@ def head_importance(model: nn.Module, attention: MultiHeadAttention, X: torch.Te
 
 @torch.no_grad()
 def pruning_curve(model: nn.Module, attention: MultiHeadAttention, X: torch.Tensor,
-                  Y: torch.Tensor) -> tuple[list[int], list[float]]:
+                  Y: torch.Tensor, importance: torch.Tensor | None = None) -> tuple[list[int], list[float]]:
     """Remove heads one by one, least important first; accuracy after each removal.
 
-    Importance is measured once, by :func:`head_importance`. Returns
-    ``(order, accuracies)``: ``order`` lists the heads in the order removed and
-    ``accuracies[k]`` is the accuracy with the first ``k`` of them removed
-    (``accuracies[0]`` is the full model, the last entry has no head left).
+    Importance is measured once, by :func:`head_importance`, unless the caller
+    passes the drops it already measured on ``(X, Y)`` (``importance``, one per
+    head). Returns ``(order, accuracies)``: ``order`` lists the heads in the order
+    removed and ``accuracies[k]`` is the accuracy with the first ``k`` of them
+    removed (``accuracies[0]`` is the full model, the last entry has no head left).
     """
-    importance = head_importance(model, attention, X, Y)
+    if importance is None:
+        importance = head_importance(model, attention, X, Y)
+    elif tuple(importance.shape) != (attention.num_heads,):
+        raise ValueError(f"importance must hold one number per head, shape ({attention.num_heads},); "
+                         f"got shape {tuple(importance.shape)}")
     order = [int(h) for h in torch.argsort(importance, stable=True)]
     accuracies = [accuracy(model, [(X, Y)])]
     for k in range(1, len(order) + 1):
