@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -443,14 +444,63 @@ def test_a_map_table_uses_the_figures_tick_labels():
     m = torch.zeros(1, 1, 60, 5)
     m[0, 0, :, 4] = 1.0
     table = values_html(ab.heatmaps_figure(m, "keys", "queries"))
+    table = re.sub(r' (?:role|data-label)="[^"]*"', "", table)  # the structure alone
     assert '<th scope="col">0</th>' in table and '<th scope="col">4</th>' in table
     assert '<th scope="col">5</th>' not in table
     assert '<th scope="row">0</th>' in table and '<th scope="row">59</th>' in table
     assert '<th scope="row">60</th>' not in table
     named = values_html(ab.heatmaps_figure(torch.rand(1, 1, 2, 3), "keys", "queries",
                                            xticklabels=["a", "b", "c"], yticklabels=["1", "2"]))
+    named = re.sub(r' (?:role|data-label)="[^"]*"', "", named)
     assert '<th scope="row">1</th>' in named and '<th scope="row">2</th>' in named
     assert '<th scope="col">a</th>' in named
+
+
+def test_every_value_cell_carries_its_columns_name_for_a_phone():
+    """Issues 36, 38: a values table wider than a phone's column (12 keys, or the top keys'
+    pairs) scrolled sideways at 390 px. Each cell now carries its column's name (data-label,
+    shown before it by book.css once the row is restacked), each row header the rows' name,
+    and every part its explicit ARIA role; a table that fits a phone stays a table there."""
+    from html.parser import HTMLParser
+
+    from attention_book.core.plot import values_html
+
+    class Cells(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tables, self.cols, self.cells, self.roles = [], [], [], []
+            self.open = None
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            self.roles.append((tag, attrs.get("role")))
+            if tag == "table":
+                self.tables.append(attrs["class"])
+            if tag in ("th", "td"):
+                self.open = (tag, attrs)
+
+        def handle_data(self, data):
+            if self.open and self.open[0] == "th" and self.open[1]["scope"] == "col":
+                self.cols.append(data)
+            elif self.open:
+                self.cells.append((self.open[0], self.open[1].get("data-label"), data))
+            self.open = None
+
+    wide = values_html(ab.heatmaps_figure(torch.rand(1, 1, 12, 12), "keys", "queries"))
+    top = values_html(ab.heatmaps_figure(torch.rand(1, 1, 40, 30), "keys", "queries"))
+    narrow = values_html(ab.curves_figure({"train": [1.0, 0.5], "val": [1.2, 0.7]}))
+    for html, stacked, labels in ((wide, True, [f"keys {k}" for k in range(12)]),
+                                  (top, True, [f"top {r}: {w}" for r in (1, 2, 3) for w in ("keys", "value")]),
+                                  (narrow, False, ["train", "val"])):
+        parsed = Cells()
+        parsed.feed(html)
+        assert parsed.tables == ["ab-values-table ab-values-stack" if stacked else "ab-values-table"]
+        roles = {"table": "table", "thead": "rowgroup", "tbody": "rowgroup", "tr": "row", "td": "cell"}
+        assert all(role == roles[tag] for tag, role in parsed.roles if tag in roles), parsed.roles
+        assert {role for tag, role in parsed.roles if tag == "th"} == {"columnheader", "rowheader"}
+        values = [label for tag, label, _ in parsed.cells if tag == "td"]
+        assert values and values == labels * (len(values) // len(labels)), values[:14]
+        assert {label for tag, label, _ in parsed.cells if tag == "th"} == {parsed.cols[0]}
 
 
 def test_a_figure_with_a_plot_spanning_its_width_gets_a_phone_copy():

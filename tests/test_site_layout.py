@@ -683,6 +683,101 @@ def test_printed_tables_keep_their_columns_on_a_phone(browser, site, docname):  
                      + "\n  ".join(f"overflow-wrap {o['wrap']}: {o['text']!r}" for o in cut))
 
 
+JS_VALUES_TABLES = """() => {
+  // Opens every values fold (core/plot.py's values_html), measures each table against the fold's
+  // width, and checks that each value cell shows its column's name: its column header above it
+  // (a table), or the name as its visible label (book.css's ::before, a restacked row). The folds
+  // are closed again, so the page is left as it was loaded.
+  const folds = Array.from(document.querySelectorAll('details.ab-values'));
+  const closed = folds.filter(d => !d.open);
+  closed.forEach(d => { d.open = true; });
+  const found = folds.flatMap(d => Array.from(d.querySelectorAll('table')).map(t => {
+    const heads = Array.from(t.querySelectorAll('thead th'));
+    const cells = Array.from(t.querySelectorAll('tbody td'))
+      .filter(td => td.textContent.trim() && td.getClientRects().length);
+    const unlabelled = cells.filter(td => {
+      const head = heads[td.cellIndex], name = head ? head.textContent.trim() : '';
+      // the label shown: the column's name, or a map's "keys 3" for its column "3"
+      const label = (getComputedStyle(td, '::before').content.match(/^"(.*): "/) || [])[1];
+      const h = head ? head.getBoundingClientRect() : null, c = td.getBoundingClientRect();
+      const above = h && h.width > 1 && h.bottom <= c.top + 1 && h.left < c.right && h.right > c.left;
+      return !(name && (label === name || (label || '').endsWith(' ' + name) || above));
+    }).map(td => td.textContent.trim());
+    return {caption: t.caption ? t.caption.textContent.slice(0, 70) : '', column: d.clientWidth,
+            width: Math.max(t.scrollWidth, t.getBoundingClientRect().width),
+            right: t.getBoundingClientRect().right - d.getBoundingClientRect().right,
+            cells: cells.length, unlabelled: unlabelled.slice(0, 5),
+            rowLayout: getComputedStyle(t.querySelector('tbody tr')).display};
+  }));
+  closed.forEach(d => { d.open = false; });
+  return found;
+}"""
+
+
+def _wide_values(tables: list[dict]) -> list[str]:
+    """The values tables wider than their fold's column, or with value cells that do not show
+    their column's name (JS_VALUES_TABLES's records)."""
+    return [f"{t['caption']!r}: {t['width']:.0f} px in a {t['column']} px column"
+            + (f", cells without their column's name: {t['unlabelled']}" if t["unlabelled"] else "")
+            for t in tables if t["width"] > t["column"] + 1 or t["right"] > 1 or t["unlabelled"]]
+
+
+def test_values_tables_restack_on_a_phone_and_stay_tables(tmp_path):
+    """Issues 36, 38: on a phone the figure's values as a table (12 keys a row, or the top keys'
+    pairs) was wider than the column and scrolled sideways, so a row could not be read at once.
+    In Chromium at 390 px no values table is now wider than its column, every value cell shows
+    its column's name, and the accessibility tree still holds a table of rows, cells and
+    headers; at 1280 px the tables are laid out as tables, as before."""
+    import torch
+
+    import attention_book as ab
+    from attention_book.core.plot import values_html
+
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    folds = [values_html(ab.heatmaps_figure(torch.rand(1, 1, 12, 12), "keys", "queries")),
+             values_html(ab.heatmaps_figure(torch.rand(1, 1, 40, 30), "keys", "queries")),
+             values_html(ab.curves_figure({"train": [1.0, 0.5, 0.25], "val": [1.2, 0.7]}))]
+    outputs = "".join(f'<div class="cell_output"><div class="output text_html">{f}</div></div>' for f in folds)
+    css = (ROOT / "book" / "_static" / "book.css").read_text(encoding="utf-8")
+    page_file = tmp_path / "values.html"
+    page_file.write_text('<!doctype html><html lang="en"><head><meta name="viewport" '
+                         f'content="width=device-width"><style>{css}</style></head><body>'
+                         f'<main id="main-content" style="padding: 0 16px">{outputs}</main></body></html>',
+                         encoding="utf-8")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            tab = browser.new_page(viewport=PHONE)
+            tab.goto(page_file.as_uri(), wait_until="load")
+            tables = tab.evaluate(JS_VALUES_TABLES)
+            assert len(tables) == 3 and all(t["cells"] for t in tables), tables
+            assert not _wide_values(tables), _wide_values(tables)
+            assert [t["rowLayout"] for t in tables] == ["grid", "grid", "table-row"]  # the narrow one fits
+            tab.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+            nodes = tab.context.new_cdp_session(tab).send("Accessibility.getFullAXTree")["nodes"]
+            roles = [n.get("role", {}).get("value") for n in nodes if not n.get("ignored")]
+            assert roles.count("table") == 3 and roles.count("cell") == 12 * 12 + 12 * 6 + 3 * 2
+            assert roles.count("columnheader") == 13 + 7 + 3 and roles.count("rowheader") == 12 + 12 + 3
+            desk = browser.new_page(viewport=DESKTOP)
+            desk.goto(page_file.as_uri(), wait_until="load")
+            tables = desk.evaluate(JS_VALUES_TABLES)
+            assert not _wide_values(tables) and {t["rowLayout"] for t in tables} == {"table-row"}
+        finally:
+            browser.close()
+
+
+@pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
+def test_values_tables_fit_a_phones_column(browser, site, docname):  # noqa: F811
+    """At 390 px no figure's values table is wider than its column, and each value cell shows
+    its column's name (issues 36, 38; test_values_tables_restack_on_a_phone_and_stay_tables)."""
+    wide = _wide_values(_measured(browser, site, docname, PHONE, "values tables"))
+    assert not wide, f"{docname} at {PHONE['width']} px: values tables that do not fit:\n  " + "\n  ".join(wide)
+
+
 # What each test reads from the one load of a page at each width (see _measured).
 _SCRIPTS = {
     DESKTOP["width"]: {"sideways": JS_SIDEWAYS, "cell images": JS_CELL_IMAGES, "inner scroll": JS_INNER_SCROLL,
@@ -692,7 +787,8 @@ _SCRIPTS = {
                      "mid-token wraps": JS_MID_TOKEN_WRAPS, "page wider (code)": JS_PAGE_WIDER,
                      "code scrolls": JS_PHONE_CODE_SCROLLS, "copied code": JS_COPIED_CODE,
                      "equations": JS_EQUATIONS, "figures": JS_FIGURES, "page wider (figures)": JS_PAGE_WIDER,
-                     "explorer widths": JS_EXPLORER_WIDTHS, "outputs": JS_PHONE_OUTPUTS},
+                     "explorer widths": JS_EXPLORER_WIDTHS, "outputs": JS_PHONE_OUTPUTS,
+                     "values tables": JS_VALUES_TABLES},
 }
 
 

@@ -740,9 +740,13 @@ def _spread(count: int, most: int = VALUES_MAX) -> list[int]:
     return sorted({round(i * (count - 1) / (most - 1)) for i in range(most)})
 
 
-def _table(caption: str, corner: str, rows: Sequence[str], cols: Sequence[str], cells) -> dict:
+def _table(caption: str, corner: str, rows: Sequence[str], cols: Sequence[str], cells,
+           across: str = "") -> dict:
+    """``across``: what the columns count (a map's "keys"), put before a bare column name in the
+    label a cell shows on a phone ("keys 3: 0.25", values_html)."""
     return {"caption": caption, "corner": corner, "rows": [str(r) for r in rows],
-            "cols": [str(c) for c in cols], "cells": [[str(c) for c in row] for row in cells]}
+            "cols": [str(c) for c in cols], "cells": [[str(c) for c in row] for row in cells],
+            "across": across}
 
 
 def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
@@ -762,7 +766,8 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
         shown = "" if len(picked) == n_q else f", {len(picked)} of {n_q} {ylabel} evenly spread"
         if n_k <= VALUES_MAX:
             tables.append(_table(f"{name}: rows {ylabel}, columns {xlabel}{shown}", ylabel,
-                                 [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked]))
+                                 [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked],
+                                 across=xlabel))
             continue
         top = min(_TOP_KEYS, n_k)
         cols = [c for r in range(top) for c in (f"top {r + 1}: {xlabel}", f"top {r + 1}: value")]
@@ -822,9 +827,22 @@ def _series_tables(fig) -> list[dict]:
     return tables
 
 
+def _fits_a_phone(table: dict) -> bool:
+    """Whether ``table`` laid out as a table fits a phone's column (PHONE_COLUMN_PX), reckoned
+    from its longest entry per column at about 8 px a character and 16 px of padding."""
+    columns = [[table["corner"], *table["rows"]]] + [
+        [c, *(row[i] for row in table["cells"])] for i, c in enumerate(table["cols"])]
+    return sum(8 * max(len(text) for text in col) + 16 for col in columns) <= PHONE_COLUMN_PX
+
+
 def values_html(fig) -> str | None:
     """The numbers ``fig`` shows as a folded HTML table (`<details>`), None if it shows none:
-    heatmaps_figure's maps, else its labelled lines and bar series."""
+    heatmaps_figure's maps, else its labelled lines and bar series.
+
+    A table too wide for a phone's column gets the class ``ab-values-stack``: below 600 px
+    book.css restacks each of its rows as a block of "column: value" lines (every cell carries
+    its column's name in ``data-label``), with no sideways scroll. The explicit ARIA roles keep
+    it a table for screen readers once CSS changes its display (issues 36, 38)."""
     tables = getattr(fig, "_ab_values", None) or _series_tables(fig)
     if not tables:
         return None
@@ -835,12 +853,17 @@ def values_html(fig) -> str | None:
 
     parts = ['<details class="ab-values"><summary>The figure\'s values as a table</summary>']
     for t in tables:
-        head = "".join(f'<th scope="col">{esc(c)}</th>' for c in t["cols"])
-        body = "".join(f'<tr><th scope="row">{esc(r)}</th>' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-                       for r, row in zip(t["rows"], t["cells"]))
-        parts.append(f'<table class="ab-values-table"><caption>{esc(t["caption"])}</caption>'
-                     f'<thead><tr><th scope="col">{esc(t["corner"])}</th>{head}</tr></thead>'
-                     f"<tbody>{body}</tbody></table>")
+        corner, across = esc(t["corner"]), t.get("across")
+        labels = [esc(f"{across} {c}" if across else c) for c in t["cols"]]
+        head = "".join(f'<th scope="col" role="columnheader">{esc(c)}</th>' for c in t["cols"])
+        body = "".join(
+            f'<tr role="row"><th scope="row" role="rowheader" data-label="{corner}">{esc(r)}</th>'
+            + "".join(f'<td role="cell" data-label="{c}">{esc(v)}</td>' for c, v in zip(labels, row))
+            + "</tr>" for r, row in zip(t["rows"], t["cells"]))
+        kind = "ab-values-table" if _fits_a_phone(t) else "ab-values-table ab-values-stack"
+        parts.append(f'<table class="{kind}" role="table"><caption>{esc(t["caption"])}</caption>'
+                     f'<thead role="rowgroup"><tr role="row"><th scope="col" role="columnheader">{corner}</th>'
+                     f'{head}</tr></thead><tbody role="rowgroup">{body}</tbody></table>')
     parts.append("</details>")
     return "".join(parts)
 
