@@ -86,6 +86,7 @@ class Course:
     secret_file: str = ""
     gradescope_scores: str = GRADESCOPE_SCORES[0]  # [gradescope] scores: when hidden cases' results show
     path: Path | None = None
+    data: dict = field(default_factory=dict, repr=False)  # the file as read: the bundle reads torch, extra_cases
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
@@ -127,7 +128,7 @@ def load_course(path: Path | None) -> Course:
     here = path.parent
     top = data.get("course", {})
     late = data.get("late", {})
-    course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path,
+    course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path, data=data,
                     per_day=float(late.get("per_day", 0.0)), cap=float(late.get("cap", 1.0)),
                     grace_minutes=float(late.get("grace_minutes", 0.0)),
                     late_source=str(late.get("source", "csv" if late.get("times") else "none")))

@@ -2079,7 +2079,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("submissions", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("grades.csv"))
+    parser.add_argument("--out", default="grades.csv", help="the CSV file of the grades (default grades.csv); "
+                        "the other outputs are written beside it")
     parser.add_argument("--timeout", type=int, default=TIMEOUT,
                         help=f"seconds per notebook (default {TIMEOUT}: a class's exercises notebook runs in well "
                              "under a minute; raise it for slow chapters or machines)")
@@ -2116,6 +2117,10 @@ def main(argv=None) -> None:
         parser.error("--seed must be non-negative")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():  # an instructor expected a folder
+        parser.error(f"--out {args.out} is a folder: name the CSV file to write, such as "
+                     f"{Path(args.out) / 'grades.csv'} (the other outputs go beside it)")
+    args.out = Path(args.out)
     try:
         grade(args.submissions, args.out, args.timeout, args.reference, args.memory_gb, args.seed, args.disk_mb,
               args.course, args.secret, args.jobs, args.resume, args.regrade, fallback_user=args.user,

@@ -89,12 +89,12 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     unknown = [n for n in chosen if n not in refs]
     if unknown:
         raise SystemExit(f"gradescope_bundle: {unknown} are not notebooks with an assignment; known: {sorted(refs)}")
-    data = tomllib.loads(course_file.read_text(encoding="utf-8")) if course_file is not None else {}
+    data = {}
     if course_file is not None:  # a wrong [gradescope] scores (or any other key) stops here, not on Gradescope
         from course import CourseError, load_course
 
         try:
-            load_course(course_file)
+            data = load_course(course_file).data
         except CourseError as err:
             raise SystemExit(f"gradescope_bundle: {err}") from None
     torch = str(data.get("gradescope", {}).get("torch", TORCH))

@@ -805,6 +805,21 @@ def test_the_other_files_names_are_escaped(tmp_path, monkeypatch):
     assert "not graded: ch03_exercises\\x1b_final.ipynb (its name" in text, text
 
 
+@pytest.mark.parametrize("out", ["folder", "new_folder/"])
+def test_out_names_the_csv_file_not_a_folder(tmp_path, capsys, out):
+    """An instructor (issue 37) gave ``--out grades/`` expecting a folder; --out is the grades CSV, the
+    other outputs go beside it. A folder (or a name ending in '/') stops with one line saying so,
+    before anything is written."""
+    (tmp_path / "subs").mkdir()
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(SystemExit) as stop:
+        grade.main([str(tmp_path / "subs"), "--out", f"{tmp_path}/{out}"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "is a folder: name the CSV file to write, such as" in err and "grades.csv" in err, err
+    assert not (tmp_path / "new_folder").exists() and not list((tmp_path / "folder").iterdir())
+
+
 def _graded_with_roster(tmp_path, handed: list[str], roster_row: str, **options):
     """Grade ``handed`` (paths under SUBMISSIONS, each an empty "notebook") against ch03's scaffold, with a
     roster of one ``roster_row`` and masked_softmax's Canvas id; ``(rows, grades.csv's path)``."""
