@@ -125,6 +125,22 @@ def test_training_and_length_accuracy_run_and_restore_the_window():
     ab.experiments.long_context.window_figure(4, model, lengths=(8, 16), full=acc, train_len=8, show_len=12)
 
 
+
+def test_length_curves_tell_coinciding_lines_apart():
+    # the chapter's last figure: ALiBi and the windowed model, sinusoidal and linear attention run on
+    # top of each other (fresh re-read, issue 36); every line needs its own dash and marker
+    names = (*ab.experiments.long_context.POSITION_SCHEMES, "rotary, window 16", "linear attention")
+    same = {n: 0.9 for n in (32, 64)}
+    fig = ab.experiments.long_context.length_curves_figure(dict.fromkeys(names, same), train_len=32)
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() in names]
+    assert [line.get_label() for line in lines] == list(names)
+    looks = {(str(line.get_linestyle()), line.get_marker()) for line in lines}
+    assert len(looks) == len(names)
+    # a model keeps its look from one figure to the next
+    alone = ab.experiments.long_context.length_curves_figure({"alibi": same}, train_len=32)
+    alibi = [line for line in alone.axes[0].get_lines() if line.get_label() == "alibi"][0]
+    assert (alibi.get_linestyle(), alibi.get_marker()) == (lines[3].get_linestyle(), lines[3].get_marker())
+
 def test_forward_reads_no_tensor_value_on_the_host():
     model = ab.experiments.long_context.LengthModel("alibi", window=4, num_kv_heads=2).eval()
     X = torch.randint(0, 24, (2, 9))

@@ -370,6 +370,11 @@ def train_length_model(positions: str = "rotary", *, seq_len: int = 32, num_trai
 
 # --- figures ------------------------------------------------------------------------------------
 
+# (dash, marker) of the k-th model in length_curves_figure: the first four are POSITION_SCHEMES';
+# the next two (a windowed and a linear model in the chapter) differ from the lines they run along.
+_LINE_STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), ("-", "D"), ("--", "v"), (":", "X")]
+
+
 def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, chance: float | None = None,
                          title: str = "Accuracy beyond the training length", ax=None):
     """Accuracy against test length (log axis), one line per model; the training length marked."""
@@ -384,11 +389,16 @@ def length_curves_figure(curves: dict[str, dict[int, float]], train_len: int, ch
         fig, ax = plt.subplots(figsize=(6.8, 3.6), layout="constrained")
     else:
         fig = ax.figure
-    others = iter(f"C{k}" for k in range(len(POSITION_SCHEMES), 10))
+    # One colour, dash and marker per model, fixed for the four position schemes: lines that coincide
+    # (ALiBi and a windowed model near the top, sinusoidal and learned beyond the training length) stay
+    # visible one over the other, and a model keeps its look from one figure to the next.
+    others = iter(range(len(POSITION_SCHEMES), 10))
     for name, points in curves.items():
         lengths = sorted(points)
-        colour = f"C{POSITION_SCHEMES.index(name)}" if name in POSITION_SCHEMES else next(others, None)
-        ax.plot(lengths, [points[n] for n in lengths], marker="o", markersize=4, label=name, color=colour)
+        k = POSITION_SCHEMES.index(name) if name in POSITION_SCHEMES else next(others, 9)
+        dash, marker = _LINE_STYLES[k % len(_LINE_STYLES)]
+        ax.plot(lengths, [points[n] for n in lengths], label=name, color=f"C{k}", linestyle=dash,
+                marker=marker, markersize=5, markerfacecolor="none" if k % 2 else f"C{k}")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({n for p in curves.values() for n in p}))
     ax.xaxis.set_major_formatter(plt.FuncFormatter(plain_number))
