@@ -698,7 +698,7 @@ JS_VALUES_TABLES = """() => {
     const unlabelled = cells.filter(td => {
       const head = heads[td.cellIndex], name = head ? head.textContent.trim() : '';
       // the label shown: the column's name, or a map's "keys 3" for its column "3"
-      const label = (getComputedStyle(td, '::before').content.match(/^"(.*): "/) || [])[1];
+      const label = (getComputedStyle(td, '::before').content.match(/^"(.*):\\s"/) || [])[1];
       const h = head ? head.getBoundingClientRect() : null, c = td.getBoundingClientRect();
       const above = h && h.width > 1 && h.bottom <= c.top + 1 && h.left < c.right && h.right > c.left;
       return !(name && (label === name || (label || '').endsWith(' ' + name) || above));
