@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import attention_book as ab  # noqa: E402
@@ -325,3 +326,56 @@ def test_frames_keep_the_width_their_text_needs_on_a_phone(static):
     assert data["phone"] == [phone_width(base64.b64decode(b)) for b in data["images"]]
     assert all(0 < w for w in data["phone"])
     assert re.search(r'<img src="data:[^"]+" alt="[^"]+" style="--ab-phone-width: [1-9]\d*px">', page)
+
+
+def test_frames_keep_every_line_colour_of_their_figure():
+    """A palette PNG keeps each line's colour exactly, however few pixels it has beside a
+    colour map's shades (ch06's legend: octree's 64 colours turned its red swatch brick, issue 38)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from attention_book.book.explorer import _png
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(6, 2.5))
+    left.imshow(np.linspace(0, 1, 400).reshape(20, 20), cmap="Reds")
+    reds = ["#c44e52", "#d1495b", "#b5403f", "#dd8452", "#e07b39", "#4c72b0"]
+    for k, colour in enumerate(reds):
+        right.plot([0, 1], [k, k + 0.5], color=colour, label=colour)
+    right.legend()
+    png = _png(fig, 75)
+    plt.close(fig)
+    with Image.open(io.BytesIO(png)) as image:
+        drawn = {colour for _, colour in image.convert("RGB").getcolors(1 << 20)}
+    for colour in reds:
+        rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        assert rgb in drawn, colour
+
+
+def heatmap_with_numbers(n):
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(0.6 * n + 3, 0.4 * n + 1.5), layout="constrained")
+    ax.imshow(np.full((n, n), 0.16), vmin=0, vmax=1, aspect="auto")
+    bars.barh(range(n), np.full(n, 0.16))
+    for i in range(n):
+        for j in range(n):
+            ax.text(j, i, "0.16", ha="center", va="center", fontsize=9)
+    fig.colorbar(ax.images[0], ax=ax)
+    return fig
+
+
+def test_phone_copies_write_numbers_in_cells_apart_or_not_at_all():
+    """Numbers in a map's cells that run together on the phone copy (ch01's 6 x 6 weights,
+    "0.160.16", issue 38) are shortened (".16") or left out; a map whose numbers fit keeps them."""
+    from attention_book.book.explorer import _cell_numbers, _cramped, _phone_numbers
+
+    crowded = heatmap_with_numbers(12)
+    assert _cramped(crowded)
+    copy = _phone_numbers(crowded)
+    assert copy is not None and not _cramped(copy)
+    assert all(t.get_text() == ".16" for texts in _cell_numbers(copy) for t in texts)
+    plt.close(copy)
+    plt.close(crowded)
+    roomy = heatmap_with_numbers(2)
+    assert _phone_numbers(roomy) is None
+    plt.close(roomy)

@@ -45,7 +45,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from ..core.config import frames_dir, static_explorers
-from ..core.plot import MIN_TEXT_PX, TEXT_SIZE_KEY, figure_alt_text, fit_page, page_png_metadata, phone_png
+from ..core.plot import (MIN_TEXT_PX, PHONE_DPI, TEXT_SIZE_KEY, figure_alt_text, fit_page, page_png_metadata,
+                         phone_figure, phone_png)
 from ..core.train import notebook_progress_bar, use_progress_bar
 
 __all__ = ["Choice", "Slider", "LogSlider", "Steps", "Text", "explore", "frame_digest", "MAX_SETTINGS"]
@@ -269,17 +270,68 @@ def _png(fig, dpi: int) -> bytes:
     fit_page(fig, dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    return _palette_png(buf.getvalue(), page_png_metadata(fig, dpi))
+    return _palette_png(buf.getvalue(), page_png_metadata(fig, dpi), _artist_colours(fig))
 
 
-def _palette_png(data: bytes, text: dict[str, str]) -> bytes:
-    """``data`` as a 64-colour palette PNG carrying the tEXt entries ``text``."""
+def _artist_colours(fig, most: int = 48) -> list[tuple[int, int, int]]:
+    """The colours ``fig``'s plotted lines and its legends' swatches are drawn in (as 8-bit RGB, a
+    translucent one as drawn over white): the colours a reader matches a legend's swatch to its
+    line by, which the frame's palette must hold exactly (at most ``most``). Grid lines, ticks,
+    and bars and points without a legend are left to the palette (ch01's frames, whose bars are
+    in a colour map's shades: keeping those cost 10% of its bytes, and no reader anything)."""
+    from matplotlib.collections import Collection
+    from matplotlib.colors import to_rgba_array
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    found: dict[tuple[int, int, int], None] = {}
+
+    def add(colours) -> None:
+        try:
+            rgba = to_rgba_array(colours)
+        except (TypeError, ValueError):
+            return
+        for r, g, b, a in rgba:
+            if a > 0:
+                found.setdefault(tuple(int(round(255 * (a * c + 1 - a))) for c in (r, g, b)), None)
+
+    legends = [ax.get_legend() for ax in fig.get_axes()] + list(fig.legends)
+    swatches = [h for legend in legends if legend is not None for h in legend.legend_handles if h is not None]
+    lines = [line for ax in fig.get_axes() for line in ax.get_lines()]  # plotted: not ticks or grid
+    for artist in lines + swatches:
+        if not artist.get_visible():
+            continue
+        if isinstance(artist, Line2D):
+            add([artist.get_color(), artist.get_markerfacecolor(), artist.get_markeredgecolor()])
+        elif isinstance(artist, Patch) and artist.get_fill():
+            add([artist.get_facecolor()])
+        elif isinstance(artist, Collection) and len(artist.get_facecolor()):
+            add(artist.get_facecolor())
+    return list(found)[:most]
+
+
+def _palette_png(data: bytes, text: dict[str, str], keep: Sequence[tuple[int, int, int]] = ()) -> bytes:
+    """``data`` as a palette PNG carrying the tEXt entries ``text``: 64 colours, and also each
+    colour of ``keep`` that the image holds (its figure's line and legend colours) exactly."""
     from PIL import Image
     from PIL.PngImagePlugin import PngInfo
 
     # 64 colours by octree keep the book's greys and colour maps (median cut shifted greys to
-    # red) at a third of the size of a full-colour PNG.
-    image = Image.open(io.BytesIO(data)).convert("RGB").quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+    # red) at a third of the size of a full-colour PNG. But octree merges a line's colour that few
+    # pixels are drawn in with a neighbour (ch06's legend: the red swatch came out brick, issue 38):
+    # such a colour joins the palette and every pixel goes to its nearest entry.
+    rgb = Image.open(io.BytesIO(data)).convert("RGB")
+    image = rgb.quantize(colors=64, method=Image.Quantize.FASTOCTREE)
+    palette = image.getpalette()[: 3 * len(image.getcolors())]
+    entries = {tuple(palette[i:i + 3]) for i in range(0, len(palette), 3)}
+    drawn = {colour for _, colour in rgb.getcolors(rgb.width * rgb.height)}
+    lost = [c for c in dict.fromkeys(map(tuple, keep)) if c in drawn and c not in entries]
+    if lost:
+        colours = (lost + sorted(entries))[:256]
+        flat = [v for c in colours for v in c]
+        lookup = Image.new("P", (1, 1))
+        lookup.putpalette(flat + flat[:3] * (256 - len(colours)))
+        image = rgb.quantize(palette=lookup, dither=Image.Dither.NONE)
     info = PngInfo()
     for key, value in text.items():
         info.add_text(key, value)
@@ -288,21 +340,98 @@ def _palette_png(data: bytes, text: dict[str, str]) -> bytes:
     return out.getvalue()
 
 
+CELL_GAP_PX = 3.0
+"""Least room (px, as drawn on the phone copy) between two numbers written in a map's cells."""
+
+_LEADING_ZERO = re.compile(r"^(-?)0(\.\d+)$")
+
+
+def _cell_numbers(fig) -> list[list]:
+    """For each plot of ``fig`` that shows a map (an image), the texts written in its cells
+    (placed in data coordinates inside the image): ch01's weights, one per cell."""
+    found = []
+    for ax in fig.get_axes():
+        images = ax.get_images()
+        if len(images) != 1:
+            continue
+        left, right, bottom, top = images[0].get_extent()
+        xs, ys = sorted((left, right)), sorted((bottom, top))
+        texts = [t for t in ax.texts if t.get_visible() and t.get_transform() == ax.transData
+                 and xs[0] <= t.get_position()[0] <= xs[1] and ys[0] <= t.get_position()[1] <= ys[1]]
+        if len(texts) > 1:
+            found.append(texts)
+    return found
+
+
+def _cramped(fig) -> bool:
+    """Whether the numbers in a map's cells, as ``fig``'s phone copy (core/plot.py's
+    :func:`phone_figure`) draws them, are under :data:`MIN_TEXT_PX` high or nearer each other
+    than :data:`CELL_GAP_PX` (they run together: "0.160.16", issue 38). False without a copy."""
+    try:
+        copy = phone_figure(fig)
+    except Exception:  # noqa: BLE001 (no copy to measure: phone_png draws none either)
+        return False
+    if copy is None:
+        return False
+    try:
+        renderer = copy.canvas.get_renderer()
+        for texts in _cell_numbers(copy):
+            if min(t.get_fontsize() for t in texts) * PHONE_DPI / 72 < MIN_TEXT_PX:
+                return True
+            boxes = [t.get_window_extent(renderer).expanded(1, 1) for t in texts]
+            grown = [b.padded(CELL_GAP_PX / 2) for b in boxes]
+            if any(a.overlaps(b) for i, a in enumerate(grown) for b in grown[i + 1:]):
+                return True
+        return False
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(copy)
+
+
+def _phone_numbers(fig):
+    """``fig`` with numbers in its maps' cells that its phone copy can show apart and legible:
+    ``fig`` itself when they are, else a copy with "0.16" written ".16", else a copy without the
+    numbers (the colour and its bar say the value; the desktop frame keeps the numbers). None
+    when ``fig`` has no such numbers."""
+    import pickle
+
+    if not _cell_numbers(fig) or not _cramped(fig):
+        return None
+    short = pickle.loads(pickle.dumps(fig))
+    for texts in _cell_numbers(short):
+        for t in texts:
+            t.set_text(_LEADING_ZERO.sub(r"\1\2", t.get_text()))
+    if not _cramped(short):
+        return short
+    for texts in _cell_numbers(short):
+        for t in texts:
+            t.remove()
+    return short
+
+
 def _phone_frame(fig) -> bytes | None:
     """A frame's phone copy (core/plot.py's :func:`phone_png`: its plots restacked for a 390 px
     phone's column, text at least 9 px), as a palette PNG; None when the frame needs none or
-    cannot be re-laid out (then the phone shows the frame itself, scrolling in its box)."""
+    cannot be re-laid out (then the phone shows the frame itself, scrolling in its box). Numbers
+    written in a map's cells that would run together there are shortened or left out
+    (:func:`_phone_numbers`)."""
+    import matplotlib.pyplot as plt
     from PIL import Image
 
     try:
-        data = phone_png(fig)
+        numbers = _phone_numbers(fig)
+        data = phone_png(numbers or fig)
     except Exception:  # noqa: BLE001 (a figure the re-layout does not understand: the frame itself)
         return None
+    finally:
+        if "numbers" in locals() and numbers is not None:
+            plt.close(numbers)
     if data is None:
         return None
     with Image.open(io.BytesIO(data)) as image:
         text = dict(getattr(image, "text", {}))
-    return _palette_png(data, text)
+    return _palette_png(data, text, _artist_colours(fig))
 
 
 def _draw(fn: Callable, kwargs: dict, dpi: int,
