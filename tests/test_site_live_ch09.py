@@ -248,3 +248,24 @@ def test_chapter9_live_view_wraps_and_says_what_it_cuts(site, browser, reference
         _wait(live, "r.dataset.distribution === ''")
         assert live.page.text_content(f"{root} .ab-said") == ""
         assert live.events == []
+
+
+def test_enter_writes_and_a_repeated_text_is_said_again(site, browser):  # noqa: F811
+    """A keyboard/screen-reader reader: Enter in the prompt did nothing, and Generate pressed twice
+    with the same seed wrote the same text, so the live region did not change and nothing was read.
+    Enter now generates; a repeat says it is the same text and why."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        root = live.root
+        live.page.fill(f'{root} [name="prompt"]', "the time traveller said")
+        assert "press Generate" in live.page.inner_text(f"{root} .ab-text")
+        live.page.press(f'{root} [name="prompt"]', "Enter")
+        first = _settle(live, "continuation", {"prompt": "the time traveller said"})
+        shown = live.page.inner_text(f"{root} .ab-text")
+        assert first["text"] in shown and "same text again" not in shown, shown
+        for times in (2, 3):  # the same seed, pressed again: the same words, said in a new sentence
+            live.page.click(f'{root} [name="generate"]')
+            _wait(live, f"r.querySelector('.ab-text').textContent.includes('({times} times)')")
+            again = live.page.inner_text(f"{root} .ab-text")
+            assert first["text"] in again and f"same text again ({times} times)" in again, again
+        assert live.events == []

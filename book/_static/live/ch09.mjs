@@ -221,6 +221,7 @@ export async function mount(root, ctx) {
   const session = await ctx.session("next");
   let stream = null; // the seeded random numbers of Step, restarted when the seed changes
   let busy = Promise.resolve();
+  let lastShown = "", repeats = 0; // the last continuation shown, and how many times in a row
 
   function settings() {
     const t = Math.min(2, Math.max(0, Number(temperature.value) || 0));
@@ -307,8 +308,13 @@ export async function mount(root, ctx) {
     const out = await continueIds(ort, session, data, ids, n, t, k, randomStream(s));
     report((performance.now() - started) / Math.max(1, out.ids.length + (out.stopped ? 1 : 0)));
     const words = out.ids.map((i) => data.tokens[i]);
-    text.textContent = `${prompt.value.trim()} ▸ ${decode(words)}${out.stopped ? " <eos>" : ""}` +
+    const shown = `${prompt.value.trim()} ▸ ${decode(words)}${out.stopped ? " <eos>" : ""}` +
       `\n(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
+    // The same settings write the same text: say so, so the live region changes and is read again.
+    repeats = shown === lastShown ? repeats + 1 : 0;
+    lastShown = shown;
+    text.textContent = repeats === 0 ? shown : `${shown}\nThe same text again (${repeats + 1} times): ` +
+      (t === 0 ? "greedy decoding has no chance in it." : `seed ${s} draws the same words; change the seed for others.`);
     root.dataset.continuation = JSON.stringify({
       prompt: prompt.value, temperature: t, top_k: k, seed: s, count: n, ids: out.ids, text: decode(words),
       stopped: out.stopped,
@@ -349,11 +355,16 @@ export async function mount(root, ctx) {
 
   // A continuation belongs to the prompt it continued: a new prompt clears it at once.
   function stale() {
-    text.textContent = "The prompt changed: press Generate for a continuation of this one.";
+    lastShown = "";
+    text.textContent = "The prompt changed: press Generate (or Enter) for a continuation of this one.";
     root.dataset.continuation = "";
   }
 
   prompt.addEventListener("input", () => { stale(); queue(update); });
+  // Enter in the prompt writes the continuation, as the Generate button does.
+  prompt.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") { event.preventDefault(); queue(generate); }
+  });
   examples.addEventListener("change", () => { prompt.value = examples.value; stale(); queue(update); });
   temperature.addEventListener("input", () => queue(update));
   topK.addEventListener("input", () => queue(update));
