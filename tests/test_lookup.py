@@ -159,3 +159,17 @@ def test_checker_reports_not_implemented(capsys):
     report = ab.assignments.check_softmax_pool(todo)
     assert report.not_implemented and report.score == 0.0
     assert "not implemented" in capsys.readouterr().out
+
+
+def test_checker_says_which_tensor_each_set_of_values_belongs_to(capsys):
+    def scaled(scores, values, temperature):  # right weights, pooled values 10% too large
+        weights = _good(scores, values, temperature)[1]
+        return 1.1 * (weights @ values), weights
+
+    ab.assignments.check_softmax_pool(scaled)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "✘" in line]
+    assert lines and all("the pooled values: expected [" in line and "got [" in line for line in lines)
+    # only the wrong tensor is shown: the weights are right
+    assert not any("the weights: expected" in line for line in lines), lines
+    both = ab.assignments.check_softmax_pool(_no_temperature)
+    assert "the weights: expected [" in capsys.readouterr().out and not both

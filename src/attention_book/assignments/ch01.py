@@ -59,6 +59,13 @@ MISTAKES = [
 ORDER = "the two results come in the wrong order: return (pooled, weights)"
 
 
+def _values(t: torch.Tensor, shown: int = 8) -> str:
+    """The first ``shown`` values of ``t`` (shape and dtype are checked before), e.g. '[0.25, 0.75]'
+    or '[0.25, 0.75, ...] (48 values)'."""
+    flat = [round(v, 4) for v in t.detach().double().cpu().flatten().tolist()]
+    return str(flat) if len(flat) <= shown else f"{str(flat[:shown])[:-1]}, ...] ({len(flat)} values)"
+
+
 def _case(name: str, scores, values, temperature, hint: str) -> Case:
     pooled, weights = reference(scores, values, temperature)
     values_low = values.double().min(dim=-2, keepdim=True).values
@@ -100,8 +107,10 @@ def _case(name: str, scores, values, temperature, hint: str) -> Case:
             return Diagnosis(ORDER, ORDER)
         worst = max((got_weights.detach().double().cpu() - weights.double()).abs().max().item(),
                     (got_pooled.detach().double().cpu() - pooled.double()).abs().max().item())
-        why = (f"expected weights {describe(weights)} and pooled {describe(pooled)}, got weights "
-               f"{describe(got_weights)} and pooled {describe(got_pooled)} (largest difference {worst:.3g})")
+        why = "; ".join(f"{what}: expected {_values(want)}, got {_values(t)}"
+                        for what, t, want in (("the weights", got_weights, weights),
+                                              ("the pooled values", got_pooled, pooled))
+                        if not close(t, want)) + f" (largest difference {worst:.3g})"
         for cause, wrong in MISTAKES:
             answer = wrong(scores, temperature)
             if answer is not None and answer.shape == weights.shape and not torch.allclose(answer, weights.double(), atol=1e-5, rtol=1e-4) \
