@@ -806,3 +806,39 @@ def test_mlm_checker_explains_a_wrong_count_once_not_under_every_case():
     long = [why for why in failed if "argsort" in str(why)]
     assert 1 <= len(long) <= 2, long
     assert all(len(str(why).split()) <= 40 for why in failed if why not in long)
+
+
+def test_pretraining_masks_read_on_a_phone():
+    """Issue 36: on a 390 px phone the five masks were stamps about 20 px wide, ten token labels
+    piled on each other and titles wrapped to three lines ("T5 / encoder / (self- / attention)").
+    The phone copy shows one map a row: every text at least 9 px as shown, no two texts
+    overlapping, one line per title, and a map cell at least 14 px for its token label."""
+    import io
+    import itertools
+
+    from PIL import Image
+
+    from attention_book.core import plot
+
+    corpus = ab.load_corpus(text=TEXT * 30, min_freq=1, verbose=False)
+    small = dict(SMALL, pad_id=corpus.tokenizer.pad_id)
+    models = (ab.EncoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **small),
+              ab.EncoderDecoderLM(corpus.tokenizer.vocab_size, max_len=20, **small),
+              ab.DecoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **small))
+    fig = ab.pretraining_masks_figure(*models, corpus.tokenizer, "the fire burned brightly and his face was")
+    copy = plot.phone_figure(fig)
+    renderer = copy.canvas.get_renderer()
+    copy.draw_without_rendering()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in plot._drawn_texts(copy)]
+    overlaps = [(a, b) for (a, p), (b, q) in itertools.combinations(boxes, 2)
+                if min(p.x1, q.x1) - max(p.x0, q.x0) > 1 and min(p.y1, q.y1) - max(p.y0, q.y0) > 1]
+    assert overlaps == []
+    titles = [ax.get_title() for ax in copy.axes]
+    assert len(titles) == 5 and all("\n" not in t for t in titles), titles
+    for ax in copy.axes:  # a cell as tall as a 9 px label, with room between
+        cells = len(ax.get_yticks(minor=False))
+        assert ax.get_window_extent(renderer).height / cells >= 14
+    image = Image.open(io.BytesIO(plot.phone_png(fig)))
+    assert image.width <= plot.PHONE_MAX_PX
+    shown = min(image.width, plot.PHONE_COLUMN_PX) / image.width
+    assert float(image.text[plot.TEXT_SIZE_KEY]) * shown >= plot.MIN_TEXT_PX

@@ -300,18 +300,22 @@ def pretraining_masks_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
         m_bert = bert.attention_masks(x_bert.to(dev(bert)))
         m_t5 = t5.attention_masks(x_enc.to(dev(t5)), x_dec.to(dev(t5)))
         m_gpt = gpt.attention_masks(x_gpt.to(dev(gpt)))
+    # Short titles (which model, which stack): the prose says which are self- and which
+    # cross-attention; three-line titles crowded a phone's maps.
     panels = [
-        ("BERT encoder\n(self-attention)", m_bert["encoder self-attention"][0], x_bert[0], x_bert[0]),
-        ("T5 encoder\n(self-attention)", m_t5["encoder self-attention"][0], x_enc[0], x_enc[0]),
-        ("T5 decoder → encoder\n(cross-attention)", m_t5["cross-attention"][0], x_dec[0], x_enc[0]),
-        ("T5 decoder\n(self-attention)", m_t5["decoder self-attention"][0], x_dec[0], x_dec[0]),
-        ("GPT decoder\n(self-attention)", m_gpt["decoder self-attention"][0], x_gpt[0], x_gpt[0]),
+        ("BERT: encoder", m_bert["encoder self-attention"][0], x_bert[0], x_bert[0]),
+        ("T5: encoder", m_t5["encoder self-attention"][0], x_enc[0], x_enc[0]),
+        ("T5: decoder → encoder", m_t5["cross-attention"][0], x_dec[0], x_enc[0]),
+        ("T5: decoder", m_t5["decoder self-attention"][0], x_dec[0], x_dec[0]),
+        ("GPT: decoder", m_gpt["decoder self-attention"][0], x_gpt[0], x_gpt[0]),
     ]
-    # Three masks above two: five in a row would shrink to the page's column and their token
-    # labels with them.
-    fig, grid = plt.subplots(2, 3, figsize=(PAGE_FIGURE_WIDTH, 7.6), layout="constrained")
-    axes = grid.ravel()[:len(panels)]
-    grid[1, 2].remove()
+    # Three masks above two (five in a row would shrink to the page's column and their token
+    # labels with them), the two centred under the three: each spans two of six columns. A plot
+    # spanning cells makes a phone's copy (core/plot.py) one map a row, each as wide as the
+    # column, where two a row left ten token labels about 8 px apart.
+    fig = plt.figure(figsize=(PAGE_FIGURE_WIDTH, 7.6), layout="constrained")
+    spec = fig.add_gridspec(2, 6)
+    axes = [fig.add_subplot(spec[r, c:c + 2]) for r, c in ((0, 0), (0, 2), (0, 4), (1, 1), (1, 3))]
     cmap = ListedColormap(["white", "tab:red"])
     for ax, (title, mask, q_ids, k_ids) in zip(axes, panels):
         m = mask.detach().cpu()
@@ -329,6 +333,6 @@ def pretraining_masks_figure(bert: nn.Module, t5: nn.Module, gpt: nn.Module, tok
         ax.tick_params(which="minor", length=0)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("keys (attended to)", fontsize=9)
-    for ax in grid[:, 0]:
-        ax.set_ylabel("queries (attending)")
+    # one label for both rows (a plot's own y label would be prefixed to a phone copy's titles)
+    fig.supylabel("queries (attending)", fontsize=10)
     return fig
