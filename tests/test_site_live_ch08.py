@@ -121,10 +121,17 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
         check_against_python(manifest, drawn)
         best = int(np.argmax(drawn["probs"]))
         assert f"the model says {manifest['data']['classes'][best]}" in message(live)
+        # Where <cls> looks, in words (a screen reader hears no map): its largest patch first.
+        rows, cols = manifest["data"]["grid"]
+        top = int(np.argmax(drawn["clsAttention"]))
+        assert f"looks most on the patches at row {top // cols + 1}, column {top % cols + 1} (" in message(live)
 
-        # The rollout map is a second view of the same result.
+        # The rollout map is a second view of the same result, said in words too.
         live.page.check(f"{live.root} input[value='rollout']")
         assert shown(live) == drawn
+        top = int(np.argmax(drawn["rollout"]))
+        said = live.page.inner_text(f"{live.root} .ab-live-pen")
+        assert f"rollout: most on the patches at row {top // cols + 1}, column {top % cols + 1} (" in said, said
 
         # An empty box: a message, no numbers (so no NaN).
         live.page.click(f"{live.root} button.ab-live-clear")

@@ -155,6 +155,17 @@ function drawMap(canvas, pixels, native, heat, grid) {
   g.globalAlpha = 1;
 }
 
+/** Where the <cls> token looks, in words: the three patches with the largest weights, each with
+ * its row and column in the grid (counted from the top left) and its share of the map's weight. */
+export function whereClsLooks(heat, grid) {
+  const [rows, cols] = grid;
+  const total = heat.reduce((a, b) => a + b, 0) || 1;
+  const top = heat.map((v, i) => [v, i]).sort((a, b) => b[0] - a[0]).slice(0, 3);
+  const parts = top.map(([v, i]) =>
+    `row ${Math.floor(i / cols) + 1}, column ${(i % cols) + 1} (${Math.round((100 * v) / total)}%)`);
+  return `most on the patches at ${parts.join("; ")} of the ${rows} by ${cols} grid`;
+}
+
 export async function mount(root, ctx) {
   const { data } = ctx;
   // A model too big for a page was not exported: the loader keeps the frames and shows this.
@@ -284,8 +295,16 @@ export async function mount(root, ctx) {
       value.textContent = `${(100 * p).toFixed(1)}%`;
       line.classList.toggle("ab-live-best", k === best);
     });
-    map.setAttribute("aria-label", `the model's input with the <cls> attention (${key === "rollout" ? "rollout" : "last layer"})`);
+    map.setAttribute("aria-label", `the model's input with the <cls> attention (${key === "rollout" ? "rollout" : "last layer"}): ` +
+      whereClsLooks(shown[key], data.grid));
   }
+  // The map in words for the radio buttons' choice (empty while no result is shown).
+  const mapInWords = () => {
+    if (!shown) return "";
+    const key = radios.find((r) => r.checked).value;
+    return ` Its <cls> token looks ${whereClsLooks(shown[key], data.grid)}` +
+      ` (${key === "rollout" ? "rollout" : "last layer"}).`;
+  };
 
   function clearResult(text) {
     latest += 1;
@@ -311,8 +330,8 @@ export async function mount(root, ctx) {
     root.dataset.clsAttention = JSON.stringify(cls);
     root.dataset.rollout = JSON.stringify(roll);
     const best = probs.indexOf(Math.max(...probs));
-    message.textContent = `${what}: the model says ${classes[best]} (${(100 * probs[best]).toFixed(1)}%).`;
     render();
+    message.textContent = `${what}: the model says ${classes[best]} (${(100 * probs[best]).toFixed(1)}%).` + mapInWords();
   }
 
   // One forward pass at a time; strokes that arrive meanwhile are classified right after it.
@@ -426,7 +445,8 @@ export async function mount(root, ctx) {
     r.addEventListener("change", () => {
       render();
       const name = kinds.find(([key]) => key === r.value)[1];
-      penSays.textContent = `The map now shows the <cls> attention of the ${name === "rollout" ? "rollout" : "last layer"}.`;
+      penSays.textContent = `The map now shows the <cls> attention of the ${name === "rollout" ? "rollout" : "last layer"}:` +
+        (shown ? ` ${whereClsLooks(shown[r.value], data.grid)}.` : " draw a digit first.");
     });
   }
 
