@@ -126,6 +126,38 @@ def test_tied_largest_weights_are_counted_not_given_to_one_point(browser, site, 
         assert live.events == [], "\n".join(live.events)
 
 
+JS_POINTS = """(root) => {
+  const v = document.querySelector(root).querySelector('.ab-live-view');
+  const zero = Array.from(v.querySelectorAll('circle.ab-live-zero')).map((c) => {
+    const s = getComputedStyle(c);
+    return {r: Number(c.getAttribute('r')), stroke: s.stroke, width: parseFloat(s.strokeWidth),
+            opacity: Number(s.strokeOpacity) * Number(s.opacity)};
+  });
+  const legend = Array.from(v.querySelectorAll('svg text')).map((t) => t.textContent);
+  return {zero, legend, ring: !!v.querySelector('.ab-live-key-ring')};
+}"""
+
+
+def test_points_of_weight_zero_are_outlined_and_the_legend_says_so(browser, site):
+    """A training point out of the kernel's reach is a hollow ring drawn in full (a phone reader
+    could not find the faint dots, issue 38), and the legend says what a ring means."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        want = {"kernel": "boxcar", "sigma": 0.3, "n": 40, "query": 1.0}
+        for key in ("kernel", "sigma", "n", "query"):
+            value = math.log10(want[key]) if key == "sigma" else want[key]
+            live.set_value(f"[name={key}]", value)
+        live.page.wait_for_function(JS_SETTLED, arg=[live.root, want])
+        weights = json.loads(live.dataset(".ab-live-view")["weights"])
+        shown = live.page.evaluate(JS_POINTS, live.root)
+        assert 0 < len(shown["zero"]) == sum(w == 0 for w in weights) < len(weights)
+        for ring in shown["zero"]:
+            assert ring["r"] >= 3 and ring["width"] >= 1 and ring["opacity"] == 1, ring
+            assert ring["stroke"] not in ("none", ""), ring
+        assert shown["ring"] and any("weight 0" in t for t in shown["legend"]), shown["legend"]
+        assert live.events == [], "\n".join(live.events)
+
+
 JS_WATCH = """() => {
   window.__abViews = [];
   new MutationObserver((records) => {

@@ -138,7 +138,9 @@ export async function mount(root, ctx) {
     d: pathOf(data.x_val, data.y_val, sx, sy), fill: "none", stroke: "#7b3294",
     "stroke-dasharray": "5 4", "stroke-width": 1.5,
   }, svg);
-  const points = el("g", { fill: "#1f77b4" }, svg);
+  // Every training point is outlined, so that one with weight 0 (out of the kernel's reach) is a
+  // hollow ring, not a faint dot (a phone reader could not see them, issue 38).
+  const points = el("g", { fill: "#1f77b4", stroke: "#1f77b4", "stroke-width": 1.2 }, svg);
   const stems = el("g", { stroke: "#d62728", "stroke-width": 1.5 }, svg);
   const curve = el("path", { fill: "none", stroke: "#d62728", "stroke-width": 2 }, svg);
   const cursor = el("line", { y1: TOP[0], y2: BOTTOM[1], stroke: "#555", "stroke-width": 1 }, svg);
@@ -147,11 +149,19 @@ export async function mount(root, ctx) {
   cursor.setAttribute("x1", sx(d.query));
   cursor.setAttribute("x2", sx(d.query));
   const legend = el("g", { "font-size": 12 }, svg);
-  el("rect", { x: LEFT + 6, y: TOP[0] + 1, width: 200, height: 50, fill: "white", "fill-opacity": 0.75 }, legend);
-  [["#1f77b4", "training points (size: weight)"], ["#7b3294", "2 sin x + x"], ["#d62728", "estimate"]]
-    .forEach(([colour, text], i) => {
-      el("rect", { x: LEFT + 10, y: TOP[0] + 4 + 16 * i, width: 10, height: 10, fill: colour }, legend);
-      el("text", { x: LEFT + 26, y: TOP[0] + 13 + 16 * i, fill: "#333" }, legend).textContent = text;
+  el("rect", { x: LEFT + 6, y: TOP[0] + 1, width: 214, height: 66, fill: "white", "fill-opacity": 0.75 }, legend);
+  [["#1f77b4", "training points (size: weight)", "dot"], ["#1f77b4", "training point, weight 0", "ring"],
+    ["#7b3294", "2 sin x + x", "box"], ["#d62728", "estimate", "box"]]
+    .forEach(([colour, text, kind], i) => {
+      const y = TOP[0] + 4 + 16 * i;
+      if (kind === "box") el("rect", { x: LEFT + 10, y, width: 10, height: 10, fill: colour }, legend);
+      else {
+        el("circle", {
+          cx: LEFT + 15, cy: y + 5, r: kind === "dot" ? 4.5 : 3, fill: kind === "dot" ? colour : "white",
+          stroke: colour, "stroke-width": 1.2, class: `ab-live-key-${kind}`,
+        }, legend);
+      }
+      el("text", { x: LEFT + 26, y: y + 9, fill: "#333" }, legend).textContent = text;
     });
 
   const settings = () => ({
@@ -199,7 +209,9 @@ export async function mount(root, ctx) {
     stems.replaceChildren();
     for (let i = 0; i < s.n; i++) {
       const w = r.weights[i];
-      el("circle", { cx: sx(xs[i]), cy: sy(ys[i]), r: 2 + 9 * Math.sqrt(w / wMax), "fill-opacity": 0.25 + 0.6 * (w / wMax) }, points);
+      const at = { cx: sx(xs[i]), cy: sy(ys[i]) };
+      if (w > 0) el("circle", { ...at, r: 2.5 + 9 * Math.sqrt(w / wMax), "fill-opacity": 0.3 + 0.6 * (w / wMax) }, points);
+      else el("circle", { ...at, r: 3, fill: "white", class: "ab-live-zero" }, points);
       if (w > 0) el("line", { x1: sx(xs[i]), x2: sx(xs[i]), y1: BOTTOM[1], y2: sw(w) }, stems);
     }
     cursor.setAttribute("x1", sx(s.query));
