@@ -498,6 +498,8 @@ def test_scaling_experiment_and_figures(tok, capsys):
     assert all(len(r.compute) == len(r.val_loss) == 2 and r.compute[1] == 2 * r.compute[0] for r in runs)
     fig = ab.experiments.scaling.scaling_law_figure(runs, baseline=5.0)
     assert set(fig.fits) == {"params", "compute"}
+    # the lower panel's legend (a line per model) is under the plots, not over its curves (issue 36)
+    assert fig.axes[1].get_legend() is None and len(fig.legends[0].get_texts()) == len(runs) + 2
     with pytest.raises(ValueError, match="multiple"):
         ab.experiments.scaling.scaling_experiment(corpus, [(8, 1)], steps=5, checkpoints=2)
     bert, t5, gpt = (ab.EncoderOnlyLM(corpus.tokenizer.vocab_size, max_len=20, **dict(SMALL, pad_id=corpus.tokenizer.pad_id)),
