@@ -146,6 +146,10 @@ def test_static_html_is_a_self_contained_accessible_player(static):
     assert "drawn when the book was built: slope 1, 2 or 3; label a or b." in page
     assert "any value" not in page, "a fixed-step control does not take any value in the notebook"
     assert 'min="0" max="2" step="1"' in page, "the slider offers the three values the code names"
+    # one live region says each move (a keyboard reader heard every move twice: the slider's
+    # <output>, a live region of its own, then the status line)
+    assert re.findall(r"<output [^>]*>", page) == [re.search(r'<output for="ab-[0-9a-f]+-0" aria-live="off">', page).group(0)]
+    assert page.count('aria-live="polite"') == 1
 
 
 def draw_labelled(slope):

@@ -653,7 +653,9 @@ class StaticExplorer:
             if control.slider:
                 field_html = (f'<input type="range" id="{cid}" data-ab-control min="0" max="{len(g) - 1}" step="1" '
                               f'value="{k}" aria-valuetext="{html.escape(g[k][0])}">'
-                              f'<output for="{cid}">{html.escape(g[k][0])}</output>')
+                              # <output> is a live region of its own (role status): off, so a move is
+                              # said once, by the status line (the slider's aria-valuetext names the value)
+                              f'<output for="{cid}" aria-live="off">{html.escape(g[k][0])}</output>')
             else:
                 options = "".join(f'<option value="{j}"{" selected" if j == k else ""}>{html.escape(shown)}</option>'
                                   for j, (shown, _) in enumerate(g))
