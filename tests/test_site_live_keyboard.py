@@ -22,6 +22,7 @@ from live_site import LivePage, browser, site  # noqa: F401 (fixtures)
 pytestmark = pytest.mark.browser
 
 VIEWS = [
+    ("notebooks/ch01_queries_keys_values", "ch01.soft_lookup"),
     ("notebooks/ch02_attention_pooling", "ch02.pooling"),
     ("notebooks/ch04_bahdanau", "ch04.translate"),
     ("notebooks/ch07_transformer", "ch07.translate"),

@@ -215,6 +215,7 @@ from .book.diagrams import (
     pretraining_modes_diagram,
 )
 from .book.live import LiveView, live
+from .book.live_ch01 import ch01_live_view
 from .book.live_ch02 import ch02_live_view
 from .book.live_ch04 import ch04_live_view
 from .book.live_ch07 import ch07_live_view
