@@ -445,6 +445,14 @@ def test_generate_reproducible_and_greedy(tok):
     assert not {"<unk>", "<pad>", "<mask>", "<cls>"} & set(words)  # specials are never sampled
     fig = ab.sampling_figure(gpt, tok, "the time", 0.7, 3, seed=4, num_tokens=5)
     assert fig.generated_text == ab.generate(gpt, tok, "the time", 5, 0.7, 3, seed=4)
+    # its text equivalent says the result (the explorer's live region reads it): the most likely
+    # next token with its probability, and the sample
+    alt = ab.core.plot.figure_alt_text(fig)
+    ax = fig.axes[0]
+    red = [bar.get_height() for bar in ax.containers[1]]
+    best = int(np.argmax(red))
+    assert f"top-k 3: most likely {ax.get_xticklabels()[best].get_text()} {red[best]:.3f}" in alt, alt
+    assert f"Sample (seed 4): the time ▸ {fig.generated_text}"[:60] in alt, alt
 
 
 def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):

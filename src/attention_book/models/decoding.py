@@ -141,7 +141,7 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     """
     import matplotlib.pyplot as plt
 
-    from ..core.plot import ensure_style
+    from ..core.plot import ensure_style, set_alt_text
 
     ensure_style()
     seed = resolve_seed(seed)
@@ -168,6 +168,13 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     wrapped = _wrap(f"{prompt} ▸ {text}", 95)
     fig.text(0.01, -0.02, f"sample (seed {seed}):\n{wrapped}", ha="left", va="top", fontsize=9, family="monospace")
     fig.generated_text = text
+    # What the bars and the sample say, in words: a screen reader (and the explorer's live region,
+    # which reads this) hears the result of each setting, not only the figure's axes.
+    likely = [int(i) for i in torch.argsort(adjusted, descending=True)[:3] if adjusted[i] > 0]
+    set_alt_text(fig, f"Bar chart: next token after “{prompt}” at temperature {temperature:g}, top-k "
+                      f"{top_k or 'all'}: most likely "
+                      + ", ".join(f"{tok.vocab.to_tokens(i)} {float(adjusted[i]):.3f}" for i in likely)
+                      + f". Sample (seed {seed}): {prompt} ▸ {text}")
     return fig
 
 
