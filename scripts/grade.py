@@ -755,9 +755,8 @@ STATUS_WORDS = {
     "graded": "graded",
     "not implemented": "every case still raises NotImplementedError: write the function, then hand the "
                        "notebook in again",
-    "timeout": "your notebook did not finish within the time limit, so the hidden tests did not run: every case "
-               "counts as failed. Look for a loop that never ends, or a cell that trains for much longer than "
-               "the chapter's",
+    "timeout": "your notebook did not finish within the time limit and was stopped: every case counts as "
+               "failed. What the grader saw (below) says where it was stopped",
     "memory": "your notebook used more memory than the grader allows, and was stopped: every case that had not "
               "run counts as failed. Look for a tensor far larger than the assignment needs",
     "kernel died": "the Python kernel running your notebook died (a crash in native code, such as a "
@@ -784,7 +783,7 @@ NEXT_STEP = {
     "not implemented": "write the body of the function the assignment asks for (replace its raise "
                        "NotImplementedError), then " + FROM_THE_TOP + " and read your checker cell's report",
     "timeout": FROM_THE_TOP + " and time the cell named above: make it finish well within the limit (fewer "
-               "steps, smaller sizes, a loop that ends), then hand the notebook in again",
+               "steps, smaller sizes, a loop that ends), then hand the notebook in again",  # see next_step
     "memory": FROM_THE_TOP + " and watch the cell named above: make its tensors the size the assignment asks "
               "for, then hand the notebook in again",
     "kernel died": FROM_THE_TOP + ": if your kernel dies too, the cell named above crashes Python (native code, "
@@ -822,6 +821,13 @@ def next_step(row: dict, sealed: bool = False) -> str:
     if row["status"] == "graded" and row.get("passed") == row.get("total"):  # full marks, a cell that raised
         return (FROM_THE_TOP + " and fix the cell named above, so that your notebook runs to its end (your "
                 "points stand)")
+    if row["status"] == "timeout" and "code cell" not in row.get("reason", ""):  # no cell to name
+        return (FROM_THE_TOP + ": " + ("every cell finishes there, so call your function on larger and unusual "
+                                       "inputs (long sequences, a length of 0) and make it return quickly on each "
+                                       "(a loop that ends whatever the input)"
+                                       if "hidden tests were running" in row.get("reason", "") else
+                                       "if it finishes well within the limit, tell your instructor")
+                + ", then hand the notebook in again")
     step = NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
     return step.format(notebook=row.get("notebook", "the notebook"))
 
@@ -1237,10 +1243,19 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     put in ``misnamed`` as ``{(student, reference): relative path}``, so the student's row says so."""
     found: dict[tuple[str, str], list[tuple[int, Submission]]] = {}
     near: dict[tuple[str, str], list[tuple[str, int]]] = {}  # every loosely named file: (rel, LMS id)
+    # a student's notebook-like file deeper in their folder or hidden: listed in their feedback, never graded
+    deeper: dict[str, list[tuple[str, str]]] = {}
     ignored = []
     for path in sorted(submissions.rglob("*")):
         rel = path.relative_to(submissions)
         hidden = next((p for p in rel.parts if p.startswith(".")), None)
+        if len(rel.parts) > 2 or hidden is not None and len(rel.parts) == 2:
+            if not rel.parts[0].startswith(".") and path.is_file() and not path.is_symlink() and (
+                    match_reference(path.name, references) or near_reference(path.name, references)):
+                where = (f"in the folder {display_name('/'.join(rel.parts[1:-1]))}/" if len(rel.parts) > 2
+                         else "hidden (its name starts with '.')")
+                deeper.setdefault(rel.parts[0], []).append(
+                    (str(rel), f"{where}: only files directly in the submission are graded"))
         if hidden is not None:
             if path.is_dir() and path.name == hidden or not path.is_dir() and rel.parts.count(hidden) and \
                     all(not q.startswith(".") for q in rel.parts[:rel.parts.index(hidden)]) and \
@@ -1265,6 +1280,11 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                 near.setdefault((f"{lms.group('login')}_{lms.group('uid')}", loose), []).append(
                     (str(rel), int(lms.group("sub"))))
                 continue
+            inner = match_reference(lms.group("rest") + ".ipynb", references) if lms and match is None else None
+            if inner is not None:  # two LMS prefixes (a download renamed again): the first is the student's
+                near.setdefault((f"{lms.group('login')}_{lms.group('uid')}", inner[0]), []).append(
+                    (str(rel), int(lms.group("sub"))))
+                continue
             if match is None or not match[2]:
                 ignored.append((rel, "at the top level without an LMS name (login_123_456_<notebook>); put it in "
                                      "SUBMISSIONS/<student>/"))
@@ -1283,7 +1303,10 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                 ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
                                      "assignment"))
                 continue
-            key, lms_id, order = rel.parts[0], "", 0
+            # an LMS-named file in a student's folder: its submission ID orders it among such files (as a
+            # number: 100 after 99), and a file with the assignment's own name beats it (plain, below)
+            inner = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb")) if match[2] else None
+            key, lms_id, order = rel.parts[0], "", int(inner.group("sub")) if inner else 0
         else:
             ignored.append((rel, "not in a student's folder directly (SUBMISSIONS/<student>/<notebook>)"))
             continue
@@ -1293,12 +1316,20 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     for (key, ref), versions in sorted(found.items()):
         # an LMS submission id decides first (Canvas: the highest is the latest, whatever the file's "-N"), then
         # the resubmission number of the file's name
-        versions.sort(key=lambda v: (v[1].order, v[0], v[1].rel))
+        # the resubmission number of the file's name; in a student's folder, a file with the assignment's own
+        # name (or a renaming of it) beats one with an LMS prefix (the exact name wins)
+        versions.sort(key=lambda v: (_plain_in_folder(v[1], references), v[1].order, v[0], v[1].rel))
         chosen = versions[-1][1]
         graded.append(chosen)
         for _, older in versions[:-1]:
+            if _plain_in_folder(chosen, references) and not _plain_in_folder(older, references):
+                ignored.append((Path(older.rel), f"not graded: {display_name(str(chosen.rel))} has the "
+                                                 f"assignment's name ({ref})"))
+                chosen.others.append((older.rel, f"its name has an LMS prefix; the file named {ref} is graded"))
+                continue
             ignored.append((Path(older.rel), f"an earlier version: {display_name(str(chosen.rel))} is graded instead"))
-            chosen.others.append((older.rel, "an earlier version" + (" (a lower LMS submission ID)" if older.order
+            chosen.others.append((older.rel, "an earlier version" + (" (a lower LMS submission ID)"
+                                                                     if older.order < chosen.order
                                                                      else " (a lower resubmission number)")))
     chosen_of = {(s.key, s.reference): s for s in graded}
     for (key, ref), files in sorted(near.items()):
@@ -1316,7 +1347,17 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             ignored.append((Path(rel), f"misnamed: not graded, since {display_name(str(chosen.rel))} has the "
                                        f"assignment's name ({ref}){later}; said in the student's feedback and row"))
             chosen.others.append((rel, f"its name is not {ref}{later}"))
+    for chosen in graded:  # the same student's files in a subfolder or hidden: also in their feedback
+        chosen.others += [(rel, why) for rel, why in deeper.get(chosen.key.split("/")[0], [])
+                          if (match_reference(Path(rel).name, references) or (None,))[0] == chosen.reference
+                          or near_reference(Path(rel).name, references) == chosen.reference]
     return graded, sorted(ignored, key=lambda x: str(x[0]))
+
+
+def _plain_in_folder(sub: Submission, references) -> bool:
+    """Whether ``sub`` is in a student's folder under a name without an LMS prefix."""
+    found = match_reference(Path(sub.rel).name, references)
+    return "/" in sub.rel and not (found and found[2])
 
 
 def several_files(sub: Submission) -> dict:
@@ -1489,7 +1530,11 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     lines = ["# Feedback", "", "Student:", "", fenced(who), ""]
     for r in rows:
         # the file's name, in characters Markdown leaves alone (a name an LMS prefixed could hold any)
-        handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", Path(r["path"]).name)[:200] if r.get("path") else ""
+        # the name the student uploaded: without the prefix (``_LATE_`` included) an LMS's download put before it
+        base = Path(r["path"]).name if r.get("path") else ""
+        lms = LMS_PREFIX.match(base)
+        base = lms.group("rest") if lms and r.get("key") == f"{lms.group('login')}_{lms.group('uid')}" else base
+        handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", base)[:200]
         title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
             f"{handed} (graded as {r['notebook']}): {r['assignment']}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
@@ -1510,7 +1555,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += [f"## {title}", "", f"**Points: shown {SHOWN[sealed]}** — status: {r['status']}", ""]
         else:
             lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
-                      + (f"; {r['passed']} of {r['total']} cases passed"
+                      + (f"; {r['passed']} of {r['total']} cases passed" + weighted_cases(r)
                          if r["status"] in ("graded", "not implemented") else ""), ""]
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
@@ -1557,6 +1602,22 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     return "\n".join(lines)
 
 
+def weighted_cases(row: dict) -> str:
+    """`` (4 of 12 weighted case points: cases 5 and 10 count 2)`` when some case's weight is not 1, so
+    that the points follow from the line (points x 4/12, less a late penalty); '' otherwise."""
+    cases = row.get("cases") or []
+    if all(c.get("weight", 1.0) == 1.0 for c in cases):
+        return ""
+    by: dict[float, list[str]] = {}
+    for i, c in enumerate(cases, 1):
+        if c.get("weight", 1.0) != 1.0:
+            by.setdefault(c["weight"], []).append(str(c.get("index", i)))
+    said = "; ".join((f"case {ix[0]} counts" if len(ix) == 1 else
+                      f"cases {', '.join(ix[:-1])} and {ix[-1]} count") + f" {w:g}" for w, ix in sorted(by.items()))
+    got = sum(c.get("weight", 1.0) for c in cases if c["passed"])
+    return f" ({got:g} of {sum(c.get('weight', 1.0) for c in cases):g} weighted case points: {said})"
+
+
 def other_files(row: dict) -> list[str]:
     """The feedback's lines on the other files a student handed in for a row's notebook (several_files):
     which one was graded and why the others were not, in the names the student gave them (fenced: a
@@ -1567,8 +1628,7 @@ def other_files(row: dict) -> list[str]:
     notebook = row["notebook"]
     return ["**You handed in more than one file for this notebook; one was graded:**", "",
             fenced("\n".join([f"graded:     {graded}"] + [f"not graded: {n} ({why})" for n, why in others])),
-            "", f"Only the file named {notebook} is graded (of several versions under that name, the latest: "
-            f"{notebook.removesuffix('.ipynb')} (2).ipynb after {notebook.removesuffix('.ipynb')} (1).ipynb), "
+            "", f"Only the file named {notebook} is graded (of several versions under that name, the latest), "
             "whatever the other files hold and whenever they came. If a file that was not graded is the one you "
             f"meant, hand it in again named {notebook}, alone.", ""]
 
@@ -1762,6 +1822,18 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     references = reference_assignments(reference)
     misnamed: dict[tuple[str, str], str] = {}
     found, ignored = find_submissions(submissions, references, misnamed)
+    every = dict(references)
+    if course.assignments:  # a course file: only its assignments are graded and exported (issue 37)
+        outside = {nb for nb, names in references.items() if not set(names) & set(course.assignments)}
+        for sub in [s for s in found if s.reference in outside]:
+            found.remove(sub)
+            ignored.append((Path(sub.rel), f"not graded: the course file names none of {sub.reference}'s "
+                                           f"assignments ({', '.join(references[sub.reference])})"))
+        for mis in [m for m in misnamed if m[1] in outside]:
+            del misnamed[mis]
+        ignored.sort(key=lambda x: str(x[0]))
+        references = {nb: [n for n in names if n in course.assignments] for nb, names in references.items()
+                      if nb not in outside}
     roster = course.roster
     lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
@@ -1817,14 +1889,14 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         except (OSError, ValueError):
             content = b""  # graded "unreadable" without running
         seeds = {n: seed if seed is not None else derive_seed(key, n, sub.key, content)
-                 for n in references[sub.reference]}
+                 for n in every[sub.reference]}  # the grader runs all of a notebook's: rows are kept below
         todo.append((who, sub.key, sub.path, sub.reference, seeds))
     if regrade is not None:
         before = {(r["key"], r["assignment"]): r for rs in previous.values() for r in rs}
     sandbox_note = _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times,
                         key_id, resume or regrade is not None, fallback_user)
     partial = sandbox_note.pop("interrupted", False)
-    rows = [r for r in rows if "key" in r]
+    rows = [r for r in rows if "key" in r and (not course.assignments or r["assignment"] in course.assignments)]
     # every student × assignment without a row: not submitted
     columns = sorted({(ref.split("_")[0], n) for ref, names in references.items() for n in names
                       if any(r["assignment"] == n for r in rows) or n in course.assignments
@@ -2036,6 +2108,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
             cells += ["" if r is None or r["points"] is None else r["points"],
                       "not graded yet" if r is None else r["status"]
                       + ("; no submission time, late policy not applied" if r.get("no_time") else "")
+                      + (f"; {r['late_days']} day(s) late, {100 * r['penalty']:g} % of the points taken"
+                         if r.get("late_days") else "")
                       + (f"; {len(r['files'][1])} other file(s) handed in, not graded (see the feedback)"
                          if r.get("files") else "")]
         book_rows.append(cells)

@@ -119,9 +119,11 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     if course_file is not None:
         # Gradescope knows its students and when each handed in (submission_metadata.json): the
         # roster and the times file (names and logins of the whole class) stay out of the bundle
-        files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"))
+        # and only the assignments of the bundle's notebooks (a ch03 bundle carried [assignments.bleu])
+        keep = {n for name in chosen for n in refs[name]}
+        files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"), keep)
         here = course_file.parent
-        for rel in [a.get("extra_cases") for a in data.get("assignments", {}).values()]:
+        for rel in [a.get("extra_cases") for n, a in data.get("assignments", {}).items() if n in keep]:
             if rel:
                 files[f"course/{rel}"] = here / rel
         settings["course"] = "course/course.toml"
@@ -136,21 +138,27 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     return out
 
 
-def _without_roster_and_times(text: str) -> bytes:
-    """The course file without its ``[roster]`` table and without ``[late] times``/``source``."""
+def _without_roster_and_times(text: str, keep: set[str] | None = None) -> bytes:
+    """The course file without its ``[roster]`` table, without ``[late] times``/``source`` and, given
+    ``keep``, without the ``[assignments.<key>]`` tables of other assignments."""
     out, table = [], ""
     for line in text.splitlines():
         head = line.strip()
         if head.startswith("[") and not head.startswith("[["):
             table = head.split("#", 1)[0].strip()
         key = head.split("=", 1)[0].strip()
-        if table == "[roster]" or (table == "[late]" and key in ("times", "source")):
+        other = keep is not None and table.startswith("[assignments.") and \
+            table[len("[assignments."):-1].strip().strip("\"'") not in keep
+        if table == "[roster]" or (table == "[late]" and key in ("times", "source")) or other:
             continue
         out.append(line)
     result = "\n".join(out) + "\n"
     parsed = tomllib.loads(result)
     if "roster" in parsed or {"times", "source"} & set(parsed.get("late", {})):
         raise SystemExit("gradescope_bundle: could not take the roster out of the course file")
+    if keep is not None and set(parsed.get("assignments", {})) != set(tomllib.loads(text).get("assignments", {})) \
+            & keep:
+        raise SystemExit("gradescope_bundle: could not keep only the bundle's assignments in the course file")
     return result.encode()
 
 
@@ -202,28 +210,26 @@ def run(root: Path) -> dict:
     try:
         folder = work / "subs" / student
         folder.mkdir(parents=True)
-        handed = handed_notebooks(root / "submission")
-        matched = {}
-        for p in handed:
-            found = grader.match_reference(p.name, references)
-            if found and (found[0] not in matched or found[1] >= matched[found[0]][0]):
-                matched[found[0]] = (found[1], p)
+        top = root / "submission"
+        handed = handed_notebooks(top)
+        # as make grade does in a student's folder: only files directly in the submission are graded; one in
+        # a subfolder or hidden is copied where it was, so the feedback lists it as not graded (never dropped)
+        matched = [p for p in handed if p.parent == top and not p.name.startswith(".")
+                   and grader.match_reference(p.name, references)]
         if not matched:
-            data = {"score": 0.0, "output": "No notebook of this assignment was found. Hand in "
-                    + " or ".join(sorted(references)) + f" (found: {[p.name for p in handed] or 'no notebook'}).",
+            data = {"score": 0.0, "output": "No notebook of this assignment was found at the top of your "
+                    "submission (files in a folder are not graded). Hand in "
+                    + " or ".join(sorted(references))
+                    + f" (found: {[str(p.relative_to(top)) for p in handed] or 'no notebook'}).",
                     "visibility": "visible", "tests": []}
         else:
-            # every file that is (or looks like) an assignment's notebook, under the name the student gave it:
-            # grade.py picks the one to grade as make grade does, and the feedback names the others (a newer
-            # ch03_exercises_final.ipynb beside ch03_exercises.ipynb is not graded, and never silently)
-            chosen = {p for _, p in matched.values()}
-            kept: dict[str, Path] = {}
-            for p in sorted(handed, key=lambda p: p not in chosen):  # of one name in two folders: the chosen
-                if p.name not in kept and (grader.match_reference(p.name, references)
-                                           or grader.near_reference(p.name, references)):
-                    kept[p.name] = p
-            for name, p in kept.items():
-                shutil.copyfile(p, folder / name, follow_symlinks=False)
+            # every file that is (or looks like) an assignment's notebook, under the name and in the folder the
+            # student gave it: grade.py picks the one to grade as make grade does, and the feedback names the
+            # others (a newer ch03_exercises_final.ipynb beside ch03_exercises.ipynb is not graded, never silently)
+            for p in handed:
+                if grader.match_reference(p.name, references) or grader.near_reference(p.name, references):
+                    (folder / p.relative_to(top)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(p, folder / p.relative_to(top), follow_symlinks=False)
             course = source / settings["course"] if settings.get("course") else None
             timeout = int(os.environ.get("GRADE_TIMEOUT", str(grader.TIMEOUT)))  # 300 s unless set
             grader.grade(work / "subs", work / "out" / "grades.csv", timeout, source / "notebooks",

@@ -82,17 +82,16 @@ def gradescope_results(rows: list[dict], feedback_text: str) -> dict:
             tests.append({"name": f"{r['assignment']}: {r['status']}", "score": 0.0,
                           "max_score": float(r.get("max_points", 10.0)), "status": "failed",
                           "output": r.get("reason", ""), "visibility": "visible"})
-        # each case's share to 4 places, the last taking what rounding left, so the tests' max_score
-        # add up to the assignment's points exactly (9 cases of 20 points: 2.2222 x 8 + 2.2224)
-        worths = [round(float(r.get("max_points", 10.0)) * c.get("weight", 1.0) / weights, 4) for c in cases]
-        if worths:
-            worths[-1] = round(float(r.get("max_points", 10.0)) - sum(worths[:-1]), 4)
+        # each case's share unrounded: cases of equal weight are worth exactly the same (rounding each to 4
+        # places and giving the last what was left showed 3.3333 beside 3.3331), and the tests' max_score add
+        # up to the assignment's points to within 1e-12 (Gradescope shows the sum rounded: 20.0)
+        worths = [float(r.get("max_points", 10.0)) * c.get("weight", 1.0) / weights for c in cases]
         for c, worth in zip(cases, worths):
             tests.append({
                 "name": f"{r['assignment']}: " + (c["name"] if c.get("visible") else
                                                  f"hidden case {c['index']}" + (f": {c['label']}" if c.get("label")
                                                                                   else "")),
-                "score": round(worth * (1 - float(r.get("penalty", 0.0))), 4) if c["passed"] else 0.0,
+                "score": worth * (1 - float(r.get("penalty", 0.0))) if c["passed"] else 0.0,
                 "max_score": worth,
                 "status": "passed" if c["passed"] else "failed",
                 "output": c.get("why", ""),

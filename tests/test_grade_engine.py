@@ -300,6 +300,15 @@ def test_weights_points_and_late_days(tmp_path):
     assert row["score"] == 0.25 and row["late_days"] == 2 and row["points"] == round(20 * 0.25 * 0.8, 2)
     missing = grade.score_row(dict(assignment="masked_softmax", status="not submitted", cases=[]), c, None)
     assert missing["points"] is None
+    # a fresh instructor (issue 37, 7.5/10): gradebook.csv showed the points, not that 20 % had been taken
+    row.update(student="ada", key="ada", notebook="ch03_exercises.ipynb", passed=2, total=3, reason="",
+               cases=[dict(c, index=i, name="n", why="w") for i, c in enumerate(cases, 1)])
+    student = dict(key="ada", student="ada", name="Ada", id="", sis_user_id="", login="ada", section="",
+                   email="")
+    grade.write_outputs([row], tmp_path / "out" / "grades.csv", [student], c, [("ch03", "masked_softmax")], [],
+                        [], False, tmp_path)
+    book = (tmp_path / "out" / "gradebook.csv").read_text()
+    assert "graded; 2 day(s) late, 20 % of the points taken" in book, book
 
 
 def test_weights_by_description_apply_and_unknown_keys_are_refused(tmp_path):
@@ -401,7 +410,11 @@ def test_gradescope_results_json_follows_the_specification():
                cases=[{"index": i, "visible": False, "label": "l", "passed": True, "why": "", "weight": 1.0}
                       for i in range(1, 10)])
     tests = lms_export.gradescope_results([row], "")["tests"]
-    assert round(sum(t["max_score"] for t in tests), 6) == 20.0 and {t["max_score"] for t in tests} <= {2.2222, 2.2224}
+    assert round(sum(t["max_score"] for t in tests), 6) == 20.0 and len({t["max_score"] for t in tests}) == 1
+    # a fresh instructor (issue 37, 7.5/10): two cases of equal weight were worth 3.3333 and 3.3331
+    row = dict(row, cases=[dict(c, weight=2.0 if c["index"] in (5, 9) else 1.0) for c in row["cases"]])
+    tests = lms_export.gradescope_results([row], "")["tests"]
+    assert tests[4]["max_score"] == tests[8]["max_score"] and abs(sum(t["max_score"] for t in tests) - 20) < 1e-9
 
 
 # --------------------------------------------------------------------------- output folder and sandbox

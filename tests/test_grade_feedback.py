@@ -323,3 +323,51 @@ def test_every_outcome_but_full_marks_says_what_to_do_next():
     step = grade.feedback_markdown({"student": "ada"}, [raised]).rstrip().splitlines()[-1]
     assert step.startswith("**What to do:** Restart your kernel and Run All") and "points stand" in step, step
     assert "failed cases" not in step, step
+
+
+def test_the_heading_shows_the_name_the_student_uploaded():
+    """A fresh instructor (issue 37, 7.5/10): the heading read ``## kochbea_LATE_102_901_ch03_exercises-1.ipynb
+    (graded as ...)``, Canvas's prefix and ``_LATE_`` included, while the several-files box below showed the
+    uploaded name; and its example sentence named ``ch03_exercises (2).ipynb after ch03_exercises (1).ipynb``
+    though the graded file was ``ch03_exercises-1.ipynb``. The heading now shows the uploaded name; the
+    sentence no example file."""
+    row = dict(student="kochbea_102", key="kochbea_102", notebook="ch03_exercises.ipynb",
+               assignment="masked_softmax", points=10.0, max_points=10.0, passed=9, total=9, status="graded",
+               reason="", cases=[], path="/s/kochbea_LATE_102_901_ch03_exercises-1.ipynb",
+               files=["ch03_exercises-1.ipynb", [["ch03_exercises.ipynb", "an earlier version"]]])
+    text = grade.feedback_markdown({"student": "kochbea_102"}, [row])
+    assert "## ch03_exercises-1.ipynb (graded as ch03_exercises.ipynb): masked_softmax" in text, text
+    assert "kochbea" not in text.split("## ", 1)[1].splitlines()[0] and "(2).ipynb" not in text, text
+    folder = dict(row, key="ada", path="/s/ada/kochbea_102_901_ch03_exercises.ipynb")
+    assert "## kochbea_102_901_ch03_exercises.ipynb (graded" in grade.feedback_markdown({"student": "ada"}, [folder])
+
+
+def test_a_timeout_says_one_consistent_thing():
+    """A fresh instructor (issue 37, 7.5/10): a timeout said "did not finish ... so the hidden tests did not
+    run", then "every cell had run, and the hidden tests were running: your function did not return on some
+    case", and asked to "time the cell named above" where no cell was named. One story per case now."""
+    base = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+                max_points=10.0, passed=0, total=9, cases=[], status="timeout")
+    in_tests = dict(base, reason="did not finish within 300 s: " + grade.running_cell(
+        {"cells": []}, {"started:0": 1}))
+    text = grade.feedback_markdown({"student": "ada"}, [in_tests])
+    assert "hidden tests were running" in text and "did not run" not in text, text
+    assert "named above" not in text and "return quickly" in text, text
+    in_cell = dict(base, reason="did not finish within 300 s: it was running code cell 3 of 9")
+    text = grade.feedback_markdown({"student": "ada"}, [in_cell])
+    assert "time the cell named above" in text and "did not run" not in text, text
+
+
+def test_weighted_points_can_be_followed_from_the_feedback():
+    """A fresh instructor (issue 37, 7.5/10): "5.33 of 20 points — 4 of 10 cases passed ... 20 % taken" could
+    not be followed (cases 5 and 10 counted double). The line now gives the weighted case points."""
+    cases = [{"index": i, "passed": i <= 4, "visible": False, "label": "", "why": "wrong", "cause": "",
+              "weight": 2.0 if i in (5, 10) else 1.0} for i in range(1, 11)]
+    row = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=5.33,
+               max_points=20.0, passed=4, total=10, cases=cases, status="graded", reason="", late_days=2,
+               penalty=0.2)
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert "4 of 10 cases passed (4 of 12 weighted case points: cases 5 and 10 count 2)" in text, text
+    assert round(20 * 4 / 12 * 0.8, 2) == 5.33
+    plain = dict(row, cases=[dict(c, weight=1.0) for c in cases])
+    assert "weighted" not in grade.feedback_markdown({"student": "ada"}, [plain])

@@ -61,6 +61,19 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     with zipfile.ZipFile(bundle) as z:
         shipped = z.read("course/course.toml").decode()
     assert "[roster]" not in shipped and "times =" not in shipped and "[assignments.masked_softmax]" in shipped
+    assert "[assignments.bleu]" not in shipped  # a ch03 bundle: only ch03's assignments (issue 37)
+
+
+def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
+    """A fresh instructor (issue 37, 7.5/10): the ch03-only bundle's course/course.toml still carried
+    [assignments.bleu]; it keeps the assignments of the bundle's notebooks only."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gradescope_bundle
+
+    shipped = gradescope_bundle._without_roster_and_times(
+        (ROOT / "course.example.toml").read_text(encoding="utf-8"), {"masked_softmax"}).decode()
+    assert "[assignments.masked_softmax]" in shipped and "bleu" not in shipped and "[roster]" not in shipped
+    assert "extra_cases" in shipped and "[late]" in shipped
 
 
 def test_the_scripts_read_course_files_without_tomllib():
@@ -181,17 +194,9 @@ def test_scores_visible_shows_every_result_at_once(tmp_path):
     assert bad.returncode != 0 and "[gradescope]" in bad.stderr and not (tmp_path / "a.zip").exists()
 
 
-@pytest.mark.parametrize("handed, graded, other", [
-    (["ch03_exercises.ipynb", "ch03_exercises_final.ipynb"], "ch03_exercises.ipynb", "ch03_exercises_final.ipynb"),
-    (["ch03_exercises.ipynb", "ch03_exercises (1).ipynb"], "ch03_exercises (1).ipynb", "ch03_exercises.ipynb"),
-    (["ch03_exercises-1.ipynb", "work/Ch03 Exercises.ipynb"], "ch03_exercises-1.ipynb", "Ch03 Exercises.ipynb"),
-])
-def test_gradescope_says_which_of_several_files_was_graded(tmp_path, monkeypatch, handed, graded, other):
-    """A fresh attacker (issue 37, 7/10): in /autograder/submission, ``ch03_exercises.ipynb`` and a newer
-    ``ch03_exercises_final.ipynb``: only the first was copied to the grader, so the student never heard of
-    the second. Every file that looks like the assignment's notebook now reaches the grader under the name
-    the student gave it; the one with the assignment's name is graded, as make grade does, and the
-    feedback shown at once (the files are decided before anything runs) names the others."""
+def _run_fake(tmp_path, monkeypatch, handed: list[str]) -> tuple[list[str], dict]:
+    """gradescope_bundle.run on the files ``handed`` (paths under /autograder/submission), with FakeGrader:
+    (the names of the files it graded, results.json)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import gradescope_bundle
     import grade
@@ -209,11 +214,40 @@ def test_gradescope_says_which_of_several_files_was_graded(tmp_path, monkeypatch
         (root / "submission" / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / "submission" / rel).write_text("{}")
     (root / "submission_metadata.json").write_text(json.dumps({"users": [{"id": 4242, "name": "Ada"}]}))
-    data = gradescope_bundle.run(root)
+    return ran, gradescope_bundle.run(root)
+
+
+@pytest.mark.parametrize("handed, graded, other", [
+    (["ch03_exercises.ipynb", "ch03_exercises_final.ipynb"], "ch03_exercises.ipynb", "ch03_exercises_final.ipynb"),
+    (["ch03_exercises.ipynb", "ch03_exercises (1).ipynb"], "ch03_exercises (1).ipynb", "ch03_exercises.ipynb"),
+    (["ch03_exercises-1.ipynb", "work/Ch03 Exercises.ipynb"], "ch03_exercises-1.ipynb", "Ch03 Exercises.ipynb"),
+    # a fresh attacker (issue 37, 7/10): the solved file at the top and the scaffold in notebooks/ graded the
+    # scaffold (the last of equal copy numbers) and dropped the other unlisted; as make grade: the top is graded
+    (["ch03_exercises.ipynb", "notebooks/ch03_exercises.ipynb"], "ch03_exercises.ipynb",
+     "ch03_exercises.ipynb (in the folder notebooks/: only files directly in the submission are graded)"),
+    (["notebooks/ch03_exercises (2).ipynb", "ch03_exercises (1).ipynb"], "ch03_exercises (1).ipynb",
+     "ch03_exercises (2).ipynb (in the folder notebooks/"),
+    (["ch03_exercises.ipynb", ".ch03_exercises.ipynb"], "ch03_exercises.ipynb", ".ch03_exercises.ipynb (hidden"),
+])
+def test_gradescope_says_which_of_several_files_was_graded(tmp_path, monkeypatch, handed, graded, other):
+    """A fresh attacker (issue 37, 7/10): in /autograder/submission, ``ch03_exercises.ipynb`` and a newer
+    ``ch03_exercises_final.ipynb``: only the first was copied to the grader, so the student never heard of
+    the second. Every file that looks like the assignment's notebook now reaches the grader under the name
+    the student gave it; the one with the assignment's name is graded, as make grade does, and the
+    feedback shown at once (the files are decided before anything runs) names the others."""
+    ran, data = _run_fake(tmp_path, monkeypatch, handed)
     assert ran == [graded], (ran, data["output"])
     shown = _shown(data)["output"]
-    assert f"graded:     {graded}\nnot graded: {other} (" in shown, shown
+    assert f"graded:     {graded}\nnot graded: {other}" in shown, shown
     assert "hand it in again named ch03_exercises.ipynb, alone" in shown
+
+
+def test_gradescope_grades_no_file_in_a_folder(tmp_path, monkeypatch):
+    """Only files directly in /autograder/submission are graded (make grade's rule in a student's folder):
+    a notebook only in a folder is not graded, and the output says where it was found and why."""
+    ran, data = _run_fake(tmp_path, monkeypatch, ["work/ch03_exercises.ipynb"])
+    assert ran == [] and data["score"] == 0
+    assert "files in a folder are not graded" in data["output"] and "work/ch03_exercises.ipynb" in data["output"]
 
 
 @pytest.mark.slow

@@ -177,3 +177,65 @@ def test_the_blocked_call_hedge_is_only_for_errors_that_may_follow_from_it():
     assert "may only follow from it" in follows, follows
     assert "may only follow" not in line(4, "NameError: name 'undefined_here' is not defined")
     assert "may only follow" in line(3, "AttributeError: 'NoneType' object has no attribute 'shape'")
+
+
+@pytest.mark.parametrize("files, graded, why", [
+    # a fresh attacker (issue 37, 7/10): "100" < "99" as text, so 99 was graded and 100 called earlier
+    (["ada/ada_101_99_ch03_exercises.ipynb", "ada/ada_101_100_ch03_exercises.ipynb"],
+     "ada/ada_101_100_ch03_exercises.ipynb", "an earlier version (a lower LMS submission ID)"),
+    # the exact name beats an LMS-looking name in a student's folder (zz_ sorted after ch03 and was graded)
+    (["ada/ch03_exercises.ipynb", "ada/zz_1_1_ch03_exercises.ipynb"], "ada/ch03_exercises.ipynb",
+     "its name has an LMS prefix; the file named ch03_exercises.ipynb is graded"),
+    (["ada/ch03_exercises.ipynb", "ada/ada_101_100_ch03_exercises.ipynb"], "ada/ch03_exercises.ipynb",
+     "its name has an LMS prefix; the file named ch03_exercises.ipynb is graded"),
+    # a notebook in a subfolder of a student's folder: never graded, listed in the student's feedback
+    (["ada/ch03_exercises.ipynb", "ada/old/ch03_exercises (5).ipynb"], "ada/ch03_exercises.ipynb",
+     "in the folder old/: only files directly in the submission are graded"),
+])
+def test_which_file_of_a_students_folder_is_graded(tmp_path, files, graded, why):
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    found, ignored = grade.find_submissions(tmp_path, {REFERENCE: ["masked_softmax"]})
+    assert [s.rel for s in found] == [graded], (found, ignored)
+    assert [w for _, w in found[0].others] == [why], found[0].others
+
+
+def test_a_file_with_two_lms_prefixes_is_the_first_students_and_listed(tmp_path):
+    """A fresh attacker (issue 37, 7/10): ``eve_300_900_bob_102_999_ch03_exercises.ipynb`` was ignored "at the
+    top level without an LMS name" and missing from eve's several-files note: it is eve's, listed there."""
+    for name in ("eve_300_900_ch03_exercises.ipynb", "eve_300_900_bob_102_999_ch03_exercises.ipynb"):
+        (tmp_path / name).write_text("{}")
+    found, ignored = grade.find_submissions(tmp_path, {REFERENCE: ["masked_softmax"]})
+    assert [(s.key, s.rel) for s in found] == [("eve_300", "eve_300_900_ch03_exercises.ipynb")], ignored
+    note = grade.several_files(found[0])["note"]
+    assert "'bob_102_999_ch03_exercises.ipynb' (its name is not ch03_exercises.ipynb)" in note, note
+
+
+def test_a_course_file_grades_and_exports_only_its_assignments(tmp_path, monkeypatch):
+    """A fresh instructor (issue 37, 7.5/10, a blocker): ``zed_300_904_ch01_exercises.ipynb`` was graded while
+    the course file named only masked_softmax and bleu, and got a column in canvas.csv/moodle.csv with no
+    Canvas ID (an import would create a new assignment). With a course file, only its assignments are graded
+    and exported; a notebook with none of them is listed in ignored.csv with the reason."""
+    from test_grade_engine import fake_grading
+
+    ran = fake_grading(monkeypatch)
+    reference = tmp_path / "ref"
+    reference.mkdir()
+    for name in ("ch01_exercises.ipynb", "ch03_exercises.ipynb", "ch04_exercises.ipynb"):
+        (reference / name).write_text((Path(grade.__file__).parent.parent / "notebooks" / name).read_text())
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name in ("ch01_exercises", "ch03_exercises", "ch04_exercises"):
+        (subs / f"zed_300_904_{name}.ipynb").write_text("{}")
+    (tmp_path / "c.toml").write_text('[assignments.masked_softmax]\npoints = 20\ncanvas_id = "4711"\n'
+                                     '[assignments.bleu]\npoints = 10\ncanvas_id = "4712"\n')
+    out = tmp_path / "out" / "grades.csv"
+    rows = grade.grade(subs, out, 10, reference, secret="s" * 40, course_file=tmp_path / "c.toml")
+    assert sorted(r["assignment"] for r in rows) == ["bleu", "masked_softmax"], rows
+    assert sorted(ran) == ["zed_300_904_ch03_exercises.ipynb", "zed_300_904_ch04_exercises.ipynb"], ran
+    header = (out.parent / "moodle.csv").read_text().splitlines()[0]
+    assert "softmax_pool" not in header and "masked_cross_entropy" not in header, header
+    ignored = (out.parent / "ignored.csv").read_text()
+    assert "zed_300_904_ch01_exercises.ipynb" in ignored
+    assert "the course file names none of ch01_exercises.ipynb's assignments (softmax_pool)" in ignored, ignored
