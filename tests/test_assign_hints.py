@@ -52,9 +52,9 @@ def assert_named(checker, fn, words: str, wrong: tuple[str, ...] = (), elsewhere
 # Chapter 6: sinusoidal encodings of any positions ------------------------------------------------------------
 
 def _encode(positions, num_hiddens, base=10000.0, *, j_not_2j=False, swap=False, dtype=None, own_base=True,
-            transpose=False, odd_extra=False):
+            transpose=False, odd_extra=False, even_only=False):
     """A learner's encode_positions, right by default, with one mistake switched on by each keyword."""
-    pairs = (num_hiddens + 1) // 2
+    pairs = num_hiddens // 2 if even_only else (num_hiddens + 1) // 2
     index = torch.arange(pairs, dtype=torch.float64) * (1 if j_not_2j else 2)
     angles = positions.double()[:, None] / (base if own_base else 10000.0) ** (index / num_hiddens)
     first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
@@ -79,6 +79,7 @@ EXPONENT = "2j (not j)"  # the old hint, given to every failure whatever its cau
     (always_float32, "the positions' dtype"),
     (lambda p, d, base=1e4: _encode(p, d, base, transpose=True), "transposed"),
     (lambda p, d, base=1e4: _encode(p, d, base, odd_extra=True), "drop the extra cosine column"),
+    (lambda p, d, base=1e4: _encode(p, d, base, even_only=True), "the last column is a sine"),
     (lambda p, d, base=1e4: _encode(p, d, base, own_base=False), "the base argument is ignored"),
     (lambda p, d, base=1e4: _encode(p, d, base, j_not_2j=True), "the exponent uses j"),
     (lambda p, d, base=1e4: _encode(p, d, base, swap=True), "sines and cosines are swapped"),

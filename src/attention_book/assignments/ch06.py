@@ -79,6 +79,9 @@ TRANSPOSED = ("the table is transposed: one row per position and one column per 
 ODD_WIDTH = ("with an odd num_hiddens the table has num_hiddens columns, the last one a sine with no cosine "
              "after it: drop the extra cosine column (e.g. fill P[:, 1::2] with the first num_hiddens // 2 "
              "cosine columns only)")
+ODD_SHORT = ("with an odd num_hiddens the last column is a sine with no cosine after it: the table has "
+             "num_hiddens columns, not num_hiddens - 1, so use (num_hiddens + 1) // 2 frequencies and keep the "
+             "last sine (e.g. P[:, 0::2] = sin of all of them, P[:, 1::2] = cos of the first num_hiddens // 2)")
 SHAPE = "the result must have shape (len(positions), num_hiddens): one row per position, one column per dimension"
 NOT_TENSOR = "return a torch tensor of shape (len(positions), num_hiddens)"
 NAN = "the table holds NaN: every entry is the sine or cosine of a finite angle p / base^(2j / d)"
@@ -99,7 +102,8 @@ def _diagnosing(positions, num_hiddens: int, base: float):
         elif tuple(got.shape) != tuple(want.shape):
             n = len(positions)
             cause = (TRANSPOSED if tuple(got.shape) == (num_hiddens, n) else
-                     ODD_WIDTH if num_hiddens % 2 and tuple(got.shape) == (n, num_hiddens + 1) else SHAPE)
+                     ODD_WIDTH if num_hiddens % 2 and tuple(got.shape) == (n, num_hiddens + 1) else
+                     ODD_SHORT if num_hiddens % 2 and tuple(got.shape) == (n, num_hiddens - 1) else SHAPE)
         elif got.dtype != want.dtype:
             cause = DTYPE
         elif got.is_floating_point() and bool(torch.isnan(got).any()):

@@ -306,8 +306,13 @@ def positional_encoding_figure(encoding_dim: int = 32, num_steps: int = 60):
     columns = sorted({c for c in (fast, fast + 1, middle, middle + 1) if c < encoding_dim})
     encoding_columns_figure(encoding_dim, num_steps, columns, ax=left)
     left.set_title("columns " + ", ".join(map(str, columns)) + " of P")
-    image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto")
+    # nearest: each of the d columns a stripe of its own (smoothing blurs them into blobs at d = 8 or 16)
+    image = right.imshow(P.numpy(), cmap="Blues", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     right.grid(False)
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in (left.xaxis, right.xaxis, right.yaxis):  # positions and columns are whole numbers
+        axis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     right.set_xlabel("column (encoding dimension)")
     right.set_ylabel("row (position)")
     right.set_title(f"P: {num_steps} positions × {encoding_dim} dimensions")
