@@ -1575,6 +1575,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         common = causes[0] if len(failed) >= 2 and causes[0] and causes.count(causes[0]) == len(causes) else ""
         if sealed:  # how many hidden cases failed, and why, depends on the draw
             causes, common, failed = [], "", [c for c in failed if c.get("visible")]
+        stated = {common} if common else set(c for c in causes if c) if len(failed) >= 2 else set()
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
         elif len(failed) >= 2 and any(causes):
@@ -1590,9 +1591,12 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                           fenced("\n".join([f"case: {c['name']}"] + [f"{k}: {c[k]}" for k in
                                                                      ("input", "expected", "got") if c.get(k)]
                                            + [f"why: {c['why']}"])), ""]
-            elif hidden_details:
+            elif hidden_details:  # a cause said above once is not said again under each case
+                why = c["why"]
+                if c.get("cause") in stated and why.endswith(": " + c["cause"]):
+                    why = why.removesuffix(": " + c["cause"]) + " (the cause named above)"
                 lines += [f"### Hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else ""), "",
-                          fenced(c["why"]), ""]
+                          fenced(why), ""]
         hidden = sum(1 for c in failed if not c.get("visible"))
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
             lines += [f"{hidden} hidden case(s) failed; which ones, and why, is in the hidden cases' tests.", ""]

@@ -371,3 +371,19 @@ def test_weighted_points_can_be_followed_from_the_feedback():
     assert round(20 * 4 / 12 * 0.8, 2) == 5.33
     plain = dict(row, cases=[dict(c, weight=1.0) for c in cases])
     assert "weighted" not in grade.feedback_markdown({"student": "ada"}, [plain])
+
+
+def test_a_cause_said_above_is_not_repeated_under_each_case():
+    """A fresh instructor (issue 37, 7.5/10): with course.example.toml's extra case (no cause of its own), a
+    padding-only answer read "In 9 of 10 failed cases: only the padding is masked ..." and then the same
+    sentence under each of the nine cases. It is said once; each case points at it."""
+    cause = "only the padding is masked, as in the chapter's masked softmax"
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"l{i}", "cause": cause if i < 10 else "",
+              "why": f"the result is wrong: {cause}" if i < 10 else "the result is wrong (hint: build the mask)"}
+             for i in range(1, 11)]
+    row = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+               max_points=20.0, passed=0, total=10, cases=cases, status="graded", reason="")
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert text.count(cause) == 1 and "In 9 of 10 failed cases:" in text, text
+    assert text.count("the result is wrong (the cause named above)") == 9, text
+    assert "the result is wrong (hint: build the mask)" in text
