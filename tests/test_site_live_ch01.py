@@ -77,6 +77,9 @@ def test_an_empty_name_asks_for_one(browser, site):
         said = live.page.locator(f"{live.root} .ab-live-readout").text_content()
         assert said.startswith("Type a name"), said
         assert live.events == [], "\n".join(live.events)
+        # the view computes in JavaScript alone: the page fetches no model runtime (live.mjs)
+        fetched = live.page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+        assert not [f for f in fetched if "onnxruntime" in f], [f for f in fetched if "onnxruntime" in f]
 
 
 def test_from_a_file_the_table_stays(browser):

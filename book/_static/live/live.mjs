@@ -96,10 +96,9 @@ async function run(root, status, t0) {
   status("Loading the model…");
   try {
     const name = root.dataset.live;
-    const [ort, manifest] = await Promise.all([
-      loadRuntime(),
-      fetchJson(new URL(`${name}.json`, MODELS)),
-    ]);
+    const manifest = await fetchJson(new URL(`${name}.json`, MODELS));
+    // A view that computes in JavaScript alone (chapter 1's lookup) lists no models: no runtime.
+    const ort = Object.keys(manifest.models || {}).length ? await loadRuntime() : null;
     const view = await import(new URL(root.dataset.module, import.meta.url).href);
     const sessions = {};
     const session = (model) => {
