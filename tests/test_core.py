@@ -126,9 +126,9 @@ def test_figures_carry_their_values_as_a_table():
     big[0, 0, :, 7] = 0.5
     big[0, 0, :, 3] = 0.25
     table = values_html(ab.heatmaps_figure(big, xlabel="Keys", ylabel="Queries"))
-    assert "3 largest values (30 Keys in all, 12 of 40 Queries evenly spread)" in table
+    assert "3 largest values, written Keys (value); 30 Keys in all, 12 of 40 Queries evenly spread" in table
     assert table.count('<th scope="row">') == VALUES_MAX
-    assert '<th scope="row">39</th><td>7</td><td>0.5</td><td>3</td><td>0.25</td>' in table
+    assert '<th scope="row">39</th><td>7 (0.5)</td><td>3 (0.25)</td><td>0 (0)</td>' in table
     fig = ab.curves_figure({"train": [1.0, 0.5, 0.25], "val": [1.2, 0.7]}, ylabel="loss")
     chance_line(fig.axes[0], 2.0)
     table = values_html(fig)

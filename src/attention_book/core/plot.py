@@ -769,14 +769,15 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
                                  [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked],
                                  across=xlabel))
             continue
+        # one cell per rank, "key (value)": a phone restacks a row into three short lines, not six
         top = min(_TOP_KEYS, n_k)
-        cols = [c for r in range(top) for c in (f"top {r + 1}: {xlabel}", f"top {r + 1}: value")]
+        cols = ["largest", "2nd largest", "3rd largest"][:top]
         cells = []
         for q in picked:
             order = np.argsort(-m[q], kind="stable")[:top]
-            cells.append([c for k in order for c in (keys[k], _num(m[q, k]))])
-        tables.append(_table(f"{name}: each row's {top} largest values ({n_k} {xlabel} in all{shown})",
-                             ylabel, [queries[q] for q in picked], cols, cells))
+            cells.append([f"{keys[k]} ({_num(m[q, k])})" for k in order])
+        tables.append(_table(f"{name}: each row's {top} largest values, written {xlabel} (value); "
+                             f"{n_k} {xlabel} in all{shown}", ylabel, [queries[q] for q in picked], cols, cells))
     return tables
 
 
