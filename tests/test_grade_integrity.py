@@ -238,3 +238,21 @@ def test_feedback_is_never_cut_inside_a_word():
     error = grade.short_error("ValueError: " + " ".join(["averyveryverylongword"] * 12))
     assert error.endswith(" …") and error.removesuffix(" …").endswith("averyveryverylongword")
     assert grade.clean("short text", 200) == "short text"
+
+
+def test_a_wrong_count_fails_every_case_and_says_the_others_are_not_judged():
+    """A learner read "✘ the tokens passed in are not modified: 4 of 7 rows select the wrong number of
+    tokens" as a hint about an in-place write. The count cases say why a count is wrong; every other
+    case still fails (a function selecting nothing passed "specials are never selected" and scored
+    6 of 10 when they judged only their own property) and says it was not judged."""
+    import attention_book as ab
+    from attention_book.assignments.ch09 import COUNT_CASE, check_mlm_masking
+
+    report = check_mlm_masking(ab.mask_for_mlm, verbose=False)  # each token on its own: counts vary by row
+    failed = [(name, why) for name, ok, why in report.results if not ok]
+    not_judged = [name for name, why in failed if why.startswith("not judged while the count is wrong")]
+    explained = [why for name, why in failed if name not in not_judged]
+    assert len(not_judged) >= 5 and "the tokens passed in are not modified" in not_judged, failed
+    # the two spread cases say what gives the count, and point to nothing else
+    assert len(explained) == 2 and all("should have exactly" in why for why in explained), explained
+    assert COUNT_CASE in failed[0][1]  # the one line names the case that explains the count

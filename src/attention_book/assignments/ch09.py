@@ -5,9 +5,8 @@ generator=None) -> (inputs, labels)``. It varies what the chapter's page writes
 (:func:`attention_book.mask_for_mlm` selects each token independently, so a sequence
 gets about 15 % of its tokens): here each sequence (a row of ``tokens``) gets EXACTLY
 ``k = round(select_prob * n)`` of its ``n`` ordinary tokens, drawn without replacement.
-The two spread cases check that count (and say what gives a wrong one); every case checks
-its own property only, so one wrong count fails those two cases, not every case. The cases on a large
-batch are statistical: the selected positions spread over the whole row, and the
+Every case checks that count and the (inputs, labels) contract; the cases on a large
+batch are statistical too: the selected positions spread over the whole row, and the
 80 / 10 / 10 split of the selected tokens lies within a few standard deviations.
 Special tokens (``<pad>``, ``<cls>``, …) must never be selected.
 
@@ -153,12 +152,28 @@ def _count_problem(tokens, labels, p) -> str | None:
 
 
 COUNT_CASE = "exactly k per row, drawn uniformly"
+COUNT_ELSEWHERE = f"k = round(select_prob * n) per row; the case “{COUNT_CASE}” says what gives this count"
+
+
+def _short_count_problem(tokens, labels, p) -> str | None:
+    """The count per row, in one line that points to the case explaining it (so that one mistake does not
+    print the same long explanation under every case). The case fails: its property is not judged on a
+    wrong count (a function selecting nothing would otherwise pass "specials are never selected" and the
+    like, and score for doing nothing); the line says so, so that "the tokens passed in are not modified"
+    does not send a learner looking for a write that is not there."""
+    n, _, off = _row_counts(tokens, labels, p)
+    if not off.any():
+        return None
+    return _because(f"not judged while the count is wrong: {int(off.sum())} of {len(n)} rows select the wrong "
+                    "number of tokens", COUNT_ELSEWHERE)
+
+
 def _unpacked(tokens, p, hint: str, explain_count: bool = False):
-    """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then (for the cases about the count,
-    ``explain_count``) the exact count per row, then the case's own property, whose failure is named with
-    ``hint`` (the shape and the count name their own). The other cases judge only what they test: a wrong
-    count had put the same line under every case, "the tokens passed in are not modified" included."""
-    count = _count_problem if explain_count else (lambda *_: None)
+    """Turn ``check(inputs, labels)`` into a Case check on the pair: shape, then the exact count per row, then
+    the case's own property, whose failure is named with ``hint`` (the shape and the count name their own).
+    Only the cases about the count (``explain_count``) say why a count is wrong; the others say in one line
+    that it is."""
+    count = _count_problem if explain_count else _short_count_problem
 
     def wrap(check):
         def on_pair(out):
@@ -299,9 +314,8 @@ def _unchanged(tokens):
 def check_mlm_masking(fn, verbose: bool = True):
     """Check a learner's BERT masking function ``fn(tokens, mask_id, vocab_size, special_ids, select_prob, generator)``.
 
-    Every case checks the shapes; the two spread cases (at 0.15 and at another ``select_prob``)
-    check that each row selects exactly ``round(select_prob * n)`` of its ``n`` ordinary tokens,
-    and say why a count is wrong. The other cases judge only their own property: the (inputs, labels) contract; special tokens
+    Every case checks the shapes and that each row selects exactly ``round(select_prob * n)``
+    of its ``n`` ordinary tokens. Then: the (inputs, labels) contract; special tokens
     (``<pad>``, ``<cls>``, ``<unk>``) never selected; the selected positions spread over
     the whole row (drawn uniformly, not the first ``k``), at 0.15 and at another
     ``select_prob``; of the selected tokens about 80 % ``<mask>``, 10 % random ordinary
