@@ -209,8 +209,9 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
         _few_log_ticks(ax, "x")
     ax1.legend(loc="lower left")
     # Under the plots, not in them: the lower panel's legend (a line per model, the fit, the baseline)
-    # covered the curves, on a phone most of them (issue 36).
-    fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncols=2)
+    # covered the curves, on a phone most of them (issue 36). One column: with two the phone copy
+    # came out too wide, so a phone showed the desktop figure scrolling sideways.
+    fig.legend(*ax2.get_legend_handles_labels(), loc="outside lower center", ncols=1)
     ax1.set_xlabel("non-embedding parameters N")
     ax1.set_title("same steps, different sizes")
     ax2.set_xlabel("training compute C ≈ 6·N·D (FLOPs)")
