@@ -722,7 +722,7 @@ def _wide_values(tables: list[dict]) -> list[str]:
             for t in tables if t["width"] > t["column"] + 1 or t["right"] > 1 or t["unlabelled"]]
 
 
-def test_values_tables_restack_on_a_phone_and_stay_tables(tmp_path):
+def test_values_tables_restack_on_a_phone_and_stay_tables(browser, tmp_path):  # noqa: F811
     """Issues 36, 38: on a phone the figure's values as a table (12 keys a row, or the top keys'
     pairs) was wider than the column and scrolled sideways, so a row could not be read at once.
     In Chromium at 390 px no values table is now wider than its column, every value cell shows
@@ -733,10 +733,6 @@ def test_values_tables_restack_on_a_phone_and_stay_tables(tmp_path):
     import attention_book as ab
     from attention_book.core.plot import values_html
 
-    chromium = "/usr/bin/chromium"
-    if not Path(chromium).exists():
-        pytest.skip("no Chromium at /usr/bin/chromium")
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     folds = [values_html(ab.heatmaps_figure(torch.rand(1, 1, 12, 12), "keys", "queries")),
              values_html(ab.heatmaps_figure(torch.rand(1, 1, 40, 30), "keys", "queries")),
              values_html(ab.curves_figure({"train": [1.0, 0.5, 0.25], "val": [1.2, 0.7]}))]
@@ -747,27 +743,29 @@ def test_values_tables_restack_on_a_phone_and_stay_tables(tmp_path):
                          f'content="width=device-width"><style>{css}</style></head><body>'
                          f'<main id="main-content" style="padding: 0 16px">{outputs}</main></body></html>',
                          encoding="utf-8")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True,
-                                     args=["--headless", "--no-sandbox", "--disable-gpu"])
-        try:
-            tab = browser.new_page(viewport=PHONE)
-            tab.goto(page_file.as_uri(), wait_until="load")
-            tables = tab.evaluate(JS_VALUES_TABLES)
-            assert len(tables) == 3 and all(t["cells"] for t in tables), tables
-            assert not _wide_values(tables), _wide_values(tables)
-            assert [t["rowLayout"] for t in tables] == ["grid", "grid", "table-row"]  # the narrow one fits
-            tab.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
-            nodes = tab.context.new_cdp_session(tab).send("Accessibility.getFullAXTree")["nodes"]
-            roles = [n.get("role", {}).get("value") for n in nodes if not n.get("ignored")]
-            assert roles.count("table") == 3 and roles.count("cell") == 12 * 12 + 12 * 6 + 3 * 2
-            assert roles.count("columnheader") == 13 + 7 + 3 and roles.count("rowheader") == 12 + 12 + 3
-            desk = browser.new_page(viewport=DESKTOP)
-            desk.goto(page_file.as_uri(), wait_until="load")
-            tables = desk.evaluate(JS_VALUES_TABLES)
-            assert not _wide_values(tables) and {t["rowLayout"] for t in tables} == {"table-row"}
-        finally:
-            browser.close()
+    # the module's Chromium (test_site.browser): a second sync Playwright in the same worker
+    # fails ("Sync API inside the asyncio loop") once another test of the module has started one
+    tab = desk = None
+    try:
+        tab = browser.new_page(viewport=PHONE)
+        tab.goto(page_file.as_uri(), wait_until="load")
+        tables = tab.evaluate(JS_VALUES_TABLES)
+        assert len(tables) == 3 and all(t["cells"] for t in tables), tables
+        assert not _wide_values(tables), _wide_values(tables)
+        assert [t["rowLayout"] for t in tables] == ["grid", "grid", "table-row"]  # the narrow one fits
+        tab.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
+        nodes = tab.context.new_cdp_session(tab).send("Accessibility.getFullAXTree")["nodes"]
+        roles = [n.get("role", {}).get("value") for n in nodes if not n.get("ignored")]
+        assert roles.count("table") == 3 and roles.count("cell") == 12 * 12 + 12 * 3 + 3 * 2
+        assert roles.count("columnheader") == 13 + 4 + 3 and roles.count("rowheader") == 12 + 12 + 3
+        desk = browser.new_page(viewport=DESKTOP)
+        desk.goto(page_file.as_uri(), wait_until="load")
+        tables = desk.evaluate(JS_VALUES_TABLES)
+        assert not _wide_values(tables) and {t["rowLayout"] for t in tables} == {"table-row"}
+    finally:
+        for page in (tab, desk):
+            if page is not None:
+                page.close()
 
 
 @pytest.mark.parametrize("docname", by_page(LAYOUT_PAGES))
