@@ -1011,8 +1011,13 @@ class Grader:
                     row.update(status="flagged", reason=verdict["reason"])
                 elif verdict["cases"] and all(c.get("status") == "missing" for c in verdict["cases"]):
                     # one cause, said once (it was "not there" repeated on every case, "graded 0/9")
+                    # with the cell of theirs that raised, if one did: a SyntaxError in the exercise cell
+                    # leaves the function undefined, and "not defined" alone read as "but I defined it"
                     row.update(status="not defined", total=verdict["total"], cases=verdict["cases"],
-                               reason=not_defined(targets[name], name, verdict["cases"][0]["why"]))
+                               reason=" | ".join(t for t in (not_defined(targets[name], name,
+                                                                        verdict["cases"][0]["why"]), stopped) if t))
+                    if stopped:
+                        row["cell_error"] = stopped
                 else:
                     row.update(passed=verdict["passed"], total=verdict["total"], status=verdict["status"],
                                cases=verdict["cases"],

@@ -75,6 +75,36 @@ def test_a_notebook_that_kills_every_process_is_told_which_cell(grader, tmp_path
     assert "grader error" not in grade.SCORED
 
 
+def _syntax_error_run(cell: int):
+    """The run of a notebook whose exercise cell (code cell ``cell``) does not parse: the kernel raises
+    SyntaxError there, so the function never exists when the hidden tests run."""
+    def run(sandbox, stage, pkg, *args, **kwargs):
+        out = stage.parent / "results"
+        run_hidden("masked_softmax", None, str(stage / "cases-masked_softmax.bin"), str(out))
+        worker = {"errors": [{"cell": cell, "error": "SyntaxError: unmatched ')' (line 2)"}],
+                  "harness": [], "worker": ""}
+        return "finished", {"worker": json.dumps(worker).encode(), "started:0": b"", "started:1": b"",
+                            "started:2": b"", "results:masked_softmax": out.read_bytes()}, 3.0
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("statuses")
+def test_a_function_that_does_not_parse_is_not_defined_and_says_why(grader, tmp_path, monkeypatch):
+    """An instructor (8/10): 'return torch.softmax(filled, dim=-1) * keep)' (one parenthesis too many)
+    got 'not defined: define it in the exercise cell' and the SyntaxError was named nowhere: the student
+    says 'but I did define it'. The row and the feedback now name the cell and its error."""
+    nb = notebook("def my_masked_softmax(scores, valid_lens, window):\n"
+                  "    return torch.softmax(scores, dim=-1) * 1)")
+    rows = _grade(grader, tmp_path, monkeypatch, nb, _syntax_error_run(1))
+    assert [r["status"] for r in rows] == ["not defined"], rows
+    r = dict(rows[0])
+    assert "SyntaxError" in r["reason"] and "code cell 2 of 3" in r["reason"], r["reason"]
+    assert r["reason"].startswith("`my_masked_softmax` is not defined"), r["reason"]
+    text = grade.feedback_markdown({"student": "ann"}, [dict(r, points=0.0, max_points=10.0)])
+    assert "SyntaxError" in text and "One of your cells raised an error" in text, text
+
+
 def test_exit_words():
     assert grade.exit_words("worker exited with 137") == "killed by signal 9 (SIGKILL)"
     assert grade.exit_words("worker exited with -15") == "killed by signal 15 (SIGTERM)"
