@@ -1543,7 +1543,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
             f"{handed} (graded as {r['notebook']}): {r['assignment']}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
-        hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
+        hidden_cases = hidden_count(r)
         if sealed and r["status"] not in DECIDED_BEFORE_RUNNING:  # what the run gave waits, all of it
             lines += [f"## {title}", "", f"**Status and points: shown {SHOWN[sealed]}**", "",
                       f"Your notebook was received and run. How the run went (its status, any cell that raised) "
@@ -1642,6 +1642,14 @@ def other_files(row: dict) -> list[str]:
             f"meant, hand it in again named {notebook}, alone.", ""]
 
 
+def hidden_count(row: dict) -> int:
+    """How many hidden cases ``row``'s assignment drew: a row the run left without cases (timeout, kernel
+    died, ...) counts its total, so that sealed feedback says the same number as a graded row's."""
+    if row.get("cases"):
+        return sum(1 for c in row["cases"] if not c.get("visible"))
+    return int(row.get("total") or 0)
+
+
 def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date") -> dict:
     """One submission's Gradescope ``results.json``. ``scores`` is the course file's ``[gradescope]
     scores``: "visible" shows every case's test, the points and the feedback with its counts at once
@@ -1658,7 +1666,7 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
         return data
     ran = []
     for r in rows:  # at once: only what does not depend on the draw (feedback_markdown's ``sealed``)
-        hidden_cases = sum(1 for c in r.get("cases", []) if not c.get("visible"))
+        hidden_cases = hidden_count(r)
         if r["status"] in DECIDED_BEFORE_RUNNING:
             ran.append({"name": f"{r['assignment']}: your notebook was not run (see the feedback)",
                         "status": "failed", "visibility": "visible",
@@ -1669,8 +1677,13 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
                     "output": f"How the run went, which of its {hidden_cases} hidden case(s) passed and your "
                               f"points are shown {SHOWN[scores]}. Before you hand in, run your notebook from the "
                               "top: its checker cell tests the same function on cases of its own."})
+    # the test gradescope_results writes for a row without cases names its status and reason: for a
+    # status the run gave (timeout, kernel died, no results, flagged, ...) that is a one-bit oracle
+    # before the due date (a fresh attacker: a function that kills its kernel on the inputs it fails)
+    run_status = {f"{r['assignment']}: {r['status']}" for r in rows
+                  if not r.get("cases") and r["status"] not in DECIDED_BEFORE_RUNNING}
     for t in data["tests"]:
-        if t["visibility"] != "visible":  # a hidden case's test (its score counts): shown with the points
+        if t["visibility"] != "visible" or t["name"] in run_status:  # shown with the points
             t["visibility"] = scores
     every = all(r["status"] == "graded" and r.get("passed") == r.get("total") for r in rows)
     points = {"name": "Your points, with the feedback on the hidden cases", "visibility": scores,

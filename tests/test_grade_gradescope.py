@@ -162,6 +162,13 @@ def test_before_the_due_date_how_the_run_went_does_not_show():
     assert all(s == shown[0] for s in shown[1:]), [s["tests"] for s in shown]
     for word in ("died", "signal", "timeout", "300 s", "raised NameError", "is not defined", "no results"):
         assert word not in shown[0]["output"] and word not in shown[0]["tests"][0]["output"], word
+    # rows as the grader really writes them for a status the run gave: no cases, a reason naming the
+    # run (a fresh attacker: their status test was visible at once, the same one-bit oracle)
+    for status in ("kernel died", "timeout", "memory", "no results", "flagged", "grader error"):
+        real = dict(full, status=status, passed=0, points=0.0, cases=[], reason=f"REASON {status}")
+        seen = _shown(grade.gradescope_json(student, [real], "after_due_date"))
+        assert seen == shown[0], (status, seen["tests"], shown[0]["tests"])
+        assert "REASON" not in json.dumps(seen), status
     misnamed = dict(full, status="misnamed file", passed=0, points=None, cases=[],
                     reason="handed in 'ch03_exercises_final.ipynb'")
     told = _shown(grade.gradescope_json(student, [misnamed], "after_due_date"))["tests"][0]
