@@ -167,3 +167,14 @@ def test_the_plan_names_every_assignment_by_its_key():
 
 if __name__ == "__main__":
     print(code_table())
+
+
+def test_the_guide_says_extra_cases_check_the_inputs_as_the_books_cases_do():
+    """A fresh instructor (8/10): an extra case skipped the in-place check unless it set the undocumented
+    ``Case(unchanged=...)``. The grader now gives it the assignment's rule; the guide says so and names
+    the field."""
+    from attention_book.assignments.grading import IN_PLACE
+
+    text = " ".join(GUIDE.read_text(encoding="utf-8").split())
+    assert "each extra case does too" in text and 'unchanged="your reason"' in text
+    assert f'("{IN_PLACE}")' in text

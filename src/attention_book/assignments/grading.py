@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import importlib
 import json
@@ -48,7 +49,7 @@ from . import Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
 
 __all__ = ["BLOCKED", "BlockedAnswer", "blocked_names", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
-           "dump_data", "load_data", "grading_cases", "case_results", "describe_value"]
+           "dump_data", "load_data", "grading_cases", "in_place_rule", "case_results", "describe_value"]
 
 # What each assignment asks students to write, where the package already has it: the function
 # itself and the package's other functions that compute the same thing by another route (a
@@ -218,7 +219,9 @@ class _Placeholder:
 def grading_cases(name: str, offset: int, extra: str | None = None) -> tuple[Any, list[Case]]:
     """``(how the checker calls the function, cases)`` of assignment ``name`` at the hidden seed
     ``offset``: the checker's cases, then the instructor's extra cases for ``name`` from the Python
-    file ``extra`` (it defines ``cases(name, seed) -> list[Case]``; see book/instructors.md)."""
+    file ``extra`` (it defines ``cases(name, seed) -> list[Case]``; see book/instructors.md). An extra
+    case that leaves ``unchanged`` empty gets the in-place rule of the assignment's own cases (chapter 3's
+    cases all fail a function that writes into its scores, so its extra cases do too)."""
     placeholder = _Placeholder()
     with hidden_cases(offset):
         call, cases = collect_cases(name, placeholder)
@@ -227,8 +230,18 @@ def grading_cases(name: str, offset: int, extra: str | None = None) -> tuple[Any
         more = module.cases(name, offset) if hasattr(module, "cases") else []
         if not isinstance(more, (list, tuple)) or not all(isinstance(c, Case) for c in more):
             raise RuntimeError(f"{extra}: cases({name!r}, seed) must return a list of Case")
-        cases = list(cases) + list(more)
+        rule = in_place_rule(cases)
+        more = [c if c.unchanged or not rule else dataclasses.replace(c, unchanged=rule) for c in more]
+        cases = list(cases) + more
     return (call, placeholder), cases
+
+
+def in_place_rule(cases: list[Case]) -> str:
+    """The reason an assignment's own cases fail a function that writes into its inputs: ``unchanged`` when
+    every one of ``cases`` sets the same, else '' (an assignment that tests in-place writes in one case of
+    its own, as chapter 9's does, leaves the other cases free to)."""
+    rules = {c.unchanged for c in cases}
+    return rules.pop() if len(rules) == 1 else ""
 
 
 @functools.lru_cache(maxsize=8)
@@ -691,6 +704,9 @@ def raised_cause(error: str) -> str:
     return next((cause for pattern, cause in RAISED_CAUSES if pattern.search(str(error))), "")
 
 
+IN_PLACE = "your function changed its input in place"  # a hidden case's reason when it wrote into its inputs
+
+
 def _verdict(case: Case, record: dict, visible: bool) -> dict:
     """A case's outcome. For a hidden case the reason names only the kind of failure (never an input,
     an expected value, or the text of an exception, which could carry the inputs out)."""
@@ -716,10 +732,13 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     # the call (which the student's code controls). Where a case is about writing in place (``unchanged``), the
     # inputs after the call are compared with that copy apart from the answer. A check that writes into
     # shared inputs (chapter 9's `big` feeds several cases) is undone after it, too.
+    # This case's own inputs only: a function that writes into them on one case fails that case, and is judged
+    # on its results everywhere else.
     saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
+    written = False
     try:
         if case.unchanged and not _inputs_kept(tuple(case.args), record.get("args")):
-            checked = Diagnosis(case.unchanged, case.unchanged)
+            checked, written = Diagnosis(case.unchanged, case.unchanged), True
         else:
             checked = case.check(got)
     except Exception as err:  # an output of a shape the check did not foresee
@@ -736,7 +755,7 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     if why is None:
         return {"passed": True, "status": "ok", "why": ""}
     if not visible:
-        kind = ("the result has the wrong form (type, length, shape or dtype)" if form
+        kind = (IN_PLACE if written else "the result has the wrong form (type, length, shape or dtype)" if form
                 else "the result is wrong")
         return {"passed": False, "status": "ok", "why": kind + (f": {cause}" if cause else hint),
                 "detail": str(why)[:4000], "cause": cause}

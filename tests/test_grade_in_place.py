@@ -1,0 +1,82 @@
+"""Writing into the inputs, judged per case: the instructor's extra cases get the assignment's own in-place
+rule, and a function that writes into its inputs fails the cases where it did, saying so, and no others."""
+
+from __future__ import annotations
+
+import torch
+
+from test_grade_engine import SEED, function, grading_cases, results
+
+# The instructor's clone (8/10): gus's masked_softmax is right, but writes its fill into the scores with
+# masked_fill_; it passed the course file's extra case, the one case of ten that did not check the inputs.
+CORRECT = '''
+def my_masked_softmax(scores, valid_lens, window):
+    n = scores.shape[-1]
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    keep = (j <= i) & (j > i - window) & (j < valid_lens[:, None, None])
+    filled = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return torch.softmax(filled, dim=-1) * keep
+'''
+WRITES_ALWAYS = CORRECT.replace("scores.masked_fill(", "scores.masked_fill_(")
+# writes into its scores only where they are float16 (one case)
+WRITES_ONCE = CORRECT.replace("filled = scores.masked_fill(", "filled = (scores.masked_fill_ if scores.dtype "
+                              "== torch.float16 else scores.masked_fill)(")
+
+EXTRA = '''
+import torch
+from attention_book.assignments import Case, compare
+
+def cases(name, seed):
+    if name != "masked_softmax":
+        return []
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(1, 3, 3, generator=g)
+    keep = torch.ones(3, 3, dtype=torch.bool).tril()
+    expected = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+    return [Case("instructor: causal, no padding", (s, torch.tensor([3]), 3), compare(expected),
+                 label="causal, no padding"),
+            Case("instructor: its own rule", (s.clone(), torch.tensor([3]), 3), compare(expected),
+                 label="its own rule", unchanged="you wrote into the scores")]
+'''
+
+
+def test_an_extra_case_checks_the_inputs_as_the_assignments_own_cases_do(tmp_path):
+    """An extra case without ``unchanged`` passed gus's in-place writer (1/10, that case alone); it now
+    gets the rule every case of masked_softmax has, and one that sets ``unchanged`` keeps its own."""
+    extra = tmp_path / "extra.py"
+    extra.write_text(EXTRA)
+    _, cases = grading_cases("masked_softmax", SEED, str(extra))
+    assert cases[-2].unchanged == cases[0].unchanged != "" and cases[-1].unchanged == "you wrote into the scores"
+    got = results(tmp_path, function(WRITES_ALWAYS), extra=str(extra))
+    assert not any(c["passed"] for c in got), [(c["label"], c["why"]) for c in got if c["passed"]]
+    assert "you wrote into the scores" in got[-1]["why"]
+    right = results(tmp_path, function(CORRECT), extra=str(extra))
+    assert all(c["passed"] for c in right), [c["why"] for c in right if not c["passed"]]
+
+
+def test_an_extra_case_of_an_assignment_without_the_rule_gets_none(tmp_path):
+    """mlm_masking tests in-place writes in one case of its own: its extra cases are not given a rule."""
+    extra = tmp_path / "extra.py"
+    extra.write_text("from attention_book.assignments import Case\n"
+                     "def cases(name, seed):\n    return [Case('mine', ())] if name == 'mlm_masking' else []\n")
+    _, cases = grading_cases("mlm_masking", SEED, str(extra))
+    assert cases[-1].unchanged == ""
+
+
+def test_a_write_into_the_inputs_fails_that_case_alone_and_says_so(tmp_path):
+    """A function that writes into its scores on one case fails that case, with the reason 'changed its
+    input in place' (it said 'the result is wrong'), and is judged on its results everywhere else."""
+    got = results(tmp_path, function(WRITES_ONCE))
+    failed = [c for c in got if not c["passed"]]
+    assert [c["label"] for c in failed] == ["float16 scores stay finite, with empty rows"], failed
+    assert failed[0]["why"].startswith("your function changed its input in place"), failed[0]["why"]
+    assert "the result is wrong" not in failed[0]["why"]
+
+
+def test_a_write_into_the_inputs_on_every_case_fails_every_case(tmp_path):
+    got = results(tmp_path, function(WRITES_ALWAYS))
+    written = [c for c in got if c["why"].startswith("your function changed its input in place")]
+    # a case where every key is allowed leaves nothing to fill: there the scores stay as they were
+    assert len(written) >= len(got) - 2 and not any(c["passed"] for c in written), [c["why"] for c in got]
+    assert all(torch.is_tensor(a) for a in grading_cases("masked_softmax", SEED)[1][0].args[:2])
