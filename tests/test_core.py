@@ -105,8 +105,8 @@ def test_show_heatmaps_rejects_wrong_label_counts():
 
 
 def test_figures_carry_their_values_as_a_table():
-    """Issue 38: a map's values (small maps whole, large ones as each query's top keys) and
-    a plot's labelled lines and bars, rounded, at most VALUES_MAX rows, in a folded table."""
+    """Issue 38: a map's values (small maps whole, large ones as each query's top keys, at most
+    VALUES_MAX rows) and a plot's labelled lines and bars, rounded, in a folded table."""
     import matplotlib.pyplot as plt
 
     from attention_book.core.plot import VALUES_MAX, chance_line
@@ -144,6 +144,63 @@ def test_figures_carry_their_values_as_a_table():
     ax.plot([0, 1], [0, 1])  # no legend entry: nothing to table
     assert values_html(fig) is None
     plt.close("all")
+
+
+def test_a_series_table_keeps_every_point_up_to_its_row_limit():
+    """Issue 36: chapter 6's 13-point collapse curve showed "12 of 13 points, evenly spread".
+    A line keeps every point up to SERIES_ROWS_MAX rows (rows are cheap on a phone, columns
+    are not); a long curve is still spread, and a map still shows at most VALUES_MAX rows."""
+    import matplotlib.pyplot as plt
+
+    from attention_book.core.plot import SERIES_ROWS_MAX, VALUES_MAX, values_html
+
+    assert VALUES_MAX < 13 < SERIES_ROWS_MAX < 200
+    for points, rows in ((13, 13), (SERIES_ROWS_MAX, SERIES_ROWS_MAX), (200, SERIES_ROWS_MAX)):
+        curve = [1.0 / (1 + i) for i in range(points)]
+        table = values_html(ab.curves_figure({"cosine": curve}, ylabel="mean cosine similarity"))
+        assert table.count('<th scope="row"') == rows, (points, table.count('<th scope="row"'))
+        spread = f"{rows} of {points} points, evenly spread"
+        assert (spread in table) == (rows < points), (points, spread)
+        assert f'data-label="epoch">{points}</th>' in table  # the last point is always kept
+    fig, ax = plt.subplots()
+    ax.bar([str(i) for i in range(20)], range(20), label="count")
+    assert values_html(fig).count('<th scope="row"') == 20
+    table = values_html(ab.heatmaps_figure(torch.rand(1, 1, 20, 5), "keys", "queries"))
+    assert table.count('<th scope="row"') == VALUES_MAX
+    plt.close("all")
+
+
+def test_each_values_fold_names_its_figure():
+    """Issue 38: every fold on a page read "The figure's values as a table", so a screen
+    reader's list of controls gave N identical entries. The summary names the figure: its
+    title, else its plots' titles or y labels (else their series), its maps' titles and axes;
+    short, escaped, and the old words only when nothing names it."""
+    import matplotlib.pyplot as plt
+
+    from attention_book.core.plot import values_html
+
+    def summary(fig):
+        found = re.search(r'^<details class="ab-values"><summary>(.*?)</summary>', values_html(fig))
+        plt.close(fig)
+        return found.group(1)
+
+    assert summary(ab.curves_figure({"train": [1.0, 0.5]}, ylabel="loss")) == "Values of loss"
+    assert summary(ab.curves_figure({"train": [1.0, 0.5], "val": [1.2, 0.7]})) == "Values of train and val"
+    maps = torch.rand(1, 4, 3, 3)
+    assert summary(ab.heatmaps_figure(maps[:, :1], "keys", "queries")) == "Values of the map (queries by keys)"
+    assert (summary(ab.heatmaps_figure(maps, "keys", "queries", titles=["h1", "h2", "h3", "h4"]))
+            == "Values of h1, h2 and 2 more (queries by keys)")
+    assert summary(ab.heatmaps_figure(maps, "keys", "queries")) == "Values of 4 maps (queries by keys)"
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4], label="a")
+    fig.suptitle(r"<Scaling> & $\alpha$ " + "sweep " * 30)
+    named = summary(fig)
+    assert named.startswith("Values of &lt;Scaling&gt; &amp; alpha sweep") and named.endswith("…")
+    assert len(named) <= len("Values of ") + 80 + 8  # 80 characters, and the escapes' extra
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4], label="_hidden")
+    ax.bar(["a", "b"], [1, 2], label="values")
+    assert summary(fig) == "The figure&#x27;s values as a table"
 
 
 def test_a_shown_figure_is_followed_by_its_values_in_a_kernel(tmp_path):

@@ -21,8 +21,8 @@ import torch
 __all__ = ["use_book_style", "to_numpy", "heatmaps_figure", "curves_figure", "readable_log_axis", "chance_line",
            "BOOK_CMAP", "PAGE_FIGURE_WIDTH", "ensure_style", "PAGE_COLUMN_PX", "MIN_TEXT_PX", "TEXT_SIZE_KEY",
            "smallest_text_px", "fit_page", "page_png_metadata", "ALT_TEXT_KEY", "figure_alt_text",
-           "set_alt_text", "values_html", "VALUES_MAX", "PHONE_COLUMN_PX", "PHONE_PNG_KEY", "phone_figure",
-           "phone_png", "plain_number"]
+           "set_alt_text", "values_html", "VALUES_MAX", "SERIES_ROWS_MAX", "PHONE_COLUMN_PX", "PHONE_PNG_KEY",
+           "phone_figure", "phone_png", "plain_number"]
 
 BOOK_CMAP = "Reds"
 # The widest figure (inches) whose 9-pt tick labels still render at least 9 px high in the
@@ -720,8 +720,12 @@ def _phone_metadata(fig) -> dict[str, str]:
 # Figures whose numbers matter carry them as a table too (issue 38): the attention maps drawn by
 # heatmaps_figure and every labelled line or bar series (learning curves, sweeps). Shown inline
 # in IPython, the figure is followed by a folded <details> with those numbers, rounded.
-VALUES_MAX = 12  # at most this many rows (and columns) per table; larger maps are summarised
+VALUES_MAX = 12  # at most this many columns per table, and rows of a map; larger maps are summarised
+# A line or bar series keeps every point up to this many rows (a row is cheap, a column is what
+# a phone cannot fit): chapter 6's 13-point collapse curve showed "12 of 13 points" (issue 36).
+SERIES_ROWS_MAX = 30
 _TOP_KEYS = 3
+_SUMMARY_MAX = 80  # characters of a fold's summary naming its figure (values_html)
 
 
 def _num(value) -> str:
@@ -768,16 +772,20 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
             tables.append(_table(f"{name}: rows {ylabel}, columns {xlabel}{shown}", ylabel,
                                  [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked],
                                  across=xlabel))
-            continue
-        # one cell per rank, "key (value)": a phone restacks a row into three short lines, not six
-        top = min(_TOP_KEYS, n_k)
-        cols = ["largest", "2nd largest", "3rd largest"][:top]
-        cells = []
-        for q in picked:
-            order = np.argsort(-m[q], kind="stable")[:top]
-            cells.append([f"{keys[k]} ({_num(m[q, k])})" for k in order])
-        tables.append(_table(f"{name}: each row's {top} largest values, written {xlabel} (value); "
-                             f"{n_k} {xlabel} in all{shown}", ylabel, [queries[q] for q in picked], cols, cells))
+        else:
+            # one cell per rank, "key (value)": a phone restacks a row into three short lines, not six
+            top = min(_TOP_KEYS, n_k)
+            cols = ["largest", "2nd largest", "3rd largest"][:top]
+            cells = []
+            for q in picked:
+                order = np.argsort(-m[q], kind="stable")[:top]
+                cells.append([f"{keys[k]} ({_num(m[q, k])})" for k in order])
+            tables.append(_table(f"{name}: each row's {top} largest values, written {xlabel} (value); "
+                                 f"{n_k} {xlabel} in all{shown}", ylabel, [queries[q] for q in picked], cols,
+                                 cells))
+        # what the fold's summary names it by (_values_summary)
+        tables[-1].update(name=titles[flat] if flat < len(titles) else "", axes=f"{ylabel} by {xlabel}",
+                          maps=num_rows * num_cols)
     return tables
 
 
@@ -818,13 +826,16 @@ def _series_tables(fig) -> list[dict]:
         xs = list(dict.fromkeys(x for points in series.values() for x in points))
         if all(isinstance(x, float) for x in xs):
             xs.sort()
-        picked = _spread(len(xs))
+        picked = _spread(len(xs), SERIES_ROWS_MAX)
         names = list(series)[:VALUES_MAX]
         shown = "" if len(picked) == len(xs) else f"; {len(picked)} of {len(xs)} points, evenly spread"
+        # the fold's summary names the plot by its title or y label, else by its series
+        name = caption if caption != "values" else _and_more(names, len(names))
         caption += shown + ("; " + ", ".join(levels) if levels else "")
         rows = [_num(xs[i]) if isinstance(xs[i], float) else xs[i] for i in picked]
         cells = [[_num(series[n][xs[i]]) if xs[i] in series[n] else "" for n in names] for i in picked]
         tables.append(_table(caption, xlabel, rows, names, cells))
+        tables[-1]["name"] = name
     return tables
 
 
@@ -840,9 +851,40 @@ def _fits_a_phone(table: dict) -> bool:
                for col in columns) <= PHONE_COLUMN_PX
 
 
+def _and_more(names: list[str], count: int) -> str:
+    """``count`` things by their first names: "a", "a and b", "a, b and 3 more"."""
+    return (names[0] if count == 1 else f"{names[0]} and {names[1]}" if count == 2
+            else f"{names[0]}, {names[1]} and {count - 2} more")
+
+
+def _values_summary(fig, tables: list[dict]) -> str:
+    """The fold's summary, naming its figure: a page's folds all read "The figure's values as a
+    table", so a screen reader's list of controls gave N identical entries (issue 38). "Values of"
+    the figure's title, else its tables' names (a map's title, a plot's title or y label, a given
+    table's caption up to its first ":" or ";"), with a map's axes; at most _SUMMARY_MAX
+    characters, the old text when nothing names it."""
+    title = _words(fig._suptitle.get_text()) if getattr(fig, "_suptitle", None) else ""
+    if not title:
+        names = list(dict.fromkeys(_words(t["name"] if "name" in t else re.split(r"[:;]", t["caption"])[0])
+                                   for t in tables))
+        named = [n for n in names if n and n != "values"]  # "values": a plot without a title or y label
+        count = max([len(named)] + [t.get("maps", 0) for t in tables])  # a map table each, at most 12
+        title = "" if not named or len(named) < min(count, 2) else _and_more(named, count)
+        axes = list(dict.fromkeys(t["axes"] for t in tables if t.get("axes")))
+        if len(axes) == 1:
+            maps = "the map" if count == 1 else f"{count} maps"
+            title = f"{title} ({axes[0]})" if title else f"{maps} ({axes[0]})"
+    if not title:
+        return "The figure's values as a table"
+    if len(title) > _SUMMARY_MAX:
+        title = title[:_SUMMARY_MAX - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
+    return f"Values of {title}"
+
+
 def values_html(fig) -> str | None:
     """The numbers ``fig`` shows as a folded HTML table (`<details>`), None if it shows none:
-    heatmaps_figure's maps, else its labelled lines and bar series.
+    heatmaps_figure's maps, else its labelled lines and bar series. The fold's summary names
+    the figure ("Values of loss", :func:`_values_summary`), so a page's folds differ.
 
     A table too wide for a phone's column gets the class ``ab-values-stack``: below 600 px
     book.css restacks each of its rows as a block of "column: value" lines (every cell carries
@@ -856,7 +898,7 @@ def values_html(fig) -> str | None:
     def esc(text: str) -> str:
         return html.escape(text, quote=True)
 
-    parts = ['<details class="ab-values"><summary>The figure\'s values as a table</summary>']
+    parts = [f'<details class="ab-values"><summary>{esc(_values_summary(fig, tables))}</summary>']
     for t in tables:
         corner, across = esc(t["corner"]), t.get("across")
         labels = [esc(f"{across} {c}" if across else c) for c in t["cols"]]
