@@ -810,9 +810,11 @@ NEXT_STEP = {
 DECIDED_BEFORE_RUNNING = frozenset({"unreadable", "misnamed file", "not submitted", "refused"})
 
 
-def next_step(row: dict, sealed: bool = False) -> str:
+def next_step(row: dict, sealed: bool = False, named: bool = True) -> str:
     """The line that tells a student what to do after this row's outcome; '' for full marks. ``sealed``
-    (feedback_markdown's): a row whose notebook ran gets one step that says nothing of how the run went."""
+    (feedback_markdown's): a row whose notebook ran gets one step that says nothing of how the run went.
+    ``named``: the feedback above names a cause of a failed case (else a graded row's step points at none,
+    and names the exceptions the function raised instead, when it raised)."""
     if sealed and row["status"] not in DECIDED_BEFORE_RUNNING:
         return (FROM_THE_TOP + ", check that it runs to its end, then make every case your checker cell shows "
                 "pass: the hidden cases call your function on other inputs of the same kind")
@@ -829,7 +831,20 @@ def next_step(row: dict, sealed: bool = False) -> str:
                                        "if it finishes well within the limit, tell your instructor")
                 + ", then hand the notebook in again")
     step = NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
+    if row["status"] == "graded" and not named:
+        raised = sorted({raised_kind(c) for c in row.get("cases") or [] if not c["passed"]} - {""})
+        said = (f" (your function raised {' and '.join(raised)} in the grader's run; the report shows the line "
+                "that raised)" if raised else "")
+        step = step.replace(", and the causes named above,", said + ",")
     return step.format(notebook=row.get("notebook", "the notebook"))
+
+
+def raised_kind(case: dict) -> str:
+    """The exception a case's call raised (``RuntimeError``), from its reason; '' when it did not raise."""
+    if case.get("status") != "raised":
+        return ""
+    found = re.match(r"(?:your function )?raised (an exception|\w+)", str(case.get("why", "")))
+    return found.group(1) if found else "an exception"
 
 
 # Statuses whose points an LMS should receive; the others stay blank there.
@@ -1605,7 +1620,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         hidden = sum(1 for c in failed if not c.get("visible"))
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
             lines += [f"{hidden} hidden case(s) failed; which ones, and why, is in the hidden cases' tests.", ""]
-        step = next_step(r, sealed=bool(sealed))
+        # "the causes named above" only where some are: a crash on every case names none (a fresh instructor)
+        named = bool(stated) or any(c.get("visible") or (hidden_details and c.get("cause")) for c in failed)
+        step = next_step(r, sealed=bool(sealed), named=named)
         if step:  # every outcome but full marks ends with what to do next, after what it refers to
             lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
     return "\n".join(lines)

@@ -387,3 +387,25 @@ def test_a_cause_said_above_is_not_repeated_under_each_case():
     assert text.count(cause) == 1 and "In 9 of 10 failed cases:" in text, text
     assert text.count("the result is wrong (the cause named above)") == 9, text
     assert "the result is wrong (hint: build the mask)" in text
+
+
+def test_what_to_do_after_a_crash_names_the_exception_not_causes_that_are_not_there():
+    """A fresh instructor (8/10): carl's function raised RuntimeError on every case and his feedback's
+    'What to do' said 'fix the failed cases it shows, and the causes named above', where no cause was
+    named. Without a named cause the step names what the function raised; with one it keeps pointing up."""
+    base = dict(student="carl", notebook="ch03_exercises.ipynb", assignment="masked_softmax", status="graded",
+                points=0.0, max_points=10.0, passed=0, total=2, reason="")
+    crash = [{"index": i, "passed": False, "visible": False, "label": f"case {i}", "status": "raised",
+              "why": "your function raised RuntimeError", "cause": ""} for i in (1, 2)]
+    step = grade.feedback_markdown({"student": "carl"}, [dict(base, cases=crash)]).rstrip().splitlines()[-1]
+    assert "named above" not in step and "your function raised RuntimeError in the grader's run" in step, step
+    half = dict(crash[1], status="raised", why="your function raised an exception")
+    step = grade.feedback_markdown({"student": "carl"}, [dict(base, cases=[crash[0], half])]).rstrip()
+    assert "raised RuntimeError and an exception in the grader's run" in step.splitlines()[-1], step
+    cause = "a constant too large for the half-precision dtype"
+    named = [dict(c, why=f"your function raised RuntimeError: {cause}", cause=cause) for c in crash]
+    text = grade.feedback_markdown({"student": "carl"}, [dict(base, cases=named)])
+    assert cause in text and "the causes named above" in text.rstrip().splitlines()[-1], text
+    wrong = [dict(c, status="ok", why="the result is wrong") for c in crash]
+    step = grade.feedback_markdown({"student": "carl"}, [dict(base, cases=wrong)]).rstrip().splitlines()[-1]
+    assert "named above" not in step and "raised" not in step and "fix the failed cases it shows, and hand" in step
