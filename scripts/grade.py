@@ -1480,19 +1480,29 @@ def _private_dirs(path: Path, top: Path) -> None:
                 os.chmod(d, 0o700)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a reader (or a
-    full disk) never sees a half-written file, and the old file stays whole if writing fails. A
-    name that was not UTF-8 is written escaped (:func:`escape_undecodable`)."""
-    text = escape_undecodable(text)
+def ignore_in_git(folder: Path) -> None:
+    """Put a ``.gitignore`` holding ``*`` in ``folder`` (one the grader made, or made before), unless it has
+    one: whatever OUT= names, its grades, feedback and secret never go into a commit of the instructor's
+    clone (only grades/ is in the repository's .gitignore)."""
+    with contextlib.suppress(FileExistsError):
+        with open(folder / ".gitignore", "x", encoding="utf-8") as f:
+            f.write("# written by scripts/grade.py: grades, feedback and the secret stay out of git\n*\n")
+
+
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (or bytes: the Gradescope bundle's zip) to a temporary file beside ``path``, mode 0600
+    while PRIVATE, then rename it over ``path``: a reader (or a full disk) never sees a half-written file,
+    and the old file stays whole if writing fails. A name that was not UTF-8 is written escaped
+    (:func:`escape_undecodable`)."""
+    data = text if isinstance(text, bytes) else escape_undecodable(text).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o600 if PRIVATE[0] else 0o666 & ~umask)  # shared: as an ordinary new file
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -1786,7 +1796,10 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         print(f"WARNING: {note}")
     out_dir = out_csv.parent
     PRIVATE[0] = not shared_output
+    made = not out_dir.exists()
     _private_dirs(out_dir, out_dir)
+    if made or (out_dir / ".grade.lock").is_file():  # the grader's own folder: never a folder of the instructor's
+        ignore_in_git(out_dir)
     lock = open(out_dir / ".grade.lock", "a+")
     if PRIVATE[0]:
         os.chmod(out_dir / ".grade.lock", 0o600)

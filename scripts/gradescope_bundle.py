@@ -31,6 +31,7 @@ possible the submission is not graded: results.json says so and the run exits wi
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import secrets
@@ -82,7 +83,7 @@ exec /autograder/venv/bin/python scripts/gradescope_bundle.py run
 def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     """Write the autograder zip to ``out``; returns ``out``."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from grade import reference_assignments
+    from grade import ignore_in_git, reference_assignments, write_atomic
 
     refs = reference_assignments(ROOT / "notebooks")
     chosen = [n if n.endswith(".ipynb") else n + ".ipynb" for n in notebooks] or sorted(refs)
@@ -128,13 +129,19 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
                 files[f"course/{rel}"] = here / rel
         settings["course"] = "course/course.toml"
     files["gradescope.json"] = json.dumps(settings).encode()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+    if not out.parent.exists():
+        out.parent.mkdir(parents=True)
+        ignore_in_git(out.parent)
+    # the zip holds the secret and the extra cases: the instructor's alone (write_atomic: mode 0600 from the
+    # start, renamed over ``out``)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
         for name, content in sorted(files.items()):
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.external_attr = ((0o755 if name in ("setup.sh", "run_autograder") else 0o644) | stat.S_IFREG) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, content if isinstance(content, bytes) else content.read_bytes())
+    write_atomic(out, buffer.getvalue())
     return out
 
 

@@ -71,3 +71,28 @@ def test_grade_py_runs_from_a_fresh_clone_without_the_package_installed(tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage: grade.py" in done.stdout, done.stdout[-2000:]
     assert f"EXIT 0 FROM {clone}/src/attention_book/__init__.py PYTHONPATH {clone}/src" in done.stdout, done.stdout
+
+
+def test_every_output_folder_the_grader_makes_is_out_of_git(tmp_path):
+    """A fresh instructor (8/10): the guide says OUT=... picks another output folder, but only grades/ is in
+    the repository's .gitignore, so `git add .` in a clone took another folder's grades, feedback and
+    .grade-secret. A folder the grader makes (or made on an earlier run) gets a .gitignore of '*'; a folder
+    of the instructor's that it did not make gets none."""
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    grade.grade(subs, tmp_path / "grades-2027" / "grades.csv", 60, ROOT / "notebooks")
+    assert (tmp_path / "grades-2027" / ".grade-secret").is_file()
+    shown = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout.split("\n")
+    assert not any("grades-2027" in line for line in shown), shown
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("mine")
+    grade.grade(subs, mine / "grades.csv", 60, ROOT / "notebooks")
+    assert not (mine / ".gitignore").exists()

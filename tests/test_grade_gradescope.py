@@ -64,6 +64,27 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     assert "[assignments.bleu]" not in shipped  # a ch03 bundle: only ch03's assignments (issue 37)
 
 
+def test_the_bundle_is_the_instructors_alone_and_out_of_git(tmp_path):
+    """A fresh instructor (8/10): the zip (the secret, the extra cases) was written 0644 inside grades/'s 0700
+    folder, readable by anyone the folder lets in. It is written 0600 now, and a folder the build makes for
+    it gets a .gitignore of '*'."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gradescope_bundle
+
+    out = tmp_path / "new-folder" / "autograder.zip"
+    old = os.umask(0o022)
+    try:
+        gradescope_bundle.build(out, ["ch03_exercises"], None)
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600, oct(out.stat().st_mode)
+        out.chmod(0o644)
+        gradescope_bundle.build(out, ["ch03_exercises"], None)  # written again over a file of another mode
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and zipfile.is_zipfile(out)
+    assert (out.parent / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert sorted(p.name for p in out.parent.iterdir()) == [".gitignore", "autograder.zip"]
+
+
 def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
     """A fresh instructor (issue 37, 7.5/10): the ch03-only bundle's course/course.toml still carried
     [assignments.bleu]; it keeps the assignments of the bundle's notebooks only."""
