@@ -19,7 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_site import DESKTOP, HTML, PAGES, browser, explorer_names, site  # noqa: F401 (fixtures)
+from test_site import DESKTOP, HTML, PAGES, PHONE, browser, explorer_names, site  # noqa: F401 (fixtures)
 
 AXE = HTML / "_static" / "axe-core" / "axe.min.js.txt"
 WCAG_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
@@ -252,6 +252,10 @@ def test_explorers_work_from_the_keyboard(axe_page, site, docname):  # noqa: F81
             after = page.evaluate(JS_FOCUSED)
         assert after["status"] != before and after["status"].startswith("Showing "), (
             f"{where}: the live region did not say the new setting ({before!r} -> {after['status']!r})")
+        # the control moved comes first, then what changed (issue 38: moving ch02's points, a
+        # reader heard the same long sentence each time, the new n deep inside it)
+        assert after["status"].startswith(f"Showing {state['label']} "), (
+            f"{where}: the live region does not begin with the control moved: {after['status']!r}")
         assert "data:" not in after["status"] and state["explorer"] not in after["status"]
         reached.append(state["id"])
         for _ in range(300):  # on to the next control, past the links of the prose between
@@ -326,3 +330,103 @@ def test_a_row_of_plots_gets_a_phone_copy_restacked_and_legible(tmp_path):
     diagram = plt.figure(figsize=(9, 3))
     diagram.add_axes([0.1, 0.1, 0.8, 0.8]).set_title("diagram")
     assert phone_figure(diagram) is None and phone_png(diagram) is None
+
+
+# --------------------------------------------------------------------------- page furniture (issue 38)
+
+class _Headings(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.h1 = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.h1 += tag == "h1"
+
+
+@pytest.mark.browser
+def test_every_page_has_one_h1():
+    """Issue 38: a reader found two <h1> on every page: the theme repeated the title in a block
+    shown only in print (book/_templates/layout.html writes that one as a paragraph)."""
+    if not HTML.is_dir():
+        pytest.skip(f"no built site at {HTML}: build it first with `make book`")
+    counts = {}
+    for docname in PAGES:
+        parser = _Headings()
+        parser.feed((HTML / f"{docname}.html").read_text(encoding="utf-8"))
+        counts[docname] = parser.h1
+    assert all(n == 1 for n in counts.values()), {d: n for d, n in counts.items() if n != 1}
+
+
+JS_BACK_TO_TOP = """() => {
+  const b = document.getElementById('pst-back-to-top'), r = b.getBoundingClientRect();
+  const head = document.querySelector('.bd-header-article').getBoundingClientRect();
+  const controls = Array.from(document.querySelectorAll('.bd-header-article button, .bd-header-article a'))
+    .map(c => c.getBoundingClientRect()).filter(q => q.width > 0);
+  b.style.visibility = 'hidden';  // what is drawn under the button: the page header, not the text
+  const under = [[r.left + 1, r.top + 1], [r.right - 1, r.top + 1], [r.left + 1, r.bottom - 1], [r.right - 1, r.bottom - 1]]
+    .map(([x, y]) => { const e = document.elementFromPoint(x, y); return e && e.closest('.bd-header-article') ? 'header' : (e ? e.outerHTML.slice(0, 80) : ''); });
+  b.style.visibility = '';
+  return {shown: getComputedStyle(b).display !== 'none', box: [r.left, r.top, r.width, r.height].map(Math.round),
+          inHeader: r.top >= head.top && r.bottom <= head.bottom,
+          overControls: controls.filter(q => q.right > r.left && q.left < r.right && q.bottom > r.top && q.top < r.bottom).length,
+          under, name: b.textContent.trim()};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("docname", [p for p in PAGES if p.startswith("notebooks/")][:4])
+def test_back_to_top_covers_no_text_on_a_phone(browser, site, docname):  # noqa: F811
+    """Issue 38: at 390 px the theme's "Back to top" button floated over the page's text; it sits
+    in the sticky page header (book.css), clear of the header's buttons, at least 24 px, named."""
+    page = browser.new_page(viewport=PHONE)
+    try:
+        page.goto(f"{site}{docname}.html", wait_until="load")
+        page.mouse.wheel(0, 4000)
+        page.wait_for_timeout(300)
+        page.mouse.wheel(0, -300)  # the theme shows the button when the reader scrolls back up
+        page.wait_for_timeout(400)
+        got = page.evaluate(JS_BACK_TO_TOP)
+    finally:
+        page.close()
+    assert got["shown"], f"{docname}: the button did not show on scrolling up"
+    assert got["inHeader"] and got["under"] == ["header"] * 4, f"{docname}: the button covers the page: {got}"
+    assert got["overControls"] == 0, f"{docname}: the button covers a header button: {got}"
+    assert min(got["box"][2:]) >= 24 and got["name"] == "Back to top", got
+
+
+@pytest.mark.browser
+def test_an_explorers_live_region_says_what_a_move_changed(browser, monkeypatch, tmp_path):  # noqa: F811
+    """Issue 38: after a move the status line names the control moved and what is new in the
+    figure, not the whole setting and every label again; the page's first frame is said whole."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import attention_book as ab
+    from attention_book.core.config import EXPLORERS_ENV, FRAMES_ENV
+
+    def draw(n, kind):
+        fig, ax = plt.subplots(figsize=(2, 1.5))
+        ax.plot([0, 1], [0, n])
+        ax.set(title=f"{kind}, n={n}: error {1 / n:.2f}", xlabel="x", ylabel="y")
+        return fig
+
+    monkeypatch.setenv(EXPLORERS_ENV, "static")
+    monkeypatch.setenv(FRAMES_ENV, str(tmp_path))
+    player = ab.explore(draw, name="ch02.moves", n=ab.Steps([10, 40], value=10, label="points"),
+                        kind=ab.Choice(["gaussian", "boxcar"], label="kernel"))
+    page = browser.new_page(viewport=DESKTOP)
+    try:
+        page.set_content(f"<main>{player._repr_html_()}</main>")
+        status = page.locator(".ab-explorer-status")
+        assert status.text_content() == ("Showing points 10, kernel gaussian: Figure: gaussian, n=10: "
+                                         "error 0.10; x: x; y: y")
+        page.focus("input[type=range]")
+        page.keyboard.press("ArrowRight")
+        assert status.text_content() == "Showing points 40: gaussian, n=40: error 0.03 (with kernel gaussian)"
+        page.focus("select")
+        page.keyboard.press("ArrowDown")
+        assert status.text_content() == "Showing kernel boxcar: boxcar, n=40: error 0.03 (with points 40)"
+    finally:
+        page.close()

@@ -152,6 +152,19 @@ def test_static_html_is_a_self_contained_accessible_player(static):
     assert page.count('aria-live="polite"') == 1
 
 
+def test_a_slider_says_a_value_in_words(static):
+    """Issue 38: chapter 9's top-k slider said "top-k 0" where 0 keeps every token: ``names``
+    gives such a value a word, shown and said (aria-valuetext) instead of the number."""
+    top_k = ab.Slider(0, 50, 1, value=0, label="top-k", grid=[0, 5, 20], names={0: "all"})
+    assert top_k.grid() == [("all", 0), ("5", 5), ("20", 20)] and top_k.points == (0, 5, 20)
+    player = ab.explore(draw_plain, name="ch09.words", slope=top_k, label=ab.Choice(["a"], label="label"))
+    page = player._repr_html_()
+    assert 'aria-valuetext="all"' in page and '<output for="' in page and 'aria-live="off">all</output>' in page
+    assert "top-k all, 5 or 20" in page
+    data = json.loads(re.search(r'class="ab-explorer-data">(.*?)</script>', page, re.S).group(1).replace("<\\/", "</"))
+    assert data["labels"][0] == ["all", "5", "20"]
+
+
 def draw_labelled(slope):
     fig, ax = plt.subplots(figsize=(2, 1.5))
     ax.plot([0, 1], [0, slope])

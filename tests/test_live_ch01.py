@@ -87,3 +87,20 @@ def test_the_page_data_is_json_and_the_notebook_form_is_a_widget(view, monkeypat
     assert "<table" in fallback and "soft lookup of &#x27;Smolar&#x27;" in fallback
     with pytest.raises(ValueError, match="non-empty"):
         view.lookup("  ", 0.1)
+
+
+def test_the_fallback_table_looks_up_once(view, monkeypatch):
+    """A reviewer found the page's table computed its lookup twice (once for the rows, again for
+    the caption's sentence): once now, and the sentence is the same either way."""
+    calls = []
+    original = type(view).lookup
+
+    def counted(self, query, temperature):
+        calls.append((query, temperature))
+        return original(self, query, temperature)
+
+    monkeypatch.setattr(type(view), "lookup", counted)
+    view.fallback_html()
+    assert calls == [("Smolar", 0.3)]
+    pooled = original(view, "Wernez", 2.0)["pooled"]
+    assert view.said("Wernez", 2.0, pooled) == view.said("Wernez", 2.0)

@@ -60,6 +60,10 @@ def test_the_page_looks_up_as_the_package_does(browser, site, view, width, query
         assert said == view.said(query, t), said
         rows = live.page.locator(f"{live.root} .ab-live-view tbody tr").all_text_contents()
         assert len(rows) == len(view.keys) and all(k in r for k, r in zip(view.keys, rows))
+        # the slider moves log10 T: a screen reader says the temperature, in words (issue 38)
+        valuetext = live.page.locator(f"{live.root} input[name=temperature]").get_attribute("aria-valuetext")
+        assert valuetext.startswith("temperature ") and math.isclose(float(valuetext.split()[1]), t, rel_tol=0.05), (
+            valuetext, t)
         for label in ("name", "temperature T"):  # labelled controls
             assert live.page.get_by_label(label, exact=False).count() >= 1
         widths = live.page.evaluate(JS_WIDTHS, live.root)

@@ -269,3 +269,18 @@ def test_enter_writes_and_a_repeated_text_is_said_again(site, browser):  # noqa:
             again = live.page.inner_text(f"{root} .ab-text")
             assert first["text"] in again and f"same text again ({times} times)" in again, again
         assert live.events == []
+
+
+def test_top_k_zero_is_said_as_all(site, browser):  # noqa: F811
+    """Issue 38: the top-k field said "0" where 0 keeps every token: it says "all" (its value
+    text and description, and a word beside it), and the number otherwise."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        field = live.page.locator(f'{live.root} [name="top_k"]')
+        label = field.locator("xpath=..")
+        assert field.get_attribute("aria-valuetext") == "all tokens (0)"
+        assert field.get_attribute("aria-description") == "all tokens are kept"
+        assert label.text_content().strip() == "top-k all"
+        live.set_value('[name="top_k"]', 5)
+        assert field.get_attribute("aria-valuetext") == "5" and label.text_content().strip() == "top-k"
+        assert live.events == []

@@ -101,6 +101,8 @@ export function mount(root, ctx) {
   function update() {
     const t = 10 ** Number(temperature.value);
     tOut.textContent = t.toPrecision(2);
+    // the slider's value is log10 T: a screen reader says the temperature itself (issue 38)
+    temperature.setAttribute("aria-valuetext", `temperature ${tOut.textContent}`);
     const text = query.value;
     if (!text.trim()) {
       readout.textContent = "Type a name to look it up (for example Smolar).";
@@ -129,16 +131,16 @@ export function mount(root, ctx) {
     ctx.result(ms);
   }
 
+  let timer = null;
   form.addEventListener("submit", (event) => {
     event.preventDefault(); // Enter (or the button) looks the name up; the page does not reload
+    clearTimeout(timer); // at once, not again after the typing pause
     update();
   });
-  let timer = null;
   query.addEventListener("input", () => {
     clearTimeout(timer); // typing looks up after a pause; Enter looks up at once
     timer = setTimeout(update, 250);
   });
-  form.addEventListener("submit", () => clearTimeout(timer));
   temperature.addEventListener("input", update);
   temperature.addEventListener("change", update);
   update();

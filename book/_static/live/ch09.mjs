@@ -195,6 +195,15 @@ export async function mount(root, ctx) {
   const temperatureShown = element("output", {}, "1.00");
   const topK = element("input", { type: "number", min: "0", max: String(data.tokens.length), step: "1", value: "0", name: "top_k",
     title: "0 = all tokens", "aria-description": "0 keeps all tokens" });
+  // 0 means every token: the field and a screen reader say "all", not "0" (issue 38)
+  const topKShown = element("span", { "aria-hidden": "true" });
+  const showTopK = () => {
+    const k = Math.max(0, Math.floor(Number(topK.value) || 0));
+    topK.setAttribute("aria-valuetext", k ? String(k) : "all tokens (0)");
+    topK.setAttribute("aria-description", k ? "0 keeps all tokens" : "all tokens are kept");
+    topKShown.textContent = k ? "" : " all";
+  };
+  showTopK();
   const seed = element("input", { type: "number", min: "0", step: "1", value: String(data.seed), name: "seed" });
   const count = element("input", { type: "number", min: "1", max: "200", step: "1", value: String(data.num_tokens), name: "num_tokens" });
   const generateButton = element("button", { type: "button", name: "generate" }, "Generate");
@@ -211,7 +220,7 @@ export async function mount(root, ctx) {
     element("div", { class: "ab-row" }, element("label", { class: "ab-prompt" }, "prompt", prompt),
       labelled("examples", examples)),
     element("div", { class: "ab-row" }, labelled("temperature", temperature, temperatureShown),
-      labelled("top-k", topK), labelled("seed", seed), labelled("new words", count),
+      labelled("top-k", topK, topKShown), labelled("seed", seed), labelled("new words", count),
       element("span", {}, generateButton, " ", stepButton)),
     tokensLine, message, caption, bars, text, said);
   // The loader's status line and the build's frames stay in root; the form goes before them.
@@ -367,7 +376,7 @@ export async function mount(root, ctx) {
   });
   examples.addEventListener("change", () => { prompt.value = examples.value; stale(); queue(update); });
   temperature.addEventListener("input", () => queue(update));
-  topK.addEventListener("input", () => queue(update));
+  topK.addEventListener("input", () => { showTopK(); queue(update); });
   seed.addEventListener("input", () => {
     stream = null;
     said.textContent = `Seed ${settings().seed}: press Generate or Step to sample with it.`;

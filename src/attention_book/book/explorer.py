@@ -161,11 +161,13 @@ class Slider(_Control):
     ``grid`` is what the static page offers: None for every step (at most 41), an int
     for exactly that many steps spread evenly over the range (the one nearest the
     default ``value`` moved onto it), or the list of values itself, which must hold
-    the default. The page offers exactly these values.
+    the default. The page offers exactly these values. ``names`` gives some values a word
+    that the page shows and a screen reader says instead of the number: ``{0: "all"}`` for
+    a top-k whose 0 keeps every token (issue 38: the page said "top-k 0").
     """
 
     def __init__(self, min: float, max: float, step: float, value: float, label: str = "",
-                 grid: int | Sequence[float] | None = None):
+                 grid: int | Sequence[float] | None = None, names: dict | None = None):
         if not (max > min and step > 0):
             raise ValueError(f"Slider needs min < max and step > 0, got min={min!r}, max={max!r}, step={step!r}")
         if not min <= value <= max:
@@ -194,7 +196,9 @@ class Slider(_Control):
                 raise ValueError(f"Slider {label!r}: grid {points!r} must hold the default value {value!r}")
         points = [int(round(p)) for p in points] if self.is_int else [round(float(p), 10) for p in points]
         self.min, self.max, self.step = min, max, step
-        super().__init__(label, value, _points(_with_default(points, value)))
+        pairs = _points(_with_default(points, value))
+        names = dict(names or {})
+        super().__init__(label, value, [(names.get(v, shown), v) for shown, v in pairs])
 
     def widget(self):
         import ipywidgets as widgets
@@ -499,16 +503,33 @@ _PLAYER_JS = """
       img.setAttribute("data-ab-shows", small ? "phone" : (want && copies[want] === "loading" ? "loading" : "desktop"));
     });
   }
+  // What a move changed, for the live region (issue 38: moving ch02's points said the same long
+  // sentence each time, the new n and error deep inside it): the parts of an image's text
+  // ("<kind>: <titles>; x: ...; y: ...", core/plot.py's figure_alt_text) that the image shown
+  // before lacked, the kind left out when it stays the same.
+  function changed(before, after) {
+    var old = before.split("; "), parts = [];
+    after.split("; ").forEach(function (part, i) {
+      if (old.indexOf(part) >= 0) { return; }
+      var kind = part.split(": ")[0];
+      if (i === 0 && part.length > kind.length && old[0].split(": ")[0] === kind) { part = part.slice(kind.length + 2); }
+      parts.push(part);
+    });
+    return parts.join("; ");
+  }
+  var last = null;  // the setting shown: its index, each control's step, its frame's texts
   function update() {
-    var flat = 0, said = [];
+    var flat = 0, said = [], steps = [];
     controls.forEach(function (c, i) {
       var k = Number(c.value), shown = data.labels[i][k];
+      steps.push(k);
       flat = flat * data.labels[i].length + k;
       var out = root.querySelector('output[for="' + c.id + '"]');
       if (out) { out.textContent = shown; }
       if (c.type === "range") { c.setAttribute("aria-valuetext", shown); }
       said.push(data.names[i] + " " + shown);
     });
+    if (last && last.flat === flat) { return; }  // the change event after a move's input: shown and said
     root.setAttribute("data-setting", String(flat));
     var frame = data.frames[data.index[flat]], imgs = view.querySelectorAll("img");
     frame[0].forEach(function (id, j) {
@@ -523,11 +544,21 @@ _PLAYER_JS = """
     pre.textContent = frame[1];
     pre.hidden = !frame[1];
     var status = root.querySelector(".ab-explorer-status");
-    if (status) {
-      status.textContent = "Showing " + said.join(", ") + ": " +
-        frame[0].map(function (id) { return data.alts[id]; }).join("; ") +
+    var alts = frame[0].map(function (id) { return data.alts[id]; });
+    var moved = last ? said.filter(function (s, i) { return steps[i] !== last.steps[i]; }) : [];
+    if (status && !moved.length) {  // the page's first frame: the whole setting and all it shows
+      status.textContent = "Showing " + said.join(", ") + ": " + alts.join("; ") +
         (frame[1] ? (frame[0].length ? "; " : "") + "text: " + frame[1] : "");
+    } else if (status) {  // a move: the control moved first, then what is new, then the rest
+      var news = alts.map(function (alt, j) { return changed(last.alts[j] || "", alt); })
+        .filter(function (part) { return part; });
+      if (frame[1] && frame[1] !== last.text) { news.push("text: " + frame[1]); }
+      var kept = said.filter(function (s, i) { return steps[i] === last.steps[i]; });
+      status.textContent = "Showing " + moved.join(", ") + ": " +
+        (news.length ? news.join("; ") : "the same result as before") +
+        (kept.length ? " (with " + kept.join(", ") + ")" : "");
     }
+    last = {flat: flat, steps: steps, alts: alts, text: frame[1]};
   }
   controls.forEach(function (c) { c.addEventListener("input", update); c.addEventListener("change", update); });
   if (narrow && narrow.addEventListener) { narrow.addEventListener("change", showImages); }

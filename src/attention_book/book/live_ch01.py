@@ -44,9 +44,11 @@ class SoftLookupView(LiveView):
             "pooled": lookup.soft_lookup(query, self.database, temperature),
         }
 
-    def said(self, query: str, temperature: float) -> str:
-        """The sentence the page's live region says: every first name with weight of at least 0.005."""
-        pooled = self.lookup(query, temperature)["pooled"]
+    def said(self, query: str, temperature: float, pooled: dict | None = None) -> str:
+        """The sentence the page's live region says: every first name with weight of at least 0.005.
+        ``pooled``: the lookup's pooled value when the caller has it (else it is computed)."""
+        if pooled is None:
+            pooled = self.lookup(query, temperature)["pooled"]
         shown = [f"{name} {p:.2f}" for name, p in pooled.items() if p >= 0.005]
         return f"soft lookup of '{query.strip()}' at T = {temperature:.3g}: " + ", ".join(shown)
 
@@ -68,7 +70,7 @@ class SoftLookupView(LiveView):
             for k, v, s, w in zip(self.keys, self.values, got["scores"], got["weights"])
         )
         return (
-            f"<table class=\"ab-live-table\"><caption>{html.escape(self.said(query, temperature))}</caption>"
+            f"<table class=\"ab-live-table\"><caption>{html.escape(self.said(query, temperature, got['pooled']))}</caption>"
             "<thead><tr><th scope=\"col\">key</th><th scope=\"col\">value</th>"
             "<th scope=\"col\">score a</th><th scope=\"col\">weight α</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
