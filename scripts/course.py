@@ -53,8 +53,8 @@ class Assignment:
     extra_cases: str = ""  # a Python file defining cases(name, seed) -> list[Case]
 
     def weight(self, case: dict) -> float:
-        """A case's weight: its label's, else its group's (visible/hidden), else 1."""
-        for key in (case.get("label") or "", case.get("name") or ""):
+        """A case's weight: its label's (or the checker's name for it), else its group's (visible/hidden), else 1."""
+        for key in (case.get("label") or "", case.get("name") or "", case.get("title") or ""):
             if key and key in self.weights:
                 return float(self.weights[key])
         return float(self.weights.get("visible" if case.get("visible") else "hidden", 1.0))

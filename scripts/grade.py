@@ -1152,7 +1152,7 @@ def stopped_run_all(nb, index: int, error: str, after_blocked: bool = False) -> 
 
 
 def case_summary(cases: list[dict]) -> str:
-    """One line naming every failed case (visible ones by name, hidden ones by number and label)."""
+    """One line naming every failed case (visible ones by name, hidden ones by number and the checker's name)."""
     if len(cases) > 1 and all(c.get("status") == "package" for c in cases):  # one cause: said once
         return f"every case: {clean(cases[0]['why'], 1000)}"
     failed = [case_title(c) + ": " + clean(c["why"], 100_000) for c in cases if not c["passed"]]
@@ -1162,7 +1162,7 @@ def case_summary(cases: list[dict]) -> str:
 def case_title(c: dict) -> str:
     if c.get("visible"):
         return f"case {c['index']} ({c['name']})"
-    return f"hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else "")
+    return lms_export.hidden_title(c)
 
 
 def reference_assignments(reference: Path) -> dict[str, list[str]]:
@@ -1625,8 +1625,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 why = c["why"]
                 if c.get("cause") in stated and why.endswith(": " + c["cause"]):
                     why = why.removesuffix(": " + c["cause"]) + " (the cause named above)"
-                lines += [f"### Hidden case {c['index']}" + (f": {c['label']}" if c.get("label") else ""), "",
-                          fenced(why), ""]
+                lines += ["### H" + lms_export.hidden_title(c)[1:], "", fenced(why), ""]
         hidden = sum(1 for c in failed if not c.get("visible"))
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
             lines += [f"{hidden} hidden case(s) failed; which ones, and why, is in the hidden cases' tests.", ""]

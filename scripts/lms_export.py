@@ -88,9 +88,7 @@ def gradescope_results(rows: list[dict], feedback_text: str) -> dict:
         worths = [float(r.get("max_points", 10.0)) * c.get("weight", 1.0) / weights for c in cases]
         for c, worth in zip(cases, worths):
             tests.append({
-                "name": f"{r['assignment']}: " + (c["name"] if c.get("visible") else
-                                                 f"hidden case {c['index']}" + (f": {c['label']}" if c.get("label")
-                                                                                  else "")),
+                "name": f"{r['assignment']}: " + (c["name"] if c.get("visible") else hidden_title(c)),
                 "score": worth * (1 - float(r.get("penalty", 0.0))) if c["passed"] else 0.0,
                 "max_score": worth,
                 "status": "passed" if c["passed"] else "failed",
@@ -100,6 +98,13 @@ def gradescope_results(rows: list[dict], feedback_text: str) -> dict:
     score = round(sum(float(r["points"]) for r in rows), 2)
     return {"score": score, "output": feedback_text, "output_format": "md", "visibility": "visible",
             "stdout_visibility": "hidden", "tests": tests}
+
+
+def hidden_title(case: dict) -> str:
+    """``hidden case 5: padding queries far past the end see no key``: a hidden case's number and the name the
+    student's checker prints for it (``title``; a row written before there was one: its label)."""
+    title = case.get("title") or case.get("label") or ""
+    return f"hidden case {case['index']}" + (f": {title}" if title else "")
 
 
 def dump_json(data: dict) -> str:

@@ -36,7 +36,8 @@ def code_table() -> str:
     from attention_book.assignments.grading import _visible_index, grading_cases
 
     refs = _grade().reference_assignments(ROOT / "notebooks")
-    lines = ["| key | notebook | its cases by number (the labels `weights` matches) |", "| --- | --- | --- |"]
+    lines = ["| key | notebook | its cases by number and name (`weights` matches a name or its label) |",
+             "| --- | --- | --- |"]
     for notebook, names in sorted(refs.items()):
         for name in names:
             labels = None
@@ -44,11 +45,15 @@ def code_table() -> str:
                 _, cases = grading_cases(name, seed)
                 _, shown = collect_cases(name, None)
                 assert all(_visible_index(c, shown) is None for c in cases), (name, seed)
-                these = [c.label or "" for c in cases]
-                assert all(these), f"{name}: a case without a label"
+                # the feedback names a hidden case as the checker does: a name that changed with the seed
+                # could carry a hidden input out
+                these = [(c.name, c.label or "") for c in cases]
+                assert all(label for _, label in these), f"{name}: a case without a label"
+                assert these == [(c.name, c.label or "") for c in shown], f"{name}: names or labels change with the seed"
                 assert labels is None or these == labels, f"{name}: labels change with the seed"
                 labels = these
-            cells = " ".join(f"**{i}** `{label}`" for i, label in enumerate(labels, start=1))
+            cells = " ".join(f"**{i}** `{case}`" + (f" (label `{label}`)" if label != case else "")
+                             for i, (case, label) in enumerate(labels, start=1))
             lines.append(f"| `{name}` | `{notebook}` | {cells} |")
     return "\n".join(lines)
 
@@ -165,10 +170,6 @@ def test_the_plan_names_every_assignment_by_its_key():
     keys = set(re.findall(r"`([a-z_0-9]+)`", plan))
     assert keys == set(assignment_names())
 
-if __name__ == "__main__":
-    print(code_table())
-
-
 def test_the_guide_says_extra_cases_check_the_inputs_as_the_books_cases_do():
     """A fresh instructor (8/10): an extra case skipped the in-place check unless it set the undocumented
     ``Case(unchanged=...)``. The grader now gives it the assignment's rule; the guide says so and names
@@ -178,3 +179,7 @@ def test_the_guide_says_extra_cases_check_the_inputs_as_the_books_cases_do():
     text = " ".join(GUIDE.read_text(encoding="utf-8").split())
     assert "each extra case does too" in text and 'unchanged="your reason"' in text
     assert f'("{IN_PLACE}")' in text
+
+
+if __name__ == "__main__":
+    print(code_table())

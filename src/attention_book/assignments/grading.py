@@ -648,7 +648,8 @@ def _nested(values: Any) -> str:
 
 def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | None = None) -> list[dict]:
     """One dict per case of assignment ``name`` at seed ``offset``: ``index``, ``name``, ``label`` (a
-    description without the case's parameters), ``visible`` (the student's checker shows this very
+    description without the case's parameters: what ``weights`` match), ``title`` (what the feedback calls
+    it: the checker's name for the case, the label for an extra case), ``visible`` (the student's checker shows this very
     input), ``passed``, ``status`` (ok, raised, not_implemented, package, missing), ``why``, and for
     a failed visible case its ``input``, ``expected`` and ``got`` written out whole."""
     if data.get("assignment") != name or type(data.get("nonce")) is not str or data["nonce"] != nonce:
@@ -671,8 +672,10 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
     for i, case in enumerate(cases):
         seen = _visible_index(case, visible)
         label = getattr(case, "label", "") or ""
+        # ``title``: what the feedback calls a hidden case, the name the student's checker prints for a case of
+        # the book's (the same at every seed: it holds no input), the label for one of the instructor's
         item = {"index": i + 1, "name": case.name if seen is not None else "", "visible": seen is not None,
-                "label": label if seen is None else case.name}
+                "label": label if seen is None else case.name, "title": case.name if i < len(visible) else label}
         if whole is not None:
             item.update(passed=False, status=whole[0], why=whole[1])
         elif records[i]["status"] == "too_large":
