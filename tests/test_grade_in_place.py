@@ -4,7 +4,6 @@ rule, and a function that writes into its inputs fails the cases where it did, s
 from __future__ import annotations
 
 import torch
-
 from test_grade_engine import SEED, function, grading_cases, results
 
 # The instructor's clone (8/10): gus's masked_softmax is right, but writes its fill into the scores with

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -256,3 +257,8 @@ def test_a_wrong_count_fails_every_case_and_says_the_others_are_not_judged():
     # the two spread cases say what gives the count, and point to nothing else
     assert len(explained) == 2 and all("should have exactly" in why for why in explained), explained
     assert COUNT_CASE in failed[0][1]  # the one line names the case that explains the count
+    # as the checker prints it, and says what the count should be and what it was, on one line (a fresh
+    # instructor, 8/10: "not judged while the count is wrong" gave neither)
+    assert COUNT_CASE in [name for name, _ in failed] and "\n" not in failed[0][1]
+    assert re.match(r"not judged while the count is wrong: a row with (\d+) ordinary tokens should have (\d+) "
+                    r"selected, got (\d+) \(\d+ of \d+ rows select the wrong number of tokens\)", failed[0][1]), failed[0]

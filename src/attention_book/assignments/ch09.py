@@ -151,7 +151,8 @@ def _count_problem(tokens, labels, p) -> str | None:
     return _because(why, _count_cause(tokens, labels, p, got, n))
 
 
-COUNT_CASE = "exactly k per row, drawn uniformly"
+# the case that explains a wrong count, by the name the checker prints (and the grader's feedback shows)
+COUNT_CASE = "the selected positions spread over the whole row"
 COUNT_ELSEWHERE = f"k = round(select_prob * n) per row; the case “{COUNT_CASE}” says what gives this count"
 
 
@@ -161,11 +162,13 @@ def _short_count_problem(tokens, labels, p) -> str | None:
     wrong count (a function selecting nothing would otherwise pass "specials are never selected" and the
     like, and score for doing nothing); the line says so, so that "the tokens passed in are not modified"
     does not send a learner looking for a write that is not there."""
-    n, _, off = _row_counts(tokens, labels, p)
+    n, got, off = _row_counts(tokens, labels, p)
     if not off.any():
         return None
-    return _because(f"not judged while the count is wrong: {int(off.sum())} of {len(n)} rows select the wrong "
-                    "number of tokens", COUNT_ELSEWHERE)
+    r = int(off.nonzero()[0, 0])  # the first wrong row: what it should select against what it did, on one line
+    return _because(f"not judged while the count is wrong: a row with {int(n[r])} ordinary tokens should have "
+                    f"{round(p * int(n[r]))} selected, got {int(got[r])} ({int(off.sum())} of {len(n)} rows "
+                    "select the wrong number of tokens)", COUNT_ELSEWHERE)
 
 
 def _unpacked(tokens, p, hint: str, explain_count: bool = False):
@@ -332,8 +335,7 @@ def check_mlm_masking(fn, verbose: bool = True):
         Case("returns (inputs, labels): labels = original token where selected, -100 elsewhere",
              (small,), _check_contract(small), label="the (inputs, labels) contract"),
         Case("special tokens (<pad>, <cls>, <unk>) are never selected", (big,), _check_specials(big)),
-        Case("the selected positions spread over the whole row", (big,), _check_spread(big, 0.15),
-             label=COUNT_CASE),
+        Case(COUNT_CASE, (big,), _check_spread(big, 0.15), label="exactly k per row, drawn uniformly"),
         Case("selected tokens: 80% <mask>, 10% random ordinary token, 10% unchanged", (big,), _check_split(big),
              label="the 80/10/10 split of the selected tokens"),
         Case("another select_prob", (big,), _check_spread(big, other_p), {"select_prob": other_p}),
