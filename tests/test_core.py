@@ -197,6 +197,11 @@ def test_each_values_fold_names_its_figure():
     named = summary(fig)
     assert named.startswith("Values of &lt;Scaling&gt; &amp; alpha sweep") and named.endswith("…")
     assert len(named) <= len("Values of ") + 80 + 8  # 80 characters, and the escapes' extra
+    fig, axes = plt.subplots(1, 3)  # chapter 2's kernels: a plot's title, not its y label too
+    for ax, kernel in zip(axes, ("Gaussian", "Boxcar", "Constant")):
+        ax.plot([1, 2], [3, 4], label="prediction")
+        ax.set(title=f"{kernel}, σ=1", ylabel="y")
+    assert summary(fig) == "Values of Gaussian, σ=1; Boxcar, σ=1 and 1 more"
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4], label="_hidden")
     ax.bar(["a", "b"], [1, 2], label="values")

@@ -829,8 +829,8 @@ def _series_tables(fig) -> list[dict]:
         picked = _spread(len(xs), SERIES_ROWS_MAX)
         names = list(series)[:VALUES_MAX]
         shown = "" if len(picked) == len(xs) else f"; {len(picked)} of {len(xs)} points, evenly spread"
-        # the fold's summary names the plot by its title or y label, else by its series
-        name = caption if caption != "values" else _and_more(names, len(names))
+        # the fold's summary names the plot by its title, else its y label, else its series
+        name = title or ylabel or _and_more(names, len(names))
         caption += shown + ("; " + ", ".join(levels) if levels else "")
         rows = [_num(xs[i]) if isinstance(xs[i], float) else xs[i] for i in picked]
         cells = [[_num(series[n][xs[i]]) if xs[i] in series[n] else "" for n in names] for i in picked]
@@ -852,22 +852,24 @@ def _fits_a_phone(table: dict) -> bool:
 
 
 def _and_more(names: list[str], count: int) -> str:
-    """``count`` things by their first names: "a", "a and b", "a, b and 3 more"."""
+    """``count`` things by their first names: "a", "a and b", "a, b and 3 more" ("a, x; b, y and
+    3 more" when a name has a comma)."""
+    comma = "; " if any("," in n for n in names[:2]) else ", "
     return (names[0] if count == 1 else f"{names[0]} and {names[1]}" if count == 2
-            else f"{names[0]}, {names[1]} and {count - 2} more")
+            else f"{names[0]}{comma}{names[1]} and {count - 2} more")
 
 
 def _values_summary(fig, tables: list[dict]) -> str:
     """The fold's summary, naming its figure: a page's folds all read "The figure's values as a
     table", so a screen reader's list of controls gave N identical entries (issue 38). "Values of"
-    the figure's title, else its tables' names (a map's title, a plot's title or y label, a given
-    table's caption up to its first ":" or ";"), with a map's axes; at most _SUMMARY_MAX
+    the figure's title, else its tables' names (a map's title, a plot's title, y label or series,
+    a given table's caption up to its first ":" or ";"), with a map's axes; at most _SUMMARY_MAX
     characters, the old text when nothing names it."""
     title = _words(fig._suptitle.get_text()) if getattr(fig, "_suptitle", None) else ""
     if not title:
         names = list(dict.fromkeys(_words(t["name"] if "name" in t else re.split(r"[:;]", t["caption"])[0])
                                    for t in tables))
-        named = [n for n in names if n and n != "values"]  # "values": a plot without a title or y label
+        named = [n for n in names if n and n != "values"]  # not "Values of values"
         count = max([len(named)] + [t.get("maps", 0) for t in tables])  # a map table each, at most 12
         title = "" if not named or len(named) < min(count, 2) else _and_more(named, count)
         axes = list(dict.fromkeys(t["axes"] for t in tables if t.get("axes")))
