@@ -85,8 +85,8 @@ class Course:
     roster_file: str = ""
     secret_file: str = ""
     gradescope_scores: str = GRADESCOPE_SCORES[0]  # [gradescope] scores: when hidden cases' results show
+    torch: str = ""  # [gradescope] torch: the version the Gradescope bundle installs ('' for its default)
     path: Path | None = None
-    data: dict = field(default_factory=dict, repr=False)  # the file as read: the bundle reads torch, extra_cases
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
@@ -128,7 +128,7 @@ def load_course(path: Path | None) -> Course:
     here = path.parent
     top = data.get("course", {})
     late = data.get("late", {})
-    course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path, data=data,
+    course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path,
                     per_day=float(late.get("per_day", 0.0)), cap=float(late.get("cap", 1.0)),
                     grace_minutes=float(late.get("grace_minutes", 0.0)),
                     late_source=str(late.get("source", "csv" if late.get("times") else "none")))
@@ -146,6 +146,7 @@ def load_course(path: Path | None) -> Course:
         raise CourseError(f"course file {path}: [gradescope] has unknown keys {sorted(unknown)}; "
                           "known: scores, torch")
     course.gradescope_scores = str(gradescope.get("scores", GRADESCOPE_SCORES[0]))
+    course.torch = str(gradescope.get("torch", ""))
     if course.gradescope_scores not in GRADESCOPE_SCORES:
         raise CourseError(f"course file {path}: [gradescope] scores is one of {', '.join(GRADESCOPE_SCORES)} "
                           f"(not {course.gradescope_scores!r})")

@@ -1183,13 +1183,16 @@ LMS_PREFIX = re.compile(r"^(?P<login>[^_/]+)_(?:LATE_|late_)?(?P<uid>\d+)_(?P<su
 RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>\d+)\)|-(?P<again>\d+))?$")
 
 
-def handed_name(rel: str) -> str:
+def handed_name(rel: str, key: str | None = None) -> str:
     """The name a student gave the file at ``rel`` (a path under SUBMISSIONS): without the student's folder,
     and without the ``login_uid_sub_`` prefix an LMS's bulk download put before it (the student never saw
-    ``wumei_107_9007_ch03_exercises_final.ipynb``, only ``ch03_exercises_final.ipynb``)."""
+    ``wumei_107_9007_ch03_exercises_final.ipynb``, only ``ch03_exercises_final.ipynb``). Given the
+    student's ``key`` (a graded row's, whose ``rel`` is a full path), the prefix is the LMS's only when it
+    is that key's (``wumei_107``); otherwise only a file at the top of SUBMISSIONS has one."""
     name = Path(rel).name
-    lms = LMS_PREFIX.match(name) if "/" not in rel else None
-    return lms.group("rest") if lms else name
+    lms = LMS_PREFIX.match(name)
+    ours = lms and (key == f"{lms.group('login')}_{lms.group('uid')}" if key is not None else "/" not in rel)
+    return lms.group("rest") if ours else name
 
 
 def match_reference(filename: str, references) -> tuple[str, int, str] | None:
@@ -1484,9 +1487,9 @@ def ignore_in_git(folder: Path) -> None:
     """Put a ``.gitignore`` holding ``*`` in ``folder`` (one the grader made, or made before), unless it has
     one: whatever OUT= names, its grades, feedback and secret never go into a commit of the instructor's
     clone (only grades/ is in the repository's .gitignore)."""
-    with contextlib.suppress(FileExistsError):
-        with open(folder / ".gitignore", "x", encoding="utf-8") as f:
-            f.write("# written by scripts/grade.py: grades, feedback and the secret stay out of git\n*\n")
+    if not (folder / ".gitignore").exists():  # private as every file of the folder (write_atomic)
+        write_atomic(folder / ".gitignore", "# written by scripts/grade.py: grades, feedback and the secret stay "
+                                            "out of git\n*\n")
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
@@ -1559,11 +1562,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     who = name if name == student["student"] else f"{name} ({student['student']})"
     lines = ["# Feedback", "", "Student:", "", fenced(who), ""]
     for r in rows:
-        # the file's name, in characters Markdown leaves alone (a name an LMS prefixed could hold any)
-        # the name the student uploaded: without the prefix (``_LATE_`` included) an LMS's download put before it
-        base = Path(r["path"]).name if r.get("path") else ""
-        lms = LMS_PREFIX.match(base)
-        base = lms.group("rest") if lms and r.get("key") == f"{lms.group('login')}_{lms.group('uid')}" else base
+        # the name the student uploaded (handed_name: without the prefix an LMS's download put before it, `_LATE_`
+        # included), in characters Markdown leaves alone (a name an LMS prefixed could hold any)
+        base = handed_name(r["path"], r.get("key") or "") if r.get("path") else ""
         handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", base)[:200]
         title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
             f"{handed} (graded as {r['notebook']}): {r['assignment']}"

@@ -90,15 +90,15 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     unknown = [n for n in chosen if n not in refs]
     if unknown:
         raise SystemExit(f"gradescope_bundle: {unknown} are not notebooks with an assignment; known: {sorted(refs)}")
-    data = {}
+    course = None
     if course_file is not None:  # a wrong [gradescope] scores (or any other key) stops here, not on Gradescope
         from course import CourseError, load_course
 
         try:
-            data = load_course(course_file).data
+            course = load_course(course_file)  # the one parse of the course file
         except CourseError as err:
             raise SystemExit(f"gradescope_bundle: {err}") from None
-    torch = str(data.get("gradescope", {}).get("torch", TORCH))
+    torch = (course.torch if course is not None else "") or TORCH
     if not all(part.isalnum() or part in ".+" for part in torch):
         raise SystemExit(f"gradescope_bundle: [gradescope] torch = {torch!r} is not a version")
     files: dict[str, bytes | Path] = {"setup.sh": SETUP.replace("{torch}", torch).encode(),
@@ -122,11 +122,12 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
         # roster and the times file (names and logins of the whole class) stay out of the bundle
         # and only the assignments of the bundle's notebooks (a ch03 bundle carried [assignments.bleu])
         keep = {n for name in chosen for n in refs[name]}
-        files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"), keep)
-        here = course_file.parent
-        for rel in [a.get("extra_cases") for n, a in data.get("assignments", {}).items() if n in keep]:
-            if rel:
-                files[f"course/{rel}"] = here / rel
+        files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"), keep,
+                                                                set(course.assignments))
+        here = course_file.parent.resolve()
+        for extra in [a.extra_cases for n, a in course.assignments.items() if n in keep]:
+            if extra:  # where the course file names it, relative to the file (load_course made it absolute)
+                files[f"course/{Path(os.path.relpath(extra, here)).as_posix()}"] = Path(extra)
         settings["course"] = "course/course.toml"
     files["gradescope.json"] = json.dumps(settings).encode()
     if not out.parent.exists():
@@ -145,9 +146,10 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     return out
 
 
-def _without_roster_and_times(text: str, keep: set[str] | None = None) -> bytes:
+def _without_roster_and_times(text: str, keep: set[str] | None = None, declared: set[str] | None = None) -> bytes:
     """The course file without its ``[roster]`` table, without ``[late] times``/``source`` and, given
-    ``keep``, without the ``[assignments.<key>]`` tables of other assignments."""
+    ``keep``, without the ``[assignments.<key>]`` tables of other assignments. ``declared``: the
+    assignments the whole file has (load_course's; None: read from ``text``)."""
     out, table = [], ""
     for line in text.splitlines():
         head = line.strip()
@@ -163,8 +165,9 @@ def _without_roster_and_times(text: str, keep: set[str] | None = None) -> bytes:
     parsed = tomllib.loads(result)
     if "roster" in parsed or {"times", "source"} & set(parsed.get("late", {})):
         raise SystemExit("gradescope_bundle: could not take the roster out of the course file")
-    if keep is not None and set(parsed.get("assignments", {})) != set(tomllib.loads(text).get("assignments", {})) \
-            & keep:
+    if declared is None and keep is not None:
+        declared = set(tomllib.loads(text).get("assignments", {}))
+    if keep is not None and set(parsed.get("assignments", {})) != declared & keep:
         raise SystemExit("gradescope_bundle: could not keep only the bundle's assignments in the course file")
     return result.encode()
 

@@ -85,6 +85,30 @@ def test_the_bundle_is_the_instructors_alone_and_out_of_git(tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == [".gitignore", "autograder.zip"]
 
 
+def test_the_bundle_reads_the_course_file_once(tmp_path, monkeypatch):
+    """A diff reviewer: the bundle read the course file with load_course (which kept the raw TOML in
+    Course.data for it) and parsed the file's text a second time to check what it kept. It reads it once
+    now; the torch version and the extra cases come from the Course ([gradescope] torch, each
+    assignment's extra_cases), and Course holds no raw TOML."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import course
+    import gradescope_bundle
+
+    text = (ROOT / "course.example.toml").read_text(encoding="utf-8")
+    mine = tmp_path / "course.toml"
+    mine.write_text(text.replace("# [gradescope]", "[gradescope]\ntorch = \"2.9.1\"\n# ", 1))
+    shutil.copytree(ROOT / "course_example", tmp_path / "course_example")
+    parsed = []
+    for toml in {id(m.tomllib): m.tomllib for m in (course, gradescope_bundle)}.values():  # tomllib, or tomli
+        monkeypatch.setattr(toml, "loads", lambda s, _f=toml.loads: parsed.append(s) or _f(s))
+    out = gradescope_bundle.build(tmp_path / "b" / "a.zip", ["ch03_exercises"], mine)
+    assert parsed.count(mine.read_text(encoding="utf-8")) == 1, len(parsed)
+    assert not hasattr(course.load_course(mine), "data")
+    with zipfile.ZipFile(out) as z:
+        assert 'pip install "torch==2.9.1"' in z.read("setup.sh").decode()
+        assert z.read("course/course_example/extra_cases.py") == (ROOT / "course_example" / "extra_cases.py").read_bytes()
+
+
 def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
     """A fresh instructor (issue 37, 7.5/10): the ch03-only bundle's course/course.toml still carried
     [assignments.bleu]; it keeps the assignments of the bundle's notebooks only."""
