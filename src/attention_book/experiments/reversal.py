@@ -1,5 +1,6 @@
 """Chapter 7's first experiment: reversing digit sequences with an encoder-only Transformer
-(the task, the predictor, its attention maps), and the warm-up experiment run on it."""
+(the task, the predictor, its attention maps), the warm-up experiment run on it, and a
+bidirectional GRU of about the same size as the recurrent baseline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..core.train import accuracy, evaluating, model_device, warmup_cosine_sched
 from ..models.attention import record_attention
 from ..models.transformer import TransformerEncoder, init_small_embeddings
 
-__all__ = ["reverse_dataset", "reverse_loaders", "SequencePredictor", "reversal_attention_figure", "reversal_attention_profile", "warmup_experiment", "warmup_experiment_figure", "AdditiveSelfAttention", "token_loss"]
+__all__ = ["reverse_dataset", "reverse_loaders", "SequencePredictor", "reversal_attention_figure", "reversal_attention_profile", "warmup_experiment", "warmup_experiment_figure", "AdditiveSelfAttention", "token_loss",
+           "RecurrentTagger", "accuracy_by_position"]
 
 
 def reverse_dataset(num_samples: int, seq_len: int = 16, num_classes: int = 10, seed: int | None = None):
@@ -258,3 +260,52 @@ def token_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
     X, Y = batch
     logits = model(X)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), Y.reshape(-1)), Y.numel()
+
+
+class RecurrentTagger(nn.Module):
+    """A bidirectional GRU that predicts one class per input position: the recurrent baseline.
+
+    ``RecurrentTagger(num_classes, num_hiddens=32, embed_size=None)``: an
+    embedding of size ``embed_size`` (default ``num_hiddens``), one bidirectional
+    ``nn.GRU`` layer with ``num_hiddens`` units per direction, and the output
+    network of :class:`SequencePredictor` (dense from the two directions' ``2 *
+    num_hiddens`` to ``num_hiddens``, layer norm, ReLU, dense) to ``num_classes``
+    scores at every position. Position ``i`` sees the whole sequence: inputs
+    ``0..i`` through the forward direction, ``i..n-1`` through the backward one;
+    to output the digit at ``n-1-i`` it must carry it through ``|n-1-2i|``
+    recurrent steps. ``num_hiddens=26`` gives about the parameter count of the
+    chapter's one-block one-head ``SequencePredictor`` with d = 32.
+    ``forward(X)``: (batch, length) ids -> (batch, length, num_classes).
+    """
+
+    def __init__(self, num_classes: int, num_hiddens: int = 32, embed_size: int | None = None):
+        super().__init__()
+        self.num_classes = check_positive_int("num_classes", num_classes)
+        num_hiddens = check_positive_int("num_hiddens", num_hiddens)
+        embed_size = num_hiddens if embed_size is None else check_positive_int("embed_size", embed_size)
+        self.embedding = nn.Embedding(num_classes, embed_size)
+        self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True, bidirectional=True)
+        self.output_net = nn.Sequential(nn.Linear(2 * num_hiddens, num_hiddens), nn.LayerNorm(num_hiddens),
+                                        nn.ReLU(), nn.Linear(num_hiddens, num_classes))
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        outputs, _ = self.rnn(self.embedding(X))
+        return self.output_net(outputs)
+
+
+@torch.no_grad()
+def accuracy_by_position(model: nn.Module, batches) -> torch.Tensor:
+    """Share of right arg-max predictions at every output position, over ``(inputs, labels)`` batches.
+
+    Labels are (batch, n); returns a float tensor of shape (n,) on the CPU.
+    """
+    device = model_device(model)
+    right, total = None, 0
+    with evaluating(model):
+        for X, Y in batches:
+            hits = (model(X.to(device)).argmax(dim=-1) == Y.to(device)).sum(dim=0).cpu()
+            right = hits if right is None else right + hits
+            total += Y.shape[0]
+    if right is None:
+        raise ValueError("accuracy_by_position got no batches")
+    return right.double().div(total).float()
