@@ -1670,11 +1670,11 @@ def other_files(row: dict) -> list[str]:
 
 
 def hidden_count(row: dict) -> int:
-    """How many hidden cases ``row``'s assignment drew: a row the run left without cases (timeout, kernel
-    died, ...) counts its total, so that sealed feedback says the same number as a graded row's."""
-    if row.get("cases"):
-        return sum(1 for c in row["cases"] if not c.get("visible"))
-    return int(row.get("total") or 0)
+    """How many cases sealed feedback says ``row``'s assignment drew: its total, whatever the run gave.
+    Not the cases that are not visible: a drawn case can coincide with one the checker shows, and a row the
+    run left without cases (timeout, kernel died, ...) has none to count, so a count of the non-visible
+    ones said 9 for a graded run and 10 for a killed one (a fresh attacker: an oracle before the due date)."""
+    return int(row.get("total") or len(row.get("cases") or []))
 
 
 def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date") -> dict:
@@ -1706,12 +1706,12 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
                               "top: its checker cell tests the same function on cases of its own."})
     # the test gradescope_results writes for a row without cases names its status and reason: for a
     # status the run gave (timeout, kernel died, no results, flagged, ...) that is a one-bit oracle
-    # before the due date (a fresh attacker: a function that kills its kernel on the inputs it fails)
-    run_status = {f"{r['assignment']}: {r['status']}" for r in rows
-                  if not r.get("cases") and r["status"] not in DECIDED_BEFORE_RUNNING}
+    # before the due date (a fresh attacker: a function that kills its kernel on the inputs it fails);
+    # `ran` above says a status decided from the file alone. Every per-case test waits, a visible one too:
+    # a drawn case whose inputs equal a checker case's is visible, and its test shown at once said that the
+    # run was graded, not killed (a fresh attacker: mlm_masking's seeds 8, 18 and 22 draw one)
     for t in data["tests"]:
-        if t["visibility"] != "visible" or t["name"] in run_status:  # shown with the points
-            t["visibility"] = scores
+        t["visibility"] = scores
     every = all(r["status"] == "graded" and r.get("passed") == r.get("total") for r in rows)
     points = {"name": "Your points, with the feedback on the hidden cases", "visibility": scores,
               "status": "passed" if every else "failed", "output": data["output"], "output_format": "md"}

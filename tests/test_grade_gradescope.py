@@ -597,3 +597,29 @@ def test_the_ab_student_fallback_grades_as_gradescope_would(student_venv, tmp_pa
         assert (site / "assignments" / "ch03.py").read_text() == checker and not (leak / "secret").exists()
     finally:
         shutil.rmtree(leak, ignore_errors=True)
+
+
+def test_before_the_due_date_a_drawn_case_equal_to_a_checker_case_does_not_show():
+    """A fresh attacker (issue 37, 7/10): a hidden case whose drawn inputs equal a checker case is
+    visible (mlm_masking's seeds 8, 18 and 22 draw one, its case 8), and its test showed at once with
+    its status, while a killed run showed none and counted 10 hidden cases, not 9: graded or killed
+    could be told apart before the due date, the oracle the sealed mode closes. Now a graded run, a
+    killed run and a timeout at such a seed show exactly the same JSON before the due date."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+    from attention_book.assignments import grading
+
+    for seed in (8, 18, 22):
+        records = [{"status": "raised", "error": "NameError: name 'x' is not defined"}] * 10
+        cases = grading.case_results("mlm_masking", seed, "n", {"assignment": "mlm_masking", "nonce": "n",
+                                                                "records": records})
+        assert [c["index"] for c in cases if c["visible"]] == [8], seed  # the coincidence
+        graded = dict(student="4242", key="4242", notebook="ch09_exercises.ipynb", assignment="mlm_masking",
+                      status="graded", passed=0, total=10, score=0.0, max_points=10.0, points=0.0,
+                      penalty=0.0, late_days=0, cases=cases, seed=seed)
+        killed = dict(graded, status="kernel died", cases=[], reason="killed by signal 9")
+        timeout = dict(graded, status="timeout", cases=[], reason="ran past 300 s")
+        shown = [json.dumps(_shown(grade.gradescope_json({"student": "4242"}, [row], "after_due_date")),
+                         sort_keys=True) for row in (graded, killed, timeout)]
+        assert shown[0] == shown[1] == shown[2], seed
+        assert "10 hidden case(s)" in shown[0] and "NameError" not in shown[0]
