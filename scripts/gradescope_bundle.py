@@ -9,7 +9,8 @@ autograder ("Zip file upload"). It holds:
 - beside them, at the zip's root (Gradescope extracts the whole zip into ``/autograder/source``):
   the package with its checkers (``pyproject.toml``, ``src/attention_book``), the grader
   (``scripts/grade.py`` and its helpers), the reference notebooks of the graded assignments, the
-  course file (with its extra cases; without its roster and times file, since Gradescope knows its
+  course file (with its extra cases, each copied to ``course/extra_cases/<assignment>.py`` and the
+  course file's path rewritten to it; without its roster and times file, since Gradescope knows its
   students and when each handed in) and a grading secret made for this bundle.
 
 ``python scripts/gradescope_bundle.py run`` (inside Gradescope's container) grades each notebook in
@@ -18,7 +19,7 @@ derives from the bundle's secret, the assignment and the student's Gradescope us
 ``/autograder/results/results.json``. ``AUTOGRADER_ROOT`` replaces ``/autograder`` (for tests).
 The hidden cases' tests and the points show after the due date unless the course file's
 ``[gradescope] scores`` says otherwise (``after_published``, or ``visible``: at once); until then
-the student sees whether the notebook ran, the cell that raised and how many hidden cases there are
+the student sees only that the notebook was received and run and how many cases it draws
 (grade.gradescope_json): a resubmission draws new cases, so a score shown at once could be re-rolled.
 
 Each notebook runs in bubblewrap's sandbox where the container lets it make namespaces; where it
@@ -34,6 +35,7 @@ import argparse
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -122,16 +124,24 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
         # roster and the times file (names and logins of the whole class) stay out of the bundle
         # and only the assignments of the bundle's notebooks (a ch03 bundle carried [assignments.bleu])
         keep = {n for name in chosen for n in refs[name]}
+        # each extra-cases file under course/ by its assignment's name, the course file's path rewritten to it:
+        # a path as the instructor wrote it ("../elsewhere/x.py", or absolute) made a zip entry outside
+        # course/ ("course/../elsewhere/extra.py": unzip puts it elsewhere, every submission a GRADER ERROR)
+        extras = {n: f"extra_cases/{re.sub(r'[^A-Za-z0-9_]', '_', n)}.py"
+                  for n, a in course.assignments.items() if n in keep and a.extra_cases}
+        if len(set(extras.values())) != len(extras):
+            raise SystemExit(f"gradescope_bundle: two assignments' extra cases would share a name: {sorted(extras)}")
         files["course/course.toml"] = _without_roster_and_times(course_file.read_text(encoding="utf-8"), keep,
-                                                                set(course.assignments))
-        here = course_file.parent.resolve()
-        for extra in [a.extra_cases for n, a in course.assignments.items() if n in keep]:
-            if extra:  # where the course file names it, relative to the file (load_course made it absolute)
-                files[f"course/{Path(os.path.relpath(extra, here)).as_posix()}"] = Path(extra)
+                                                                set(course.assignments), extras)
+        for n, inside in extras.items():
+            files[f"course/{inside}"] = Path(course.assignments[n].extra_cases)  # load_course made it absolute
         settings["course"] = "course/course.toml"
     files["gradescope.json"] = json.dumps(settings).encode()
-    if not out.parent.exists():
+    if not out.parent.exists():  # the folders it makes private, as the grades folder (they hold the secret)
+        made = [d for d in [out.parent, *out.parent.parents] if not d.exists()]
         out.parent.mkdir(parents=True)
+        for d in made:
+            os.chmod(d, 0o700)
         ignore_in_git(out.parent)
     # the zip holds the secret and the extra cases: the instructor's alone (write_atomic: mode 0600 from the
     # start, renamed over ``out``)
@@ -146,20 +156,25 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     return out
 
 
-def _without_roster_and_times(text: str, keep: set[str] | None = None, declared: set[str] | None = None) -> bytes:
+def _without_roster_and_times(text: str, keep: set[str] | None = None, declared: set[str] | None = None,
+                              extras: dict[str, str] | None = None) -> bytes:
     """The course file without its ``[roster]`` table, without ``[late] times``/``source`` and, given
     ``keep``, without the ``[assignments.<key>]`` tables of other assignments. ``declared``: the
-    assignments the whole file has (load_course's; None: read from ``text``)."""
+    assignments the whole file has (load_course's; None: read from ``text``). ``extras``: per assignment,
+    the path its ``extra_cases`` line is rewritten to (relative to the course file, in the bundle)."""
     out, table = [], ""
+    extras = extras or {}
     for line in text.splitlines():
         head = line.strip()
         if head.startswith("[") and not head.startswith("[["):
             table = head.split("#", 1)[0].strip()
         key = head.split("=", 1)[0].strip()
-        other = keep is not None and table.startswith("[assignments.") and \
-            table[len("[assignments."):-1].strip().strip("\"'") not in keep
+        assignment = table[len("[assignments."):-1].strip().strip("\"'") if table.startswith("[assignments.") else ""
+        other = keep is not None and table.startswith("[assignments.") and assignment not in keep
         if table == "[roster]" or (table == "[late]" and key in ("times", "source")) or other:
             continue
+        if key == "extra_cases" and assignment in extras:
+            line = f'extra_cases = "{extras[assignment]}"'
         out.append(line)
     result = "\n".join(out) + "\n"
     parsed = tomllib.loads(result)
@@ -169,6 +184,9 @@ def _without_roster_and_times(text: str, keep: set[str] | None = None, declared:
         declared = set(tomllib.loads(text).get("assignments", {}))
     if keep is not None and set(parsed.get("assignments", {})) != declared & keep:
         raise SystemExit("gradescope_bundle: could not keep only the bundle's assignments in the course file")
+    if any(parsed.get("assignments", {}).get(n, {}).get("extra_cases") != inside for n, inside in extras.items()):
+        raise SystemExit("gradescope_bundle: could not point the course file's extra_cases at the bundle's copies "
+                         "(write each as extra_cases = \"...\" under its [assignments.<name>] table)")
     return result.encode()
 
 

@@ -42,7 +42,7 @@ def test_the_bundle_holds_setup_run_and_the_checkers(bundle):
     assert {"setup.sh", "run_autograder", "scripts/grade.py", "scripts/gradescope_bundle.py",
             "src/attention_book/assignments/ch03.py", "src/attention_book/assignments/grading.py",
             "notebooks/ch03_exercises.ipynb", "book/_ext/kernel_poll.py", "pyproject.toml",
-            "course/course.toml", "course/course_example/extra_cases.py"} <= names
+            "course/course.toml", "course/extra_cases/masked_softmax.py"} <= names
     assert not any(n.startswith("source/") for n in names)
     assert modes["setup.sh"] & stat.S_IXUSR and modes["run_autograder"] & stat.S_IXUSR
     assert setup.startswith("#!/usr/bin/env bash") and "bubblewrap" in setup and "pip install /autograder/source" in setup
@@ -106,7 +106,8 @@ def test_the_bundle_reads_the_course_file_once(tmp_path, monkeypatch):
     assert not hasattr(course.load_course(mine), "data")
     with zipfile.ZipFile(out) as z:
         assert 'pip install "torch==2.9.1"' in z.read("setup.sh").decode()
-        assert z.read("course/course_example/extra_cases.py") == (ROOT / "course_example" / "extra_cases.py").read_bytes()
+        extra = z.read("course/extra_cases/masked_softmax.py")
+    assert extra == (ROOT / "course_example" / "extra_cases.py").read_bytes()
 
 
 def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
@@ -119,6 +120,40 @@ def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
         (ROOT / "course.example.toml").read_text(encoding="utf-8"), {"masked_softmax"}).decode()
     assert "[assignments.masked_softmax]" in shipped and "bleu" not in shipped and "[roster]" not in shipped
     assert "extra_cases" in shipped and "[late]" in shipped
+
+
+def test_extra_cases_outside_the_course_folder_go_into_the_bundle_under_course(tmp_path):
+    """A fresh attacker (issue 37, 7/10): a course file whose extra_cases is "../elsewhere/extra.py" (or
+    absolute) made the zip entry "course/../elsewhere/extra.py": unzip put it outside course/ and every
+    Gradescope submission ended in GRADER ERROR. The bundle copies each extra-cases file to
+    course/extra_cases/<assignment>.py and points the bundled course file at it; unzipped as the guide's
+    "Try the bundle" does, the course file loads. The folder the build makes is private (0700), as the
+    grades folder is."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import course as course_mod
+    import gradescope_bundle
+
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copy(ROOT / "course_example" / "extra_cases.py", tmp_path / "elsewhere" / "extra.py")
+    (tmp_path / "cdir").mkdir()
+    for n, where in enumerate(["../elsewhere/extra.py", str(tmp_path / "elsewhere" / "extra.py")]):
+        mine = tmp_path / "cdir" / "course.toml"
+        mine.write_text(f'[course]\nname = "t"\n[assignments.masked_softmax]\npoints = 10\n'
+                        f'extra_cases = "{where}"  # the instructor\'s\n')
+        out = gradescope_bundle.build(tmp_path / f"b{n}" / "deep" / "a.zip", ["ch03_exercises"], mine)
+        assert stat.S_IMODE(out.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(out.parent.parent.stat().st_mode) == 0o700
+        with zipfile.ZipFile(out) as z:
+            names = z.namelist()
+            z.extractall(tmp_path / f"try{n}" / "source")
+        assert not any(".." in Path(name).parts or name.startswith("/") for name in names), names
+        source = tmp_path / f"try{n}" / "source"
+        assert not (tmp_path / f"try{n}" / "elsewhere").exists()
+        loaded = course_mod.load_course(source / "course" / "course.toml")
+        assert loaded.assignments["masked_softmax"].extra_cases == str(source / "course" / "extra_cases" /
+                                                                       "masked_softmax.py")
+        assert (source / "course" / "extra_cases" / "masked_softmax.py").read_bytes() == \
+            (tmp_path / "elsewhere" / "extra.py").read_bytes()
 
 
 def test_the_scripts_read_course_files_without_tomllib():
