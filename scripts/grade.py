@@ -1473,14 +1473,29 @@ PRIVATE = [True]
 
 
 def _private_dirs(path: Path, top: Path) -> None:
-    """``path`` and every folder between it and ``top`` made and, when private, mode 0700."""
+    """``path`` and every folder between it and ``top`` made and, when private, the ones it made mode 0700:
+    never a folder the grader did not make (a fresh attacker's --out /tmp/grades.csv took /tmp's sticky bit)."""
+    made = [d for d in [path, *path.parents] if not d.exists()]
     path.mkdir(parents=True, exist_ok=True)
     if PRIVATE[0]:
-        for d in [path, *path.parents]:
+        for d in made:
             if d == top.parent or len(d.parts) < len(top.parts):
                 break
             with contextlib.suppress(OSError):
                 os.chmod(d, 0o700)
+
+
+def foreign_out_folder(out_dir: Path) -> str:
+    """Why the grader must not write into ``out_dir``, or '': an existing folder that is not the grader's
+    (no .grade.lock from an earlier run), holds files and is not the documented default (the repository's
+    grades/, which git ignores). A fresh attacker's --out grades.csv at the repository root wrote the
+    secret, the grades and the feedback there, where git would take them."""
+    if not out_dir.is_dir() or (out_dir / ".grade.lock").is_file() or not any(out_dir.iterdir()):
+        return ""
+    if out_dir.resolve() == (ROOT / "grades").resolve():
+        return ""
+    return (f"{out_dir} already holds files the grader did not write (it has no .grade.lock): name a CSV in a "
+            f"new or empty folder, such as --out {out_dir / 'grades' / 'grades.csv'}")
 
 
 def ignore_in_git(folder: Path) -> None:
@@ -1796,10 +1811,11 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
         print(f"WARNING: {note}")
     out_dir = out_csv.parent
     PRIVATE[0] = not shared_output
-    made = not out_dir.exists()
-    _private_dirs(out_dir, out_dir)
-    if made or (out_dir / ".grade.lock").is_file():  # the grader's own folder: never a folder of the instructor's
-        ignore_in_git(out_dir)
+    foreign = foreign_out_folder(out_dir)
+    if foreign:  # before anything is written
+        raise GradeError(foreign)
+    _private_dirs(out_dir, out_dir)  # mode 0700 only if the grader makes it
+    ignore_in_git(out_dir)  # new, empty, the grader's own or grades/: never a folder of the instructor's files
     lock = open(out_dir / ".grade.lock", "a+")
     if PRIVATE[0]:
         os.chmod(out_dir / ".grade.lock", 0o600)
@@ -2205,8 +2221,9 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("submissions", type=Path)
-    parser.add_argument("--out", default="grades.csv", help="the CSV file of the grades (default grades.csv); "
-                        "the other outputs are written beside it")
+    parser.add_argument("--out", default="grades/grades.csv", help="the CSV file of the grades (default "
+                        "grades/grades.csv); the other outputs are written beside it, in a folder that is new, "
+                        "empty or the grader's own")
     parser.add_argument("--timeout", type=int, default=TIMEOUT,
                         help=f"seconds per notebook (default {TIMEOUT}: a class's exercises notebook runs in well "
                              "under a minute; raise it for slow chapters or machines)")

@@ -12,6 +12,7 @@ import importlib
 import io
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -1061,3 +1062,40 @@ def my_masked_softmax(scores, valid_lens, window):
 """)
     passed = {sum(c["passed"] for c in results(tmp_path, bug, offset=seed)) for seed in range(8)}
     assert len(passed) == 1, passed
+
+
+def test_out_in_a_folder_the_grader_did_not_make(tmp_path, capsys):
+    """A fresh attacker (issue 37, 7/10): --out /tmp/grades.csv chmodded /tmp to 0700 (its sticky bit
+    lost; as root, /tmp itself), and --out grades.csv at the repository root wrote the secret, the grades
+    and the feedback there, unignored. The grader never chmods a folder it did not make, and refuses, in
+    one line and before writing anything, an existing folder that holds files and is not its own (no
+    .grade.lock) nor the documented grades/; a new or empty folder is taken, its mode kept."""
+    (tmp_path / "subs").mkdir()
+    shared = tmp_path / "shared"  # as /tmp: 1777, others' files in it
+    shared.mkdir()
+    (shared / "someone_elses.txt").write_text("x")
+    os.chmod(shared, 0o1777)
+    repo = tmp_path / "repo"  # as the repository root
+    repo.mkdir()
+    (repo / "README.md").write_text("x")
+    for folder in (shared, repo):
+        before = sorted(p.name for p in folder.iterdir())
+        with pytest.raises(SystemExit) as stop:
+            grade.main([str(tmp_path / "subs"), "--out", str(folder / "grades.csv")])
+        err = capsys.readouterr().err.strip()
+        assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+        assert "holds files the grader did not write" in err and str(folder / "grades" / "grades.csv") in err
+        assert sorted(p.name for p in folder.iterdir()) == before
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    # an empty folder of the instructor's is used, its mode kept; a new one is made 0700
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    os.chmod(empty, 0o1777)
+    for out in (empty, tmp_path / "new"):
+        grade.main([str(tmp_path / "subs"), "--out", str(out / "grades.csv"), "--reference", str(tmp_path)])
+        assert (out / "grades.csv").is_file() and (out / ".gitignore").is_file()
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    # and again into each: the grader's own now (.grade.lock)
+    grade.main([str(tmp_path / "subs"), "--out", str(empty / "grades.csv"), "--reference", str(tmp_path)])
+    assert stat.S_IMODE(empty.stat().st_mode) == 0o1777

@@ -77,7 +77,7 @@ def test_every_output_folder_the_grader_makes_is_out_of_git(tmp_path):
     """A fresh instructor (8/10): the guide says OUT=... picks another output folder, but only grades/ is in
     the repository's .gitignore, so `git add .` in a clone took another folder's grades, feedback and
     .grade-secret. A folder the grader makes (or made on an earlier run) gets a .gitignore of '*'; a folder
-    of the instructor's that it did not make gets none."""
+    of the instructor's that holds files is refused, nothing written there (issue 37, a fresh attacker)."""
     if not shutil.which("git"):
         pytest.skip("git is not installed")
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -94,5 +94,6 @@ def test_every_output_folder_the_grader_makes_is_out_of_git(tmp_path):
     mine = tmp_path / "notes"
     mine.mkdir()
     (mine / "todo.txt").write_text("mine")
-    grade.grade(subs, mine / "grades.csv", 60, ROOT / "notebooks")
-    assert not (mine / ".gitignore").exists()
+    with pytest.raises(grade.GradeError, match="holds files the grader did not write"):
+        grade.grade(subs, mine / "grades.csv", 60, ROOT / "notebooks")
+    assert [p.name for p in mine.iterdir()] == ["todo.txt"]
