@@ -352,8 +352,11 @@ def test_a_visible_case_with_a_named_cause_gets_no_case_hint_from_the_grader(tmp
         assert "weighted 1 / k" in case["cause"] and "(hint:" not in case["why"], case
 
 
-def _grouped(queries, keys, values, num_heads, num_kv_heads, *, scale=True, dtype=None):
-    """A learner's grouped-query attention; ``scale=False`` leaves out 1 / sqrt(p), ``dtype`` casts the inputs."""
+def _grouped(queries, keys, values, num_heads, num_kv_heads, *, scale=True, dtype=None, value_scale=False,
+             softmax_dim=-1, layout=None):
+    """A learner's grouped-query attention; ``scale=False`` leaves out 1 / sqrt(p), ``dtype`` casts the inputs,
+    ``value_scale`` divides by sqrt(p_v), ``softmax_dim`` is the softmax's axis, ``layout`` "concatenated"
+    returns (batch, n_q, num_heads * p_v), "heads third" (batch, n_q, num_heads, p_v)."""
     if dtype is not None:
         queries, keys, values = queries.to(dtype), keys.to(dtype), values.to(dtype)
 
@@ -364,8 +367,12 @@ def _grouped(queries, keys, values, num_heads, num_kv_heads, *, scale=True, dtyp
     Q = split(queries, num_heads)
     K = split(keys, num_kv_heads).repeat_interleave(group, dim=1)
     V = split(values, num_kv_heads).repeat_interleave(group, dim=1)
-    scores = Q @ K.transpose(-1, -2) / (Q.shape[-1] ** 0.5 if scale else 1.0)
-    return torch.softmax(scores, dim=-1) @ V
+    size = V.shape[-1] if value_scale else Q.shape[-1]
+    scores = Q @ K.transpose(-1, -2) / (size ** 0.5 if scale else 1.0)
+    out = torch.softmax(scores, dim=softmax_dim) @ V
+    if layout == "concatenated":
+        return out.transpose(1, 2).flatten(2)
+    return out.transpose(1, 2) if layout == "heads third" else out
 
 
 def test_grouped_attention_in_float32_is_told_its_dtype_never_tiled_heads():
@@ -387,6 +394,41 @@ def test_grouped_attention_without_the_scaling_is_told_so_on_every_case(tmp_path
     failed = [c for c in _graded(tmp_path, "per_head_attention", lambda *a: _grouped(*a, dtype=torch.float32),
                                  4242) if not c["passed"]]
     assert len(failed) == 7 and all("inputs' dtype" in c["why"] for c in failed), failed
+
+
+def test_grouped_attention_scaled_by_the_value_heads_size_is_told_so(tmp_path):
+    """Dividing by sqrt(p_v) is wrong only where p_v differs from p; the case's hint ("split the values'
+    columns into num_kv_heads blocks") sent a reader's right split looking for a wrong one."""
+    wrong = lambda *a: _grouped(*a, value_scale=True)  # noqa: E731
+    found = failures(ab.assignments.check_per_head_attention, wrong)
+    assert len(found) == len(OFFSETS), found  # the case of values of another size, at every seed
+    for why in found:
+        assert "sqrt(p_v)" in why and "hint" not in why, why
+    (case,) = [c for c in _graded(tmp_path, "per_head_attention", wrong, 4242) if not c["passed"]]
+    assert "sqrt(p_v)" in case["cause"], case
+
+
+@pytest.mark.parametrize("layout, words", [("concatenated", "the heads are concatenated"),
+                                           ("heads third", "the heads axis is third")])
+def test_grouped_attention_with_its_heads_laid_out_wrong_gets_one_cause(tmp_path, layout, words):
+    """Heads concatenated: every case printed another case's hint (7 unrelated hints for one mistake). One
+    cause now, the same in every case, so the grader says it once ("One mistake explains all ...")."""
+    wrong = lambda *a: _grouped(*a, layout=layout)  # noqa: E731
+    assert_named(ab.assignments.check_per_head_attention, wrong, words, wrong=("hint:",))
+    failed = [c for c in _graded(tmp_path, "per_head_attention", wrong, 4242) if not c["passed"]]
+    # heads third has the right shape where n_q == num_heads: those cases are told their values
+    assert len(failed) >= (7 if layout == "concatenated" else 2), failed
+    causes = {c["cause"] for c in failed if words in c["why"]}
+    assert len(causes) == 1 and words in causes.pop(), failed
+
+
+def test_grouped_attention_with_the_softmax_over_the_queries_is_told_so_on_every_case(tmp_path):
+    """The reader's softmax over the queries got the right hint ("the softmax runs over the keys") in 1 of 7
+    cases, other cases' hints in the rest."""
+    wrong = lambda *a: _grouped(*a, softmax_dim=-2)  # noqa: E731
+    assert_named(ab.assignments.check_per_head_attention, wrong, "softmax runs over the queries", wrong=("hint:",))
+    failed = [c for c in _graded(tmp_path, "per_head_attention", wrong, 4242) if not c["passed"]]
+    assert len(failed) == 7 and all("over the queries" in c["cause"] for c in failed), failed
 
 
 def test_an_empty_prediction_is_a_case_of_its_own():

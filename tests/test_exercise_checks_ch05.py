@@ -106,6 +106,9 @@ HEAD_WEIGHTS_MISTAKES = {
     # the log of the weights: rows that do not sum to 1, not the scores of any of the mistakes above
     "rows that do not sum to 1": (lambda *a: torch.log(_weights(*a).clamp_min(1e-30)), "does not sum to 1"),
     "scores before the softmax": (lambda a, q, k, v, lens=None: _scores(a, q, k, lens), "before the softmax"),
+    # the page's solution says "no eval(), the caller's mode is kept": the weights are right, the mode is not
+    "the layer put in evaluation mode": (lambda a, *rest: (a.eval(), _weights(a, *rest))[1],
+                                         "left in evaluation mode"),
 }
 
 
@@ -149,6 +152,7 @@ GATE_MISTAKES = {
     "ablation drops": (_ablation, "ablation drops"),
     "one number per column": (lambda run: _gated(run).repeat_interleave(
         run.model.attention.num_hiddens // run.num_heads), "one number per column"),
+    "a list": (lambda run: _gated(run).tolist(), "return a tensor of shape (num_heads,)"),
 }
 
 
@@ -230,3 +234,30 @@ def test_the_checks_leave_the_random_numbers_alone():
     for verify, name in ((ch05.verify_head_weights, "head_weights"), (ch05.verify_gate_importance, "gate_importance")):
         verify(SOLUTIONS[name], verbose=False)
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_function_that_restores_the_layers_mode_passes():
+    """The mode is checked, not the call of eval(): put back as it was, the caller's mode is kept (a reader
+    found head_weights with attention.eval() passing although the solution says the mode is kept)."""
+    def head_weights(attention, queries, keys, values, valid_lens=None):
+        was = attention.training
+        attention.eval()
+        try:
+            return _weights(attention, queries, keys, values, valid_lens)
+        finally:
+            attention.train(was)
+
+    assert ch05.verify_head_weights(head_weights, verbose=False)
+    report = ch05.verify_head_weights(HEAD_WEIGHTS_MISTAKES["the layer put in evaluation mode"][0], verbose=False)
+    assert report.passed == 0, report.results
+
+
+@pytest.mark.parametrize("wrong", [lambda run: _gated(run).tolist(), lambda run: tuple(_gated(run).tolist()),
+                                   lambda run: float(_gated(run).sum())])
+def test_a_gate_importance_that_is_no_tensor_is_told_so_not_an_error_in_the_checker(wrong):
+    """A list of the right numbers raised AttributeError at a line of the checker's own code (a reader)."""
+    report = ch05.verify_gate_importance(wrong, verbose=False)
+    reasons = [why for _, ok, why in report.results if not ok]
+    assert len(reasons) == report.total, report.results
+    for why in reasons:
+        assert "not a tensor" in why and "shape (num_heads,)" in why and "raised" not in why, why

@@ -44,8 +44,9 @@ def reference(queries, keys, values, num_heads: int, num_kv_heads: int) -> torch
     return torch.stack(heads, dim=1).to(queries.dtype)
 
 
-def _heads_attention(queries, keys, values, num_heads, num_kv_heads, kv_of, scale):
-    """Every query head attending with key/value head ``kv_of(h)``, scores divided by ``scale``."""
+def _heads_attention(queries, keys, values, num_heads, num_kv_heads, kv_of, scale, dim=-1):
+    """Every query head attending with key/value head ``kv_of(h)``, scores divided by ``scale``, the
+    softmax over axis ``dim`` of the scores (-1, the keys, is right)."""
     step, step_v = queries.shape[-1] // num_heads, values.shape[-1] // num_kv_heads
     heads = []
     for h in range(num_heads):
@@ -53,7 +54,7 @@ def _heads_attention(queries, keys, values, num_heads, num_kv_heads, kv_of, scal
         q = queries[..., h * step:(h + 1) * step].double()
         k = keys[..., kv * step:(kv + 1) * step].double()
         v = values[..., kv * step_v:(kv + 1) * step_v].double()
-        heads.append(torch.softmax(q @ k.transpose(-1, -2) / scale, dim=-1) @ v)
+        heads.append(torch.softmax(q @ k.transpose(-1, -2) / scale, dim=dim) @ v)
     return torch.stack(heads, dim=1)
 
 
@@ -66,6 +67,10 @@ def _plain_reshape(queries, keys, values, num_heads, num_kv_heads):
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ v
 
 
+CONCATENATED = ("the heads are concatenated, (batch, n_q, num_heads * p_v): return them apart, shape (batch, "
+                "num_heads, n_q, p_v), query head h's output at index h of axis 1 (no concatenation)")
+HEADS_AXIS = ("the heads axis is third, (batch, n_q, num_heads, p_v): move it to axis 1, (batch, num_heads, "
+              "n_q, p_v) (transpose(1, 2))")
 # Common mistakes: (cause in words that hold no value of a case, the output a function with that mistake gives).
 MISTAKES = [
     ("the key/value heads are tiled (torch.repeat or .expand then reshape) instead of repeated in place: query "
@@ -79,6 +84,17 @@ MISTAKES = [
     (("the scores are not scaled: divide each query-key dot product by sqrt(p), the square root of the size "
       "of one head, before the softmax"),
      lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv), 1.0)),
+    # only where p_v differs from p (the case of values of another size) is this answer wrong
+    ("the scores are divided by sqrt(p_v), the size of one value head: divide by sqrt(p), the size of one "
+     "query/key head (the values' size plays no part in the scores)",
+     lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv),
+                                             math.sqrt(V.shape[-1] // kv))),
+    ("the softmax runs over the queries (dim=-2): each query's weights are a softmax over the keys, the last "
+     "axis of the scores (dim=-1)",
+     lambda Q, K, V, h, kv: _heads_attention(Q, K, V, h, kv, lambda i: i // (h // kv),
+                                             math.sqrt(Q.shape[-1] // h), dim=-2)),
+    # told by its shape where n_q differs from num_heads (check), by its values where they are equal
+    (HEADS_AXIS, lambda Q, K, V, h, kv: reference(Q, K, V, h, kv).transpose(1, 2)),
 ]
 DTYPE = ("the result must come back in the inputs' dtype (float64 in, float64 out): compute in that dtype, "
          "without .float() or a float32 tensor of your own")
@@ -93,10 +109,17 @@ def _diagnosing(want, args):
     mistakes = [(cause, bad) for cause, wrong in MISTAKES for bad in [wrong(*args)]
                 if tuple(bad.shape) != tuple(right.shape) or not torch.allclose(bad, right, atol=1e-7, rtol=1e-6)]
 
+    b, h, n_q, p_v = want.shape
+
     def check(got):
         why = base(got)
         if why is None or not isinstance(got, torch.Tensor):
             return why
+        # a wrong layout of the heads: one cause for every case, said once by the grader (issue 36)
+        if tuple(got.shape) == (b, n_q, h * p_v):
+            return Diagnosis(f"{why}; {CONCATENATED}", CONCATENATED)
+        if tuple(got.shape) == (b, n_q, h, p_v) != tuple(want.shape):
+            return Diagnosis(f"{why}; {HEADS_AXIS}", HEADS_AXIS)
         if tuple(got.shape) == tuple(want.shape) and got.dtype != want.dtype:
             return Diagnosis(f"{why}; {DTYPE}", DTYPE)
         if tuple(got.shape) == tuple(want.shape) and not torch.isnan(got).any():
@@ -151,7 +174,8 @@ def check_per_head_attention(fn, verbose: bool = True):
         case("more keys than queries", 2, 2, draw(g, 2, 4), "the softmax runs over the keys (last axis)",
              n_q=draw(g, 1, 2), n_k=draw(g, 5, 8)),
         case("values of another size than the keys", 2, draw(g, 2, 3), draw(g, 2, 3),
-             "split the values' columns into num_kv_heads blocks of their own size", d_v_head=draw(g, 4, 6)),
+             ("split the values' columns into num_kv_heads blocks of p_v = values.shape[-1] // num_kv_heads "
+              "columns; the scores are still divided by sqrt(p), the keys' head size"), d_v_head=draw(g, 4, 6)),
         case("large scores (stable softmax)", 2, draw(g, 2, 3), draw(g, 2, 4),
              "use torch.softmax (or subtract each row's maximum) so that large scores do not overflow", shift=60.0),
     ]
@@ -238,8 +262,15 @@ def _head_weights_check(args):
     mistakes = [(cause, bad) for cause, wrong in HEAD_WEIGHTS_MISTAKES for bad in [wrong(*args)]
                 if not torch.allclose(bad, want, atol=1e-5, rtol=1e-4)]
     output_shape = (layer.num_hiddens,)
+    training = layer.training  # the caller's mode, which the function must leave as it was
 
     def check(got):
+        if layer.training != training:
+            cause = (f"the layer is left in {'training' if layer.training else 'evaluation'} mode, not the "
+                     "caller's: the layer records its weights before dropout, so no eval() or train() is "
+                     "needed (or restore the mode: was = attention.training, then attention.train(was))")
+            layer.train(training)  # a later run of the case sees the layer as it was
+            return Diagnosis(cause, cause)
         if got is None:
             cause = ("got None: the layer keeps its weights only when asked; call it with need_weights=True, "
                      "then read its attention_weights")
@@ -383,11 +414,14 @@ def _gate_check(run):
             cause = ("the model is left changed (a hook still on it, or its weights moved): remove every hook "
                      "when you are done (handle.remove(), in a finally block) and do not step an optimiser")
             return Diagnosis(cause, cause)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (run.model.attention.num_hiddens,) != (h,):
+        if not isinstance(got, torch.Tensor):  # before any .shape of it: no error in the checker's code
+            cause = (f"got a {type(got).__name__}, not a tensor: return a tensor of shape (num_heads,), "
+                     "one number per head, such as gates.grad.abs() (no .tolist() or .item())")
+            return Diagnosis(cause, cause)
+        if tuple(got.shape) == (run.model.attention.num_hiddens,) != (h,):
             cause = f"shape {tuple(got.shape)} has one number per column of W_o's input: sum them per head, ({h},)"
             return Diagnosis(cause, cause)
-        if isinstance(got, torch.Tensor):
-            got = got.detach().cpu()
+        got = got.detach().cpu()
         why = compare(want, **tol)(got)
         if why is None or tuple(got.shape) != (h,) or got.dtype != want.dtype:
             return why
