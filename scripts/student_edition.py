@@ -7,16 +7,23 @@ each solution replaced by a ``# YOUR CODE HERE`` stub, the code that needs an
 unfinished stub guarded so that "Run All" reaches the last cell (see
 scripts/editions.py), checker cells kept and outputs cleared. DEST_DIR is
 ignored by git. The build fails (exit 1) if any solution line would survive.
+
+The website offers each exercises page's *practice notebook* (book/_ext/book_site.py writes
+them with :func:`build_practice`): its student edition without the hidden cells that only
+check the book's own solutions (:func:`drop_checks`).
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from editions import is_graded, load_solutions, make_edition, solution_text, source, tags  # noqa: E402
+from editions import (  # noqa: E402
+    _bound_here, _parse, _used, is_graded, load_solutions, make_edition, solution_text, source, tags)
 
 
 def leaked_lines(original: dict, student: dict, solutions: dict[str, str] | None = None) -> list[str]:
@@ -55,6 +62,76 @@ def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None) -> list
             raise SystemExit(f"{path.name}: solution text would survive in the student edition: {leaks[:3]}")
         out = dest_dir / path.name
         out.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(out)
+    return written
+
+
+CHECK_CALLS = ("claim", "glue", "glue_counts", "assert_trained", "assert_close", "assert_equal")
+
+
+def _only_checks(node: ast.AST) -> bool:
+    """Does top-level statement ``node`` only check or record a result: an ``assert``, a call of
+    ``ab.claim``/``ab.glue``/``ab.assert_trained``/``torch.testing.assert_close``, a plain-name
+    assignment, a loop or a student-edition guard (``try``) of nothing else?"""
+    if isinstance(node, (ast.Assert, ast.Pass)):
+        return True
+    if isinstance(node, ast.Expr):
+        call = node.value
+        return isinstance(node.value, ast.Constant) or isinstance(call, ast.Call) and isinstance(
+            call.func, ast.Attribute) and call.func.attr in CHECK_CALLS
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = getattr(node, "targets", None) or [node.target]
+        return all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Store, ast.Starred))
+                   for t in targets for n in ast.walk(t))
+    if isinstance(node, ast.For):
+        return not node.orelse and all(map(_only_checks, node.body))
+    if isinstance(node, ast.Try):
+        return not node.orelse and not node.finalbody and all(map(_only_checks, node.body))
+    return False
+
+
+def drop_checks(cells: list[dict]) -> list[dict]:
+    """``cells`` (a student edition's) without the cells hidden on the website (``remove-cell``)
+    that only check the book's own answers (:func:`_only_checks`: ``ab.claim``, ``assert``,
+    ``ab.assert_trained``, ``torch.testing.assert_close``), unless a later code cell uses a
+    name they bind. A learner's page shows none of them, and a learner's own (right but
+    different) answer could fail one where the page gives no clue why."""
+    trees = [_parse(source(c)) if c.get("cell_type") == "code" else None for c in cells]
+    kept = []
+    for i, (cell, tree) in enumerate(zip(cells, trees)):
+        if "remove-cell" in tags(cell) and tree is not None and tree.body and all(map(_only_checks, tree.body)):
+            # a name a later cell reads and does not bind itself (its own loop variables do not count)
+            later = set().union(*(_used(t) - _bound_here(t) for t in trees[i + 1:] if t is not None))
+            later |= {w for c, t in zip(cells[i + 1:], trees[i + 1:]) if t is None and c.get("cell_type") == "code"
+                      for w in re.findall(r"\w+", source(c))}  # a cell magic: read by its words
+            handlers = {n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler)}  # the guard's not_done
+            if not (set().union(*map(_bound_here, tree.body)) - handlers) & later:
+                continue
+        kept.append(cell)
+    return kept
+
+
+def practice_edition(original: dict, name: str = "") -> dict:
+    """The practice notebook the website offers for an exercises page: the student edition of
+    committed notebook ``original`` (every solution a scaffold, guards, no outputs) without the
+    hidden checks (:func:`drop_checks`). Raises SystemExit if a solution line would survive."""
+    student = make_edition(original, "student")
+    student["cells"] = drop_checks(student["cells"])
+    leaks = leaked_lines(original, student, load_solutions(name) if name else None)
+    if leaks:
+        raise SystemExit(f"{name}: solution text would survive in the practice notebook: {leaks[:3]}")
+    return student
+
+
+def build_practice(src_dir: Path, dest_dir: Path) -> list[Path]:
+    """Write the practice notebook (:func:`practice_edition`) of every ``chNN_exercises.ipynb``
+    in ``src_dir`` to ``dest_dir`` under the same name."""
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(src_dir.glob("ch[0-9][0-9]_exercises.ipynb")):
+        practice = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name)
+        out = dest_dir / path.name
+        out.write_text(json.dumps(practice, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(out)
     return written
 

@@ -295,17 +295,23 @@ def test_student_notebook_runs_all_to_the_end(path, tmp_path, monkeypatch):
     two steps (ATTENTION_BOOK_MAX_STEPS, the smoke run's switch; the kernel inherits it), which
     took the ten notebooks, under the same load (about 8 on 2 cores), from over 310 s (the four
     slowest alone: ch07 194, ch08 50, ch10 43, ch04 23 s) to 145 s (ch07 24 s)."""
-    from nbclient import NotebookClient
-
     monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
+    student_edition.build(path.parent, tmp_path, names=[path.name])
+    _runs_all_to_the_end(tmp_path / path.name)
+
+
+def _runs_all_to_the_end(path):
+    """Execute the student-edition notebook at ``path`` top to bottom and check that Run All
+    reached every cell without an error, that every checker printed "Not done yet" and that
+    some scaffold did."""
+    from nbclient import NotebookClient
 
     sys.path.insert(0, str(ROOT / "book" / "_ext"))
     import kernel_poll  # noqa: F401  (a missed socket wake-up would stall this run: see its docstring)
 
-    student_edition.build(path.parent, tmp_path, names=[path.name])
-    node = nbformat.read(tmp_path / path.name, as_version=4)
+    node = nbformat.read(path, as_version=4)
     NotebookClient(node, timeout=600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
     code = [c for c in node.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in code), f"{path.name}: Run All did not reach every cell"
     for cell in code:
@@ -338,3 +344,63 @@ def test_the_student_edition_drops_the_websites_bookkeeping():
     assert editions.source(editions.make_edition(nb, "public")["cells"][1]).startswith('ab.glue("ex_ratio"')
     real = editions.make_edition(json.loads((ROOT / "notebooks" / "ch03_exercises.ipynb").read_text()), "student")
     assert not any("ab.glue" in editions.source(c) for c in real["cells"])
+
+
+# --- the website's practice notebooks (book/_ext/book_site.py, issues 36 and 37) -------------
+
+def _book_site():
+    ext = str(ROOT / "book" / "_ext")
+    if ext not in sys.path:
+        sys.path.insert(0, ext)
+    return importlib.import_module("book_site")
+
+
+def test_the_sites_practice_notebooks_hold_no_solution(tmp_path):
+    """A fresh learner on chapter 10's exercises page had no notebook to work in (the page's
+    download holds the solutions as runnable cells). The site's build writes one practice notebook
+    per exercises page: the student edition, with no solution line and no hidden check."""
+    written = _book_site().write_practice(ROOT / "notebooks", tmp_path / "_static")
+    assert sorted(p.name for p in written) == sorted(p.name for p in EXERCISES)
+    assert all(p.parent == tmp_path / "_static" / "practice" for p in written)
+    for path in written:
+        nb = json.loads(path.read_text())
+        original = json.loads((ROOT / "notebooks" / path.name).read_text())
+        assert not student_edition.leaked_lines(original, nb, editions.load_solutions(path.name)), path.name
+        for cell in nb["cells"]:
+            text = editions.source(cell)
+            assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text, path.name
+            assert "instructor" not in editions.tags(cell) and not cell.get("outputs"), path.name
+            assert not ("remove-cell" in editions.tags(cell) and "ab.claim(" in text), (path.name, text[:80])
+        assert "# YOUR CODE HERE" in "\n".join(map(editions.source, nb["cells"])), path.name
+
+
+def test_the_practice_notebook_drops_only_checks_nothing_later_needs():
+    """Hidden cells of nothing but ``ab.claim``, ``assert``, ``ab.assert_trained`` and
+    ``torch.testing.assert_close`` (guarded or not) go; one binding a name a later cell reads, one
+    with other work (a thread setting) and the visible cells stay."""
+    nb = _nb(_code("import attention_book as ab\nimport torch\nx = 2.0"),
+             _code(SOLUTION, "solution"),
+             _code('ab.claim("ch01.x", x > 1, "x above one")\nassert x > 0', "remove-cell"),
+             _code("try:\n    torch.testing.assert_close(f(x), 2 * x)\nexcept NameError as not_done:\n"
+                   "    print(not_done)", "remove-cell"),
+             _code("kept = x * 3\nassert kept > 0", "remove-cell"),
+             _code("torch.set_num_threads(1)", "remove-cell"),
+             _code("assert x > 0"),
+             _code("print(kept)"))
+    practice = student_edition.practice_edition(nb)
+    sources = [editions.source(c) for c in practice["cells"]]
+    assert not any("ch01.x" in s or "assert_close" in s for s in sources), sources
+    assert "kept = x * 3\nassert kept > 0" in sources and "torch.set_num_threads(1)" in sources
+    assert "assert x > 0" in sources and sources[-1] == "print(kept)"
+    assert len(sources) == len(editions.make_edition(nb, "student")["cells"]) - 2
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("kernels")
+def test_a_practice_notebook_runs_all_to_the_end(tmp_path, monkeypatch):
+    """The practice copy drops cells, so Run All is checked on it too, on one notebook: chapter
+    10's, 6 of its 39 cells dropped (test_student_notebook_runs_all_to_the_end runs every
+    student edition)."""
+    monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
+    written = _book_site().write_practice(ROOT / "notebooks", tmp_path)
+    _runs_all_to_the_end(next(p for p in written if p.name == "ch10_exercises.ipynb"))

@@ -31,6 +31,13 @@
   phone copies inline (`<script class="ab-explorer-phone">`, src/attention_book/book/explorer.py);
   `explorer_phone_files` writes each copy to `_static/explorers/<name>/<hash>.png` and leaves the
   file names in the page, so the copies weigh nothing until a phone's player loads the one on show.
+- A practice notebook on every exercises page (issues 36, 37): a learner had no notebook to work in
+  (the page's download holds the solutions, its Colab button opens the repository's notebook).
+  `practice_notebooks` finds the committed notebooks (the staged ones are the website's edition,
+  solutions folded in) and writes the student edition of each `notebooks/chNN_exercises.ipynb`,
+  without the hidden checks of the book's own answers (scripts/student_edition.py's
+  `practice_edition`), to `_static/practice/chNN_exercises.ipynb`; `add_practice_line` puts one
+  line with a download link to it right under the page's title.
 """
 
 from __future__ import annotations
@@ -42,7 +49,9 @@ import html
 import json
 import math
 import os
+import posixpath
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -424,6 +433,101 @@ def accessible_pages(app, exception) -> None:
             page.write_text(fixed, encoding="utf-8")
 
 
+PRACTICE_DIR = "practice"  # under the site's _static: one practice notebook per exercises page
+_EXERCISES = re.compile(r"notebooks/(?P<name>ch\d\d_exercises)")
+
+
+def _student_edition(root: Path):
+    """scripts/student_edition.py of the repository at ``root`` (the build does not install it)."""
+    import importlib
+
+    scripts = str(root / "scripts")
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    return importlib.import_module("student_edition")
+
+
+def committed_root(srcdir: Path) -> Path | None:
+    """The repository whose notebooks the book at ``srcdir`` was staged from: ``srcdir`` itself
+    or the nearest folder above it holding notebooks/ and scripts/student_edition.py (a staging
+    folder, `_stage`, sits in the repository; scripts/stage.py)."""
+    for folder in (srcdir, *srcdir.parents):
+        if (folder / "notebooks").is_dir() and (folder / "scripts" / "student_edition.py").is_file():
+            return folder
+    return None
+
+
+def write_practice(notebooks: Path, static: Path) -> list[Path]:
+    """The practice notebook of every committed ``notebooks/chNN_exercises.ipynb`` written to
+    ``static``/practice/ (raises SystemExit if a solution line would survive)."""
+    return _student_edition(notebooks.parent).build_practice(notebooks, static / PRACTICE_DIR)
+
+
+def _staged_from(staged: Path, committed: Path) -> bool:
+    """Was the staged notebook made from this committed one (its key starts with the SHA-1 of
+    the committed file, scripts/stage.py)? True for a notebook built in place (no key)."""
+    try:
+        key = json.loads(staged.read_text(encoding="utf-8"))["metadata"]["attention_book"]["source_sha1"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    return str(key).split("-")[0] == hashlib.sha1(committed.read_bytes()).hexdigest()
+
+
+def practice_notebooks(app) -> None:
+    """builder-inited: write the practice notebooks of the book's exercises pages to a folder
+    that Sphinx copies into the site's _static (and remember which pages get the line)."""
+    from sphinx.util import logging
+
+    app.ab_practice = set()
+    pages = sorted(Path(app.srcdir).glob("notebooks/ch[0-9][0-9]_exercises.ipynb"))
+    if not pages or app.builder.format != "html":
+        return
+    logger = logging.getLogger(__name__)
+    root = committed_root(Path(app.srcdir))
+    if root is None:
+        logger.warning("practice notebooks: no committed notebooks/ above %s; no exercises page offers one",
+                       app.srcdir)
+        return
+    out = Path(app.doctreedir).parent / "_ab_practice"  # beside the doctrees, outside the site
+    if out.exists():
+        for old in out.rglob("*.ipynb"):
+            old.unlink()
+    written = {p.name for p in write_practice(root / "notebooks", out)}
+    for page in pages:
+        if page.name not in written:
+            logger.warning("practice notebooks: %s has no committed notebook in %s", page.name, root / "notebooks")
+        elif not _staged_from(page, root / "notebooks" / page.name):
+            logger.warning("practice notebooks: %s was staged from another version of %s; stage again",
+                           page.name, root / "notebooks" / page.name)
+        else:
+            app.ab_practice.add(page.stem)
+    app.config.html_static_path = [*app.config.html_static_path, str(out)]
+
+
+def practice_line(docname: str) -> str:
+    """The line under an exercises page's title: a download link to its practice notebook."""
+    name = _EXERCISES.fullmatch(docname).group("name") + ".ipynb"
+    href = posixpath.relpath(f"_static/{PRACTICE_DIR}/{name}", posixpath.dirname(docname) or ".")
+    return (f'<p class="ab-practice">Practice notebook: <a class="ab-practice-link" href="{html.escape(href)}" '
+            f'download="{name}">download {name}</a> — the exercises without answers, ready to run '
+            "(in Colab: File › Upload notebook).</p>")
+
+
+def add_practice_line(app, doctree, docname: str) -> None:
+    """doctree-resolved (after size_banner's line, so this one sits right under the title)."""
+    match = _EXERCISES.fullmatch(docname)
+    if match is None or match.group("name") not in getattr(app, "ab_practice", ()):
+        return
+    from docutils import nodes
+
+    line = nodes.raw("", practice_line(docname), format="html")
+    sections = list(doctree.findall(nodes.section))
+    if sections and sections[0].children and isinstance(sections[0][0], nodes.title):
+        sections[0].insert(1, line)
+    else:
+        doctree.insert(0, line)
+
+
 def setup(app):
     import kernel_poll  # notebook execution during the build: see kernel_poll.py
 
@@ -434,4 +538,6 @@ def setup(app):
     app.add_js_file(None, body=CODE_LINES_JS)
     app.add_js_file(None, body=SCROLL_BOXES_JS)
     app.connect("build-finished", accessible_pages)
+    app.connect("builder-inited", practice_notebooks)
+    app.connect("doctree-resolved", add_practice_line, priority=600)  # after size_banner's (500)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
