@@ -79,3 +79,33 @@ def test_a_write_into_the_inputs_on_every_case_fails_every_case(tmp_path):
     # a case where every key is allowed leaves nothing to fill: there the scores stay as they were
     assert len(written) >= len(got) - 2 and not any(c["passed"] for c in written), [c["why"] for c in got]
     assert all(torch.is_tensor(a) for a in grading_cases("masked_softmax", SEED)[1][0].args[:2])
+
+
+KEYWORD_EXTRA = '''
+import torch
+from attention_book.assignments import Case, compare
+
+def cases(name, seed):
+    if name != "masked_softmax":
+        return []
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(1, 3, 3, generator=g)
+    keep = torch.ones(3, 3, dtype=torch.bool).tril()
+    expected = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
+    return [Case("instructor: the scores by keyword", (), compare(expected), label="scores by keyword",
+                 kwargs={"scores": s, "valid_lens": torch.tensor([3]), "window": 3})]
+'''
+
+
+def test_a_write_into_a_keyword_tensor_argument_is_caught(tmp_path):
+    """A fresh attacker (issue 37, 7/10): the in-place check compared the positional arguments only
+    (run_hidden sent back args, not kwargs), so an extra case that passes its scores by keyword let a
+    function that writes into them pass. The keyword tensors are compared as the positional ones."""
+    extra = tmp_path / "extra.py"
+    extra.write_text(KEYWORD_EXTRA)
+    _, cases = grading_cases("masked_softmax", SEED, str(extra))
+    assert cases[-1].unchanged != "" and not cases[-1].args and torch.is_tensor(cases[-1].kwargs["scores"])
+    got = results(tmp_path, function(WRITES_ALWAYS), extra=str(extra))
+    assert not got[-1]["passed"] and got[-1]["why"].startswith("your function changed its input in place"), got[-1]
+    right = results(tmp_path, function(CORRECT), extra=str(extra))
+    assert right[-1]["passed"], right[-1]["why"]

@@ -472,7 +472,8 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
                 continue
             budget = [MAX_ITEMS]
             try:
-                record = {"status": "ok", "got": _plain(got, budget), "args": _plain(tuple(args), budget)}
+                record = {"status": "ok", "got": _plain(got, budget), "args": _plain(tuple(args), budget),
+                          "kwargs": _plain(dict(kwargs), budget)}
             except _TooLarge as err:
                 record = {"status": "too_large", "what": err.what}
             except RecursionError:
@@ -510,13 +511,18 @@ def load_results(payload: bytes) -> dict:
     return data
 
 
-def _inputs_kept(args: tuple, after: Any) -> bool:
-    """Did the student's function leave its tensor arguments as they were? ``after`` is its view of the
-    arguments after the call (sent back by run_hidden); anything not comparable counts as written."""
+def _inputs_kept(args: tuple, after: Any, kwargs: dict | None = None, after_kwargs: Any = None) -> bool:
+    """Did the student's function leave its tensor arguments, positional and keyword, as they were?
+    ``after`` and ``after_kwargs`` are its view of them after the call (sent back by run_hidden); anything
+    not comparable counts as written."""
     if not isinstance(after, tuple) or len(after) != len(args):
         return False
+    tensors = {k: v for k, v in (kwargs or {}).items() if isinstance(v, torch.Tensor)}
+    if tensors and not isinstance(after_kwargs, dict):
+        return False
+    pairs = [*zip(args, after), *((v, after_kwargs.get(str(k))) for k, v in tensors.items())]
     return all(not isinstance(mine, torch.Tensor) or (isinstance(theirs, torch.Tensor) and same_values(mine, theirs))
-               for mine, theirs in zip(args, after))
+               for mine, theirs in pairs)
 
 
 def judge(name: str, offset: int, nonce: str, data: dict, extra: str | None = None) -> Report:
@@ -737,10 +743,11 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     # shared inputs (chapter 9's `big` feeds several cases) is undone after it, too.
     # This case's own inputs only: a function that writes into them on one case fails that case, and is judged
     # on its results everywhere else.
-    saved = [(t, t.clone()) for t in case.args if isinstance(t, torch.Tensor)]
+    saved = [(t, t.clone()) for t in (*case.args, *case.kwargs.values()) if isinstance(t, torch.Tensor)]
     written = False
     try:
-        if case.unchanged and not _inputs_kept(tuple(case.args), record.get("args")):
+        if case.unchanged and not _inputs_kept(tuple(case.args), record.get("args"), dict(case.kwargs),
+                                               record.get("kwargs")):
             checked, written = Diagnosis(case.unchanged, case.unchanged), True
         else:
             checked = case.check(got)
