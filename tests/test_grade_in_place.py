@@ -81,20 +81,10 @@ def test_a_write_into_the_inputs_on_every_case_fails_every_case(tmp_path):
     assert all(torch.is_tensor(a) for a in grading_cases("masked_softmax", SEED)[1][0].args[:2])
 
 
-KEYWORD_EXTRA = '''
-import torch
-from attention_book.assignments import Case, compare
-
-def cases(name, seed):
-    if name != "masked_softmax":
-        return []
-    g = torch.Generator().manual_seed(seed)
-    s = torch.randn(1, 3, 3, generator=g)
-    keep = torch.ones(3, 3, dtype=torch.bool).tril()
-    expected = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1)
-    return [Case("instructor: the scores by keyword", (), compare(expected), label="scores by keyword",
-                 kwargs={"scores": s, "valid_lens": torch.tensor([3]), "window": 3})]
-'''
+# the scores by keyword: EXTRA's inputs, one case that passes them as keyword arguments
+KEYWORD_EXTRA = EXTRA.rsplit("    return [", 1)[0] + (
+    '    return [Case("instructor: the scores by keyword", (), compare(expected), label="scores by keyword",\n'
+    '                 kwargs={"scores": s, "valid_lens": torch.tensor([3]), "window": 3})]\n')
 
 
 def test_a_write_into_a_keyword_tensor_argument_is_caught(tmp_path):
