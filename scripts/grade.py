@@ -1622,16 +1622,33 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if sealed:  # how many hidden cases failed, and why, depends on the draw
             causes, common, failed = [], "", [c for c in failed if c.get("visible")]
         stated = {common} if common else set(c for c in causes if c) if len(failed) >= 2 else set()
+        # the same exception on every failed hidden case (a fresh instructor: dan's NameError said ten
+        # times): said once, as one mistake, with the cases listed under it (each with its hint, if any)
+        raised = {c["why"].split(" (hint: ")[0] for c in failed} if len(failed) >= 2 and hidden_details and all(
+            c.get("status") == "raised" and not c.get("visible") for c in failed) else set()
+        once = raised.pop() if len(raised) == 1 and not common else ""
+        numbered: dict[str, int] = {}
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
+        elif once:
+            lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(once), "",
+                      "The cases:", "", fenced("\n".join(lms_export.hidden_title(c)[0].upper() +
+                                                         lms_export.hidden_title(c)[1:] +
+                                                         c["why"][len(once):] for c in failed)), ""]
         elif len(failed) >= 2 and any(causes):
             # ties in the order the failed cases first meet them: the same notebook gets the same text
             # (a set's order changes from run to run with Python's string hashing)
             ranked = sorted(dict.fromkeys(c for c in causes if c), key=lambda c: -causes.count(c))
             lines += ["Possible causes, the one most failed cases share first:", ""]
+            # several causes are numbered, so that each case names its own (a fresh instructor: every case
+            # read "(the cause named above)" under three causes)
+            numbered = {c: i for i, c in enumerate(ranked, 1)} if len(ranked) >= 2 else {}
             for c in ranked:
-                lines += [f"In {causes.count(c)} of {len(failed)} failed cases:", "", fenced(c), ""]
+                lines += [(f"Cause {numbered[c]}, in " if numbered else "In ")
+                          + f"{causes.count(c)} of {len(failed)} failed cases:", "", fenced(c), ""]
         for c in failed:
+            if once:
+                break
             if c.get("visible"):
                 lines += [f"### Case {c['index']}: a case your checker cell shows", "",
                           fenced("\n".join([f"case: {c['name']}"] + [f"{k}: {c[k]}" for k in
@@ -1640,7 +1657,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             elif hidden_details:  # a cause said above once is not said again under each case
                 why = c["why"]
                 if c.get("cause") in stated and why.endswith(": " + c["cause"]):
-                    why = why.removesuffix(": " + c["cause"]) + " (the cause named above)"
+                    why = why.removesuffix(": " + c["cause"]) + (
+                        f" (cause {numbered[c['cause']]} above)" if c["cause"] in numbered else
+                        " (the cause named above)")
                 lines += ["### H" + lms_export.hidden_title(c)[1:], "", fenced(why), ""]
         hidden = sum(1 for c in failed if not c.get("visible"))
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
@@ -1682,6 +1701,11 @@ def other_files(row: dict) -> list[str]:
             "", f"Only the file named {notebook} is graded (of several versions under that name, the latest), "
             "whatever the other files hold and whenever they came. If a file that was not graded is the one you "
             f"meant, hand it in again named {notebook}, alone.", ""]
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``: the grader's printout in the right number (a fresh instructor: "Wrote 1 rows")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def hidden_count(row: dict) -> int:
@@ -2043,8 +2067,10 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
         print(NO_ROSTER)
     print(("PARTIAL (interrupted): " if partial else "") +
-          f"Wrote {len(rows)} rows to {out_csv}, gradebook.csv,{canvas} moodle.csv, feedback/ and gradescope/ "
-          f"in {out_dir}, {len(ignored)} ignored files to ignored.csv (sandbox: {sandbox_note.get('kind')}; "
+          f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas} moodle.csv, feedback/ and "
+          f"gradescope/ in {out_dir}, "
+          + (f"{counted(len(ignored), 'ignored file')} to ignored.csv" if ignored else "no ignored files") +
+          f" (sandbox: {sandbox_note.get('kind')}; "
           f"seeds from the secret {key_id}, {key_from})")
     if partial:
         raise KeyboardInterrupt

@@ -1099,3 +1099,17 @@ def test_out_in_a_folder_the_grader_did_not_make(tmp_path, capsys):
     # and again into each: the grader's own now (.grade.lock)
     grade.main([str(tmp_path / "subs"), "--out", str(empty / "grades.csv"), "--reference", str(tmp_path)])
     assert stat.S_IMODE(empty.stat().st_mode) == 0o1777
+
+
+def test_the_printout_counts_in_the_right_number(tmp_path, capsys):
+    """A fresh instructor (issue 37, 8/10): "Wrote 1 rows", "1 ignored files", "0 ignored files"."""
+    (tmp_path / "subs" / "ada").mkdir(parents=True)
+    grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "a" / "grades.csv"), "--reference", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Wrote 0 rows to" in out and "no ignored files (sandbox" in out, out
+    (tmp_path / "subs" / "ada" / "ch03_exercises.ipynb").write_text("not a notebook")
+    (tmp_path / "subs" / "ada" / "notes.txt").write_text("x")
+    grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "b" / "grades.csv"), "--reference",
+                str(ROOT / "notebooks"), "--secret", "s" * 40])
+    out = capsys.readouterr().out
+    assert "Wrote 1 row to" in out and ", 1 ignored file to ignored.csv" in out, out

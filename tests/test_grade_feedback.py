@@ -409,3 +409,39 @@ def test_what_to_do_after_a_crash_names_the_exception_not_causes_that_are_not_th
     wrong = [dict(c, status="ok", why="the result is wrong") for c in crash]
     step = grade.feedback_markdown({"student": "carl"}, [dict(base, cases=wrong)]).rstrip().splitlines()[-1]
     assert "named above" not in step and "raised" not in step and "fix the failed cases it shows, and hand" in step
+
+
+def test_several_causes_are_numbered_and_each_case_names_its_own():
+    """A fresh instructor (issue 37, 8/10): under several causes every case read "(the cause named
+    above)", which did not say which. The causes are numbered and each case names its number."""
+    first, second = "the window is ignored", "only the padding is masked"
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"l{i}", "cause": first if i < 4 else second,
+              "why": f"the result is wrong: {first if i < 4 else second}"} for i in range(1, 6)]
+    row = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+               max_points=20.0, passed=0, total=5, cases=cases, status="graded", reason="")
+    text = grade.feedback_markdown({"student": "ada"}, [row])
+    assert "Cause 1, in 3 of 5 failed cases:" in text and "Cause 2, in 2 of 5 failed cases:" in text, text
+    assert text.count("the result is wrong (cause 1 above)") == 3 and text.count("(cause 2 above)") == 2, text
+    assert "the cause named above" not in text and text.count(first) == 1 and text.count(second) == 1
+
+
+def test_the_same_exception_on_every_case_is_said_once():
+    """A fresh instructor (issue 37, 8/10): dan's function raised NameError on every case and his
+    feedback said "your function raised NameError" ten times, under ten headings. It is said once, as
+    one mistake, as a wrong result's single cause is, and the cases are listed under it (hints kept)."""
+    hint = " (hint: build the mask from the positions)"
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"label {i}", "title": f"title {i}",
+              "status": "raised", "cause": "", "why": "your function raised NameError" + (hint if i == 10 else "")}
+             for i in range(1, 11)]
+    row = dict(student="dan", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+               max_points=20.0, passed=0, total=10, cases=cases, status="graded", reason="")
+    text = grade.feedback_markdown({"student": "dan"}, [row])
+    assert "**One mistake explains all 10 failed cases:**" in text, text
+    body = text.split("**What to do:**")[0]
+    assert body.count("your function raised NameError") == 1 and "### Hidden case" not in text, text
+    assert "Hidden case 1: title 1\n" in text and f"Hidden case 10: title 10{hint}\n" in text, text
+    assert "your function raised NameError in the grader's run" in text.rstrip().splitlines()[-1]
+    # two different exceptions: each case keeps its own heading
+    mixed = [dict(c, why="your function raised TypeError") if c["index"] == 2 else c for c in cases]
+    text = grade.feedback_markdown({"student": "dan"}, [dict(row, cases=mixed)])
+    assert "One mistake" not in text and text.count("### Hidden case") == 10
