@@ -95,6 +95,31 @@ def test_a_crashing_encode_positions_shows_its_error_and_no_unrelated_hint():
                          for why in found), found
 
 
+def odd_crash(positions, num_hiddens, base=10000.0):
+    """The chapter's interleaving, which breaks on an odd width: one cosine column too many."""
+    angles = positions[:, None] / base ** (torch.arange(0, num_hiddens, 2, dtype=positions.dtype) / num_hiddens)
+    P = torch.zeros(len(positions), num_hiddens, dtype=positions.dtype)
+    P[:, 0::2] = torch.sin(angles)
+    P[:, 1::2] = torch.cos(angles)
+    return P
+
+
+def test_an_odd_width_crash_is_told_the_last_column_is_a_sine(tmp_path):
+    """Issue 36: a fresh learner's odd num_hiddens crash came back as a raw RuntimeError ("The expanded
+    size of the tensor (2) must match the existing size (3)"). It now says why, still names the
+    learner's line, and the grader's hidden case says it too; a function that crashes on every width is
+    not told about the width."""
+    found = failures(ab.assignments.check_encode_positions, odd_crash)
+    assert len(found) == len(OFFSETS), found  # the odd case of each run, nothing else
+    for why in found:
+        assert why.startswith("raised RuntimeError") and "the last column is a sine" in why, why
+        assert "in odd_crash)" in why, why
+    assert not any("last column is a sine" in why for why in failures(ab.assignments.check_encode_positions,
+                                                                        crashes))
+    failed = [c for c in _graded(tmp_path, "encode_positions", odd_crash, 4242) if not c["passed"]]
+    assert len(failed) == 1 and "the last column is a sine" in failed[0]["why"], failed
+
+
 def test_the_right_encoding_passes():
     assert ab.assignments.check_encode_positions(_encode, verbose=False)
 

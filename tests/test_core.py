@@ -126,7 +126,8 @@ def test_figures_carry_their_values_as_a_table():
     big[0, 0, :, 7] = 0.5
     big[0, 0, :, 3] = 0.25
     table = values_html(ab.heatmaps_figure(big, xlabel="Keys", ylabel="Queries"))
-    assert "3 largest values, written Keys (value); 30 Keys in all, 12 of 40 Queries evenly spread" in table
+    assert ("<caption>Each row&#x27;s three largest values, as Key (value), of 30 Keys, 12 of 40 Queries evenly "
+            "spread</caption>") in table
     assert table.count('<th scope="row">') == VALUES_MAX
     assert '<th scope="row">39</th><td>7 (0.5)</td><td>3 (0.25)</td><td>0 (0)</td>' in table
     fig = ab.curves_figure({"train": [1.0, 0.5, 0.25], "val": [1.2, 0.7]}, ylabel="loss")
@@ -167,6 +168,36 @@ def test_a_series_table_keeps_every_point_up_to_its_row_limit():
     assert values_html(fig).count('<th scope="row"') == 20
     table = values_html(ab.heatmaps_figure(torch.rand(1, 1, 20, 5), "keys", "queries"))
     assert table.count('<th scope="row"') == VALUES_MAX
+    plt.close("all")
+
+
+def test_a_short_wide_map_is_tabled_whole_on_its_side():
+    """Issue 36: chapter 6's bias map (4 heads x 15 offsets) listed only each head's 3 largest
+    values under the caption "map 1: each row's 3 largest values, written offset j - i (value); 15
+    offset j - i in all", while the page said the table names them all. A map with at most
+    VALUES_MAX rows and at most SERIES_ROWS_MAX columns is tabled whole, keys down and queries
+    across; a single untitled map is not called "map 1"; the top-3 caption reads as a sentence."""
+    import matplotlib.pyplot as plt
+
+    from attention_book.core.plot import SERIES_ROWS_MAX, VALUES_MAX, values_html
+
+    bias = torch.arange(60, dtype=torch.float32).reshape(1, 1, 4, 15) / 100
+    offsets = [str(o) for o in range(-7, 8)]
+    table = values_html(ab.heatmaps_figure(bias, xlabel="offset j - i", ylabel="head",
+                                           xticklabels=offsets, yticklabels=["0", "1", "2", "3"]))
+    assert "<caption>Rows offset j - i, columns head</caption>" in table
+    assert "map 1" not in table and "largest" not in table
+    assert table.count('<th scope="row"') == 15  # every offset, one row each
+    assert re.search(r'<th scope="row"[^>]*>-7</th>(<td[^>]*>[^<]*</td>){4}</tr>', table)
+    row = re.search(r'<th scope="row"[^>]*>7</th>(.*?)</tr>', table).group(1)
+    assert re.findall(r">([^<]*)</td>", row) == ["0.14", "0.29", "0.44", "0.59"]  # (head, offset +7)
+    # past either limit it is summarised as before, with a sentence for a caption
+    for shape in ((1, 1, VALUES_MAX + 1, 15), (1, 1, 4, SERIES_ROWS_MAX + 1)):
+        table = values_html(ab.heatmaps_figure(torch.rand(shape), xlabel="keys", ylabel="queries"))
+        assert f"<caption>Each row&#x27;s three largest values, as key (value), of {shape[-1]} keys" in table
+    # several untitled maps keep their numbers
+    table = values_html(ab.heatmaps_figure(torch.rand(1, 2, 4, 15), xlabel="keys", ylabel="queries"))
+    assert "<caption>map 2: rows keys, columns queries</caption>" in table
     plt.close("all")
 
 

@@ -455,6 +455,32 @@ def test_generate_reproducible_and_greedy(tok):
     assert f"Sample (seed 4): the time ▸ {fig.generated_text}"[:60] in alt, alt
 
 
+def test_sampling_figure_phone_copy_keeps_its_bars_and_label_clear(tok):
+    """Chapter 9's explorer at 390 px (reader s11_09): the phone copy's bars were about 80 px tall
+    under the legend and the title, and the y label "probability of the next token", longer than
+    the plot, ran into the "sample (seed N):" text under it. The figure is taller now and its label
+    short: in the phone copy the label stays clear of the sample and the plot keeps 80 px."""
+    import matplotlib.pyplot as plt
+
+    from attention_book.core.plot import phone_figure, phone_png
+
+    torch.manual_seed(0)
+    gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    fig = ab.sampling_figure(gpt, tok, "the time traveller", 2.0, 0, seed=0)
+    assert phone_png(fig) is not None  # the site shows a phone copy
+    copy = phone_figure(fig)
+    renderer = copy.canvas.get_renderer()
+    copy.draw_without_rendering()
+    ax = copy.axes[0]
+    label = ax.yaxis.label.get_window_extent(renderer)
+    sample = copy.texts[0].get_window_extent(renderer)
+    assert copy.texts[0].get_text().startswith("sample (seed 0):")
+    assert label.y0 > sample.y1, (label, sample)  # the label ends above the sample's first line
+    assert ax.get_window_extent(renderer).height >= 80
+    plt.close(copy)
+    plt.close(fig)
+
+
 def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):
     torch.manual_seed(0)
     gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)

@@ -13,6 +13,8 @@ sines and cosines swapped or in two halves, …) so the feedback names the mista
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import Case, Diagnosis, case_generator, compare, draw, run_checks
@@ -84,6 +86,9 @@ ODD_SHORT = ("with an odd num_hiddens the last column is a sine with no cosine a
              "last sine (e.g. P[:, 0::2] = sin of all of them, P[:, 1::2] = cos of the first num_hiddens // 2)")
 SHAPE = "the result must have shape (len(positions), num_hiddens): one row per position, one column per dimension"
 NOT_TENSOR = "return a torch tensor of shape (len(positions), num_hiddens)"
+ODD_RAISED = ("with an odd num_hiddens the last column is a sine with no cosine after it, so there are "
+              "num_hiddens // 2 cosine columns but (num_hiddens + 1) // 2 sine columns: fill P[:, 1::2] with "
+              "the cosines of the first num_hiddens // 2 frequencies only")
 NAN = "the table holds NaN: every entry is the sine or cosine of a finite angle p / base^(2j / d)"
 
 
@@ -120,6 +125,28 @@ def _diagnosing(positions, num_hiddens: int, base: float):
     return check
 
 
+def call_encode(fn, positions, num_hiddens, base=10000.0):
+    """How the checker calls a learner's ``fn`` on one case. An error on an odd ``num_hiddens`` that
+    the even width above it does not raise (the sine and cosine columns differ by one) gets the reason
+    added to its message; the traceback still ends in the learner's line. A raw "The expanded size of
+    the tensor (2) must match the existing size (3)" was all a learner saw (issue 36)."""
+    try:
+        return fn(positions, num_hiddens, base=base)
+    except (RuntimeError, IndexError) as err:
+        if num_hiddens % 2 and len(err.args) == 1 and isinstance(err.args[0], str) and _works(
+                fn, positions, num_hiddens + 1, base):
+            err.args = (f"{err.args[0].rstrip()} — {ODD_RAISED}",)
+        raise
+
+
+def _works(fn, positions, num_hiddens: int, base: float) -> bool:
+    try:
+        fn(positions.clone(), num_hiddens, base=base)
+    except Exception:  # whatever it raises, the width was not the cause
+        return False
+    return True
+
+
 def check_encode_positions(fn, verbose: bool = True):
     """Check ``fn(positions, num_hiddens, base)`` on cases whose every input is drawn from the case seed."""
     g = case_generator(6)
@@ -141,5 +168,8 @@ def check_encode_positions(fn, verbose: bool = True):
          10000.0),
     ]
     # No general hint on the cases: each failure's own cause is named by the check (a crash shows its error).
-    cases = [Case(name, (p, d), _diagnosing(p, d, b), {"base": b}) for name, p, d, b in cases_in]
-    return run_checks("encode_positions", fn, cases, verbose=verbose)
+    # An odd width's case carries the reason as its hint: the grader shows a hidden case that raised
+    # only its kind and hint.
+    cases = [Case(name, (p, d), _diagnosing(p, d, b), {"base": b}, hint=ODD_RAISED if d % 2 else "")
+             for name, p, d, b in cases_in]
+    return run_checks("encode_positions", functools.partial(call_encode, fn), cases, verbose=verbose)

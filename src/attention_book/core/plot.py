@@ -753,10 +753,21 @@ def _table(caption: str, corner: str, rows: Sequence[str], cols: Sequence[str], 
             "across": across}
 
 
+def _singular(label: str) -> str:
+    """'keys' -> 'key', 'queries' -> 'query' (a caption's "as key (value)"); other labels unchanged."""
+    if label.endswith("ies") and len(label) > 4:
+        return label[:-3] + "y"
+    if label.endswith("s") and not label.endswith("ss") and len(label) > 3:
+        return label[:-1]
+    return label
+
+
 def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
                 xticklabels, yticklabels) -> list[dict]:
-    """One table per map: all values when it is at most VALUES_MAX square, else each query's
-    largest keys and their values (at most VALUES_MAX queries, evenly spread)."""
+    """One table per map: all values when it is at most VALUES_MAX square; all values turned on
+    their side (keys down, queries across) when it has at most VALUES_MAX rows and at most
+    SERIES_ROWS_MAX columns, since rows are cheap on a phone and columns are not; else each
+    query's largest keys and their values (at most VALUES_MAX queries, evenly spread)."""
     num_rows, num_cols, n_q, n_k = data.shape
     # the labels the figure's ticks show: the given tick labels, else positions counted from 0 as
     # the default axes number them (a table counting from 1 had a "row 60" in a 60-row map)
@@ -765,13 +776,23 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
     tables = []
     for flat in range(min(num_rows * num_cols, VALUES_MAX)):
         m = data[flat // num_cols, flat % num_cols]
-        name = titles[flat] if flat < len(titles) and titles[flat] else f"map {flat + 1}"
+        name = titles[flat] if flat < len(titles) and titles[flat] else ""
+        if not name and num_rows * num_cols > 1:
+            name = f"map {flat + 1}"  # a single untitled map needs no name (chapter 6 read "map 1")
+
+        def caption(text: str) -> str:
+            return f"{name}: {text}" if name else text[:1].upper() + text[1:]
+
         picked = _spread(n_q)
         shown = "" if len(picked) == n_q else f", {len(picked)} of {n_q} {ylabel} evenly spread"
         if n_k <= VALUES_MAX:
-            tables.append(_table(f"{name}: rows {ylabel}, columns {xlabel}{shown}", ylabel,
+            tables.append(_table(caption(f"rows {ylabel}, columns {xlabel}{shown}"), ylabel,
                                  [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked],
                                  across=xlabel))
+        elif n_q <= VALUES_MAX and n_k <= SERIES_ROWS_MAX:
+            # whole, turned: chapter 6's 4 heads x 15 offsets listed only each head's top 3 (issue 36)
+            tables.append(_table(caption(f"rows {xlabel}, columns {ylabel}"), xlabel, keys, queries,
+                                 [[_num(m[q, k]) for q in range(n_q)] for k in range(n_k)], across=ylabel))
         else:
             # one cell per rank, "key (value)": a phone restacks a row into three short lines, not six
             top = min(_TOP_KEYS, n_k)
@@ -780,9 +801,9 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
             for q in picked:
                 order = np.argsort(-m[q], kind="stable")[:top]
                 cells.append([f"{keys[k]} ({_num(m[q, k])})" for k in order])
-            tables.append(_table(f"{name}: each row's {top} largest values, written {xlabel} (value); "
-                                 f"{n_k} {xlabel} in all{shown}", ylabel, [queries[q] for q in picked], cols,
-                                 cells))
+            tables.append(_table(caption(f"each row's three largest values, as {_singular(xlabel)} (value), "
+                                         f"of {n_k} {xlabel}{shown}"), ylabel, [queries[q] for q in picked],
+                                 cols, cells))
         # what the fold's summary names it by (_values_summary)
         tables[-1].update(name=titles[flat] if flat < len(titles) else "", axes=f"{ylabel} by {xlabel}",
                           maps=num_rows * num_cols)

@@ -154,14 +154,16 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     order = torch.argsort(raw, descending=True)[:show]
     labels = [tok.vocab.to_tokens(int(i)) for i in order]
     text = generate(model, tok, prompt, num_tokens, temperature, top_k or None, seed)
-    fig, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
+    # 5.2 in tall: the phone copy keeps this shape (core/plot.py), and at 3.6 in its bars were ~80 px
+    # tall under the legend and title, with the y label running into the sample (issue 36)
+    fig, ax = plt.subplots(figsize=(7.5, 5.2), layout="constrained")
     xs = np.arange(len(order))
     ax.bar(xs - 0.2, raw[order].numpy(), width=0.4, color="0.7", label="temperature 1, all tokens")
     ax.bar(xs + 0.2, adjusted[order].numpy(), width=0.4, color="tab:red",
            label=f"temperature {temperature:g}, top-k {top_k or 'all'}")
     ax.set_xticks(xs)
     ax.set_xticklabels(labels, rotation=45, ha="right")
-    ax.set_ylabel("probability of the next token")
+    ax.set_ylabel("probability")  # the title says of what; short enough to stay beside the bars
     ax.set_title(f"next token after “{prompt}”", fontsize=10)
     # above the axes, never over the bars; one column, so the phone copy (core/plot.py) fits 358 px
     fig.legend(loc="outside upper center", ncols=1, frameon=False, fontsize=9)
