@@ -211,6 +211,29 @@ def test_javascript_decode_matches_the_package(tok):
 
 
 @needs_node
+def test_javascript_speaks_tokens_as_the_package(view):
+    """The live regions say tokens as the figure's text does: quoted, punctuation named, from the
+    one table the page is given (accessibility reader, issue 38: "top-k all: . 0.224, , 0.165")."""
+    from attention_book.models.decoding import PUNCTUATION_NAMES, spoken_text, spoken_token
+
+    names = view.data()["punctuation"]
+    assert names == PUNCTUATION_NAMES
+    tokens = [*names, "and", "<eos>", "i'm"]
+    texts = ["the machine, and the time traveller.", "what ? no ! yes ; then : end", ","]
+    got = run_node(
+        "emit([input.tokens.map((t) => m.spokenToken(t, input.names)),"
+        " input.texts.map((t) => m.spokenText(t, input.names)),"
+        " [1, 2, 20].map((n) => m.counted(n, 'new word'))]);",
+        {"tokens": tokens, "texts": texts, "names": names},
+    )
+    assert got == [
+        [spoken_token(t) for t in tokens],
+        [spoken_text(t) for t in texts],
+        ["1 new word", "2 new words", "20 new words"],
+    ]
+
+
+@needs_node
 def test_javascript_distribution_matches_the_package(tok):
     g = torch.Generator().manual_seed(0)
     rows = [torch.randn(40, generator=g) * 3 for _ in range(3)]

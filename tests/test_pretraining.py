@@ -451,8 +451,20 @@ def test_generate_reproducible_and_greedy(tok):
     ax = fig.axes[0]
     red = [bar.get_height() for bar in ax.containers[1]]
     best = int(np.argmax(red))
-    assert f"top-k 3: most likely {ax.get_xticklabels()[best].get_text()} {red[best]:.3f}" in alt, alt
-    assert f"Sample (seed 4): the time ▸ {fig.generated_text}"[:60] in alt, alt
+    # tokens quoted, punctuation named, "▸" said as "then" (accessibility reader, issue 38)
+    spoken = ab.models.decoding.spoken_token(ax.get_xticklabels()[best].get_text())
+    assert f"top-k 3: most likely {spoken} {red[best]:.3f}" in alt, alt
+    said = ab.models.decoding.spoken_text(fig.generated_text)
+    assert f"Sample (seed 4): the time, then: {said}"[:60] in alt and "▸" not in alt, alt
+
+
+def test_tokens_are_spoken_apart():
+    """A listener heard "top-k all: . 0.224, , 0.165, and 0.059" (accessibility reader, issue 38)."""
+    from attention_book.models.decoding import spoken_text, spoken_token
+
+    assert [spoken_token(t) for t in (".", ",", "and")] == ["'.' (period)", "',' (comma)", "'and'"]
+    assert spoken_text("the machine, and i'm here!") == "the machine comma and i'm here exclamation mark"
+    assert spoken_text(",") == "comma" and spoken_text("") == ""
 
 
 def test_sampling_figure_phone_copy_keeps_its_bars_and_label_clear(tok):

@@ -198,3 +198,27 @@ def test_from_file_the_frames_stay_with_a_note(browser):
     assert shown["state"] == "file", shown
     assert "python -m http.server -d _build/html" in shown["note"], shown["note"]
     assert shown["fallback_shown"] and shown["fallback_images"] >= 1, shown
+
+
+def test_each_move_is_said_first(browser, site):
+    """Moving "points n" read the same sentence each time (accessibility reader, issue 38): the
+    readout, a live region, starts with what was moved ("31 points: at x = ..."); the query
+    alone starts "At x = "."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        readout = f"{live.root} .ab-live-readout"
+        for n in (30, 31):
+            live.set_value("[name=n]", n)
+            live.page.wait_for_function(
+                "([sel, n]) => document.querySelector(sel).textContent.startsWith(`${n} points: at x = `)",
+                arg=[readout, n],
+            )
+        live.set_value("[name=sigma]", math.log10(0.5))
+        live.page.wait_for_function(
+            "(sel) => document.querySelector(sel).textContent.startsWith('σ = 0.500: at x = ')", arg=readout
+        )
+        live.set_value("[name=query]", 2.5)
+        live.page.wait_for_function(
+            "(sel) => document.querySelector(sel).textContent.startsWith('At x = 2.50 ')", arg=readout
+        )
+        assert live.events == [], "\n".join(live.events)

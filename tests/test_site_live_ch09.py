@@ -284,3 +284,29 @@ def test_top_k_zero_is_said_as_all(site, browser):  # noqa: F811
         live.set_value('[name="top_k"]', 5)
         assert field.get_attribute("aria-valuetext") == "5" and label.text_content().strip() == "top-k"
         assert live.events == []
+
+
+def test_tokens_are_said_apart(site, browser, reference):  # noqa: F811
+    """An accessibility reader (issue 38) heard "top-k all: . 0.224, , 0.165, and 0.059", "the
+    machine ▸ , (sampled with seed 0)" and "1 new words": tokens are quoted and punctuation named
+    (ab.models.decoding.spoken_token), "▸" is said "then", and one word is singular."""
+    from attention_book.models.decoding import spoken_text, spoken_token
+
+    tok = reference[0]
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        root = live.root
+        live.page.fill(f'{root} [name="prompt"]', "the machine")
+        shown = _settle(live, "distribution", {"prompt": "the machine"})
+        top = [tok.vocab.to_tokens(i) for i, p in shown["top"][:3] if p > 0]
+        said = live.page.text_content(f"{root} .ab-said")
+        want = ", ".join(f"{spoken_token(t)} {p:.3f}" for t, (_, p) in zip(top, shown["top"]))
+        assert said == f"Next word at temperature 1.00, top-k all: {want}.", said
+        live.page.press(f'{root} [name="prompt"]', "Enter")
+        out = _settle(live, "continuation", {"prompt": "the machine"})
+        heard = live.page.text_content(f"{root} .ab-text .ab-sr")
+        assert heard.startswith(f"the machine, then: {spoken_text(out['text'])}") and "▸" not in heard, heard
+        assert "▸" in live.page.inner_text(f"{root} .ab-text [aria-hidden=true]")
+        live.set_value('[name="num_tokens"]', 1)
+        assert live.page.text_content(f"{root} .ab-said") == "1 new word: press Generate to write it."
+        assert live.events == []

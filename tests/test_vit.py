@@ -381,6 +381,17 @@ def test_cls_attention_figure():
     X = torch.randn(3, 1, 8, 8)
     fig = ab.cls_attention_figure(X, model.attention_maps(X), model.grid_size, labels=[1, 2, 3], preds=[1, 2, 0])
     assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes) == 9
+    # its text says where the attention goes, not only the titles (accessibility reader, issue 38)
+    maps = torch.zeros(2, 3, 2, 5, 5)
+    maps[..., 0, 4] = 1.0  # <cls> looks at the last patch: bottom right of the 2x2 grid
+    maps[..., 1:, 1] = 1.0  # the patches look at the top left one: rollout still peaks bottom right
+    alt = ab.core.plot.figure_alt_text(ab.cls_attention_figure(X, maps, (2, 2), labels=[1, 2, 3], preds=[1, 2, 0]))
+    assert alt.startswith("<cls> attention on 3 images; largest patch weight in the last layer, then the rollout: ")
+    assert "rollout: 1: both bottom right; 2: both bottom right; 3 (predicted 0): both bottom right" in alt, alt
+    wide = torch.randn(6, 1, 8, 8)
+    six = ab.cls_attention_figure(wide, model.attention_maps(wide), model.grid_size, labels=[7] * 6, preds=[1] * 6)
+    said = ab.core.plot.figure_alt_text(six)  # the chapter shows 6: all of them fit the alt text's length
+    assert said.count("; 7: ") == 5 and len(said) <= ab.core.plot.ALT_TEXT_CHARS, said  # predictions dropped
     with pytest.raises(ValueError, match="images must be"):
         ab.cls_attention_figure(X[:2], model.attention_maps(X), model.grid_size)
 

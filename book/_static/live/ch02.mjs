@@ -194,6 +194,15 @@ export async function mount(root, ctx) {
     };
   }
 
+  // The sentence starts with what the reader just moved, so that each move is heard as news: moving
+  // "points n" repeated the same sentence (accessibility reader, issue 38: "40 points: at x = ...").
+  let moved = query;
+  function lead(s) {
+    const news = moved === count ? `${s.n} points` : moved === sigma ? `σ = ${s.sigma.toPrecision(3)}`
+      : moved === kernel ? `${s.kernel} kernel` : "";
+    return news ? `${news}: at` : "At";
+  }
+
   function draw(s, r) {
     sigmaOut.textContent = s.sigma.toPrecision(3);
     sigma.setAttribute("aria-valuetext", `σ = ${s.sigma.toPrecision(3)}`);
@@ -232,11 +241,11 @@ export async function mount(root, ctx) {
         ? `goes to the point at x = ${xs[top].toFixed(2)}`
         : `is shared by ${tied.length === s.n ? "all " : ""}${tied.length} points that tie ` +
           `(the nearest at x = ${xs[top].toFixed(2)})`;
-      readout.textContent = `At x = ${s.query.toFixed(2)} the estimate is ${r.at.toFixed(3)} ` +
+      readout.textContent = `${lead(s)} x = ${s.query.toFixed(2)} the estimate is ${r.at.toFixed(3)} ` +
         `(2 sin x + x = ${truth.toFixed(3)}). The largest weight, ${largest.toFixed(3)}, ${who}.`;
     } else {
       marker.style.display = "none";
-      readout.textContent = `At x = ${s.query.toFixed(2)} no training point is within the ${s.kernel} ` +
+      readout.textContent = `${lead(s)} x = ${s.query.toFixed(2)} no training point is within the ${s.kernel} ` +
         `kernel's reach (σ = ${s.sigma.toPrecision(3)}): the estimate is undefined, every weight is 0.`;
     }
     svg.setAttribute("aria-label", readout.textContent);
@@ -275,13 +284,18 @@ export async function mount(root, ctx) {
   }
 
   for (const input of [kernel, sigma, count, query]) {
-    input.addEventListener("input", update);
-    input.addEventListener("change", update);
+    const moves = () => {
+      moved = input;
+      update();
+    };
+    input.addEventListener("input", moves);
+    input.addEventListener("change", moves);
   }
   const moveQuery = (event) => {
     const box = svg.getBoundingClientRect();
     const x = (((event.clientX - box.left) / box.width) * W - LEFT) / (RIGHT - LEFT) * data.x_max;
     query.value = String(Math.min(Math.max(x, 0), data.x_max));
+    moved = query;
     update();
   };
   svg.addEventListener("pointerdown", (event) => {

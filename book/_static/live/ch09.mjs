@@ -47,6 +47,29 @@ export function decode(tokens) {
   return tokens.join(" ").replace(/ ([.,;:!?])/g, "$1");
 }
 
+// ---------------------------------------------------------------------------- spoken text
+
+// A bare "." or "," is read as nothing (or a pause) by a screen reader (accessibility reader,
+// issue 38): the live regions quote tokens and name punctuation, from the table the package
+// ships (data.punctuation, models/decoding.PUNCTUATION_NAMES), as the figure's text does.
+
+/** One token as a listener can tell it apart, as ab.models.decoding.spoken_token: "'.' (period)", "'and'". */
+export function spokenToken(token, names) {
+  const name = names && Object.hasOwn(names, token) ? names[token] : "";
+  return name ? `'${token}' (${name})` : `'${token}'`;
+}
+
+/** Decoded text with its punctuation named, as ab.models.decoding.spoken_text: "the machine comma and". */
+export function spokenText(text, names) {
+  return [...text].map((c) => (names && Object.hasOwn(names, c) ? ` ${names[c]} ` : c)).join("")
+    .split(/\s+/).filter(Boolean).join(" ");
+}
+
+/** "1 new word", "3 new words". */
+export function counted(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 // ---------------------------------------------------------------------------- sampling
 
 /** Probabilities of the next token from `scores`, as ab.next_token_distribution computes them. */
@@ -169,6 +192,8 @@ const STYLE = `
 .ab-ch09 .ab-bar .ab-adj { bottom: 0; height: .6rem; background: #d62728; }
 .ab-ch09 .ab-message { color: #b00; }
 .ab-ch09 .ab-text { font-family: monospace; white-space: pre-wrap; overflow-wrap: anywhere; }
+.ab-ch09 .ab-sr { position: absolute; width: 1px; height: 1px; margin: -1px; overflow: hidden;
+  clip: rect(0 0 0 0); white-space: nowrap; }
 `;
 
 function element(tag, attrs = {}, ...children) {
@@ -265,7 +290,8 @@ export async function mount(root, ctx) {
       rows.push(element("code", {}, data.tokens[i]), bar, element("span", {}, adjusted[i].toFixed(3)));
     }
     bars.replaceChildren(...rows);
-    bars.setAttribute("aria-label", order.map((i) => `${data.tokens[i]} ${adjusted[i].toFixed(3)}`).join(", "));
+    bars.setAttribute("aria-label",
+      order.map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", "));
     caption.textContent = `next token: grey at temperature 1 with all tokens, red at temperature ${t.toFixed(2)}` +
       `, top-k ${k || "all"} (the ${data.show} most likely at temperature 1)`;
   }
@@ -298,7 +324,7 @@ export async function mount(root, ctx) {
     showBars(raw, adjusted, t, k);
     said.textContent = `Next word at temperature ${t.toFixed(2)}, top-k ${k || "all"}: ` +
       topIds(adjusted, 3).filter((i) => adjusted[i] > 0)
-        .map((i) => `${data.tokens[i]} ${adjusted[i].toFixed(3)}`).join(", ") + ".";
+        .map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", ") + ".";
     const top = topIds(adjusted, Math.max(data.show, k || 0)).filter((i) => adjusted[i] > 0);
     root.dataset.distribution = JSON.stringify({
       prompt: prompt.value, ids, temperature: t, top_k: k,
@@ -317,13 +343,20 @@ export async function mount(root, ctx) {
     const out = await continueIds(ort, session, data, ids, n, t, k, randomStream(s));
     report((performance.now() - started) / Math.max(1, out.ids.length + (out.stopped ? 1 : 0)));
     const words = out.ids.map((i) => data.tokens[i]);
-    const shown = `${prompt.value.trim()} ▸ ${decode(words)}${out.stopped ? " <eos>" : ""}` +
-      `\n(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
+    const how = `(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
+    const written = `${decode(words)}${out.stopped ? " <eos>" : ""}`;
+    const shown = `${prompt.value.trim()} ▸ ${written}\n${how}`;
     // The same settings write the same text: say so, so the live region changes and is read again.
     repeats = shown === lastShown ? repeats + 1 : 0;
     lastShown = shown;
-    text.textContent = repeats === 0 ? shown : `${shown}\nThe same text again (${repeats + 1} times): ` +
+    const again = repeats === 0 ? "" : `\nThe same text again (${repeats + 1} times): ` +
       (t === 0 ? "greedy decoding has no chance in it." : `seed ${s} draws the same words; change the seed for others.`);
+    // Seen: prompt ▸ continuation. Heard: "prompt, then: continuation" with its punctuation named
+    // (a listener heard "the machine ▸ , (sampled with seed 0)"; issue 38).
+    const spoken = `${prompt.value.trim()}, then: ${spokenText(decode(words), data.punctuation)}` +
+      `${out.stopped ? ", end of text" : ""}. ${how}`;
+    text.replaceChildren(element("span", { "aria-hidden": "true" }, shown),
+      element("span", { class: "ab-sr" }, spoken), again);
     root.dataset.continuation = JSON.stringify({
       prompt: prompt.value, temperature: t, top_k: k, seed: s, count: n, ids: out.ids, text: decode(words),
       stopped: out.stopped,
@@ -344,7 +377,8 @@ export async function mount(root, ctx) {
     prompt.value = `${prompt.value.trimEnd()} ${word}`;
     root.dataset.continuation = "";
     await update();
-    text.textContent = `Step added “${word}” to the prompt (${t === 0 ? "greedy" : `sampled with seed ${s}`}): ` +
+    text.textContent = `Step added ${spokenToken(word, data.punctuation)} to the prompt ` +
+      `(${t === 0 ? "greedy" : `sampled with seed ${s}`}): ` +
       "press Step for one more word, or Generate to continue from here.";
   }
 
@@ -382,7 +416,8 @@ export async function mount(root, ctx) {
     said.textContent = `Seed ${settings().seed}: press Generate or Step to sample with it.`;
   });
   count.addEventListener("input", () => {
-    said.textContent = `${settings().count} new words: press Generate to write them.`;
+    const n = settings().count;
+    said.textContent = `${counted(n, "new word")}: press Generate to write ${n === 1 ? "it" : "them"}.`;
   });
   generateButton.addEventListener("click", () => queue(generate));
   stepButton.addEventListener("click", () => queue(step));

@@ -25,7 +25,7 @@ from torch import nn
 
 import attention_book as ab
 
-from ..models.decoding import banned_ids, next_token_distribution
+from ..models.decoding import PUNCTUATION_NAMES, banned_ids, next_token_distribution
 from .live import MAX_MODEL_BYTES, LiveView, figure_img
 
 __all__ = [
@@ -150,6 +150,8 @@ class GenerateView(LiveView):
             "eos": tok.eos_id,
             "banned": banned_ids(tok),
             "casefold": casefold_exceptions(),
+            # what the page's live regions say for "." "," ... (models/decoding.spoken_token)
+            "punctuation": PUNCTUATION_NAMES,
             "max_len": self.max_len,
             "prompt": self.prompt,
             "examples": [self.prompt, *self.examples],

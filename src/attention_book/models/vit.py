@@ -467,4 +467,28 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
             if preds is not None:
                 title += f"\npred {name(int(preds[i]))}"
             axes[0, i].set_title(title, fontsize=9)
+    # In words, where the attention goes (the titles alone said only which image; accessibility
+    # reader, issue 38): per image, the third of the image holding the patch of largest weight.
+    from ..core.plot import ALT_TEXT_CHARS, set_alt_text
+
+    def where(heat):
+        rows, cols = heat.shape
+        r, c = divmod(int(np.argmax(heat)), cols)
+        row = ("top", "middle", "bottom")[3 * (2 * r + 1) // (2 * rows)]
+        col = ("left", "centre", "right")[3 * (2 * c + 1) // (2 * cols)]
+        return "centre" if (row, col) == ("middle", "centre") else f"{row} {col}"
+
+    def said(i, with_preds):
+        name = (lambda k: class_names[k] if class_names is not None else str(k))
+        who = f"image {i + 1}" if labels is None else name(int(labels[i]))
+        if with_preds and labels is not None and preds is not None and int(preds[i]) != int(labels[i]):
+            who += f" (predicted {name(int(preds[i]))})"
+        a, b = where(last[i]), where(rolled[i])
+        return f"{who}: {'both ' + a if a == b else f'{a}, then {b}'}"
+
+    head = f"<cls> attention on {n} images; largest patch weight in the last layer, then the rollout: "
+    alt = head + "; ".join(said(i, True) for i in range(n))
+    if len(alt) > ALT_TEXT_CHARS:  # too long to say the wrong predictions too: the places come first
+        alt = head + "; ".join(said(i, False) for i in range(n))
+    set_alt_text(fig, alt)
     return fig
