@@ -97,7 +97,7 @@ from attention_book.assignments.grading import (RESULTS_LIMIT, BlockedAnswer, Ju
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lms_export  # noqa: E402  (scripts/lms_export.py)
-from course import CourseError, derive_seed, grading_secret, load_course, load_times, secret_id  # noqa: E402
+from course import Course, CourseError, derive_seed, grading_secret, load_course, load_times, secret_id  # noqa: E402
 CHECK_CALL = re.compile(r"check_(\w+)\s*\(")
 OUTPUT_LIMIT = 64 * 2**20  # bytes a sandboxed process may write to one file
 NOTEBOOK_LIMIT = 50 * 2**20  # bytes of a submitted notebook
@@ -1557,7 +1557,8 @@ def clean_block(text: str) -> str:
 SHOWN = {"after_due_date": "after the due date", "after_published": "when your instructor publishes the grades"}
 
 
-def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True, sealed: str = "") -> str:
+def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True, sealed: str = "",
+                      course: Course | None = None) -> str:
     """A student's feedback: per assignment the points, the status in words, and each failed case (a
     visible case whole: input, expected, got; a hidden case by number and description only). Every
     text the student's code or name could influence is in a fenced code block.
@@ -1569,20 +1570,27 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     cases passed and why, and also its status, a cell that raised, a kernel that died or a timeout (a
     fresh attacker resubmitted a function that killed its kernel on the cases it failed until the
     visible "ran" test passed, then held 20/20 for a wrong answer). What stays: a status decided from
-    the file alone (DECIDED_BEFORE_RUNNING), the late days and how many hidden cases there are."""
+    the file alone (DECIDED_BEFORE_RUNNING), the late days and how many hidden cases there are.
+    ``course``: its name heads the feedback and each assignment's title names it (a fresh instructor: every
+    file began "# Feedback" and "## ch03_exercises.ipynb: masked_softmax")."""
     # the roster's name where there is one (escaped as the folder's key is: both are untrusted text),
     # with the key that names the folder or the LMS's files
     name = student.get("name") or student["student"]
     name = name if name == student["student"] else display_name(name)
     who = name if name == student["student"] else f"{name} ({student['student']})"
-    lines = ["# Feedback", "", "Student:", "", fenced(who), ""]
+    plain = lambda text: " ".join(str(text).split())  # noqa: E731 (the instructor's text, on one line)
+    lines = [f"# Feedback: {plain(course.name)}" if course is not None and course.name.strip() else "# Feedback",
+             "", "Student:", "", fenced(who), ""]
     for r in rows:
+        spec = course.assignments.get(r["assignment"]) if course is not None else None
+        assignment = f"{plain(spec.title)} ({r['assignment']})" if spec is not None and spec.title.strip() \
+            else r["assignment"]
         # the name the student uploaded (handed_name: without the prefix an LMS's download put before it, `_LATE_`
         # included), in characters Markdown leaves alone (a name an LMS prefixed could hold any)
         base = handed_name(r["path"], r.get("key") or "") if r.get("path") else ""
         handed = re.sub(r"[^A-Za-z0-9 ._()-]", "_", base)[:200]
-        title = f"{r['notebook']}: {r['assignment']}" if handed in ("", r["notebook"]) else \
-            f"{handed} (graded as {r['notebook']}): {r['assignment']}"
+        title = f"{r['notebook']}: {assignment}" if handed in ("", r["notebook"]) else \
+            f"{handed} (graded as {r['notebook']}): {assignment}"
         points = "" if r["points"] is None else f"{r['points']:g} of {r['max_points']:g} points"
         hidden_cases = hidden_count(r)
         if sealed and r["status"] not in DECIDED_BEFORE_RUNNING:  # what the run gave waits, all of it
@@ -1716,18 +1724,20 @@ def hidden_count(row: dict) -> int:
     return int(row.get("total") or len(row.get("cases") or []))
 
 
-def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date") -> dict:
+def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_date",
+                    course: Course | None = None) -> dict:
     """One submission's Gradescope ``results.json``. ``scores`` is the course file's ``[gradescope]
     scores``: "visible" shows every case's test, the points and the feedback with its counts at once
     (a student who resubmits meets newly drawn cases and sees how each draw went); "after_due_date"
-    or "after_published" (Gradescope's own visibility names) holds back every hidden case's test and
+    or "after_published" (Gradescope's own visibility names) holds back every case's test (a drawn case
+    that equals a checker case too) and
     the feedback with the points until then, and shows at once, per assignment, a test that says only
     that the notebook was received and run (or, for a status decided from the file alone, why it was
     not), with the sealed feedback (feedback_markdown's ``sealed``) as the output.
     Gradescope's specification: while a test is hidden the student does not see the total score. A
     row's ``points`` None (not graded) counts 0 there."""
     data = lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in rows],
-                                         feedback_markdown(student, rows, hidden_details=False))
+                                         feedback_markdown(student, rows, hidden_details=False, course=course))
     if scores == "visible":
         return data
     ran = []
@@ -1754,12 +1764,12 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
     every = all(r["status"] == "graded" and r.get("passed") == r.get("total") for r in rows)
     points = {"name": "Your points, with the feedback on the hidden cases", "visibility": scores,
               "status": "passed" if every else "failed", "output": data["output"], "output_format": "md"}
-    return dict(data, output=feedback_markdown(student, rows, hidden_details=False, sealed=scores),
+    return dict(data, output=feedback_markdown(student, rows, hidden_details=False, sealed=scores, course=course),
                 tests=ran + data["tests"] + [points])
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
-          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note"]
+          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note", "handed_in"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -2005,7 +2015,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                  reason=(f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
                                          "rename the "
                                          "file and hand it in again") if wrong else "",
-                                 sha256="", seed=""))
+                                 sha256="", seed="", handed_in=display_name(handed_name(wrong)) if wrong else ""))
     several = {(s.key, s.reference): s for s in found if s.others}
     for r in rows:  # from this run's files, also for a row kept from an earlier run (--resume, --regrade)
         if (r["key"], r["notebook"]) in several:
@@ -2188,8 +2198,12 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, each written
     atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
     out_dir = out_csv.parent
+    # handed_in: the name the student gave the file (a misnamed file's row names the expected notebook in
+    # `notebook`, and a fresh instructor looked for the file handed in there); the LMS files are unchanged
+    rows_out = [dict(r, handed_in=r.get("handed_in") or (display_name(handed_name(r["path"], r.get("key") or ""))
+                                                           if r.get("path") else "")) for r in rows]
     write_atomic(out_csv, csv_text(FIELDS, [[safe(r.get(k, "")) if k != "points" or r.get(k) is not None else ""
-                                             for k in FIELDS] for r in rows]))
+                                             for k in FIELDS] for r in rows_out]))
     by = {(r["key"], r["assignment"]): r for r in rows}
     header = ["Student", "SIS Login ID", "Section"]
     for ch, a in columns:
@@ -2235,11 +2249,11 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         mine = [r for r in rows if r["key"] == s["key"] and r["status"] != "not submitted"]
         if not mine:
             continue
-        text = feedback_markdown(s, mine)
+        text = feedback_markdown(s, mine, course=course)
         write_atomic(feedback / f"{slug(s['key'])}.md", text)
         _private_dirs(scope / slug(s["key"]), out_dir)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
-            gradescope_json(s, mine, course.gradescope_scores)))
+            gradescope_json(s, mine, course.gradescope_scores, course)))
     write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), safe(why)]
                                                                      for rel, why in ignored]))
 

@@ -624,6 +624,10 @@ def test_a_misnamed_file_is_said_in_the_students_row_and_the_output_is_private(t
     assert row["points"] is None
     book = (out.parent / "gradebook.csv").read_text()
     assert "misnamed file" in book
+    # grades.csv names the file handed in (a fresh instructor, issue 37: only the expected name was there)
+    (line,) = [r for r in csv.DictReader(out.open(encoding="utf-8")) if r["assignment"] == "masked_softmax"]
+    assert line["notebook"] == "ch03_exercises.ipynb" and line["handed_in"] == "ch 03 exercises.ipynb", line
+    assert "handed_in" not in book and "ch 03 exercises" not in (out.parent / "moodle.csv").read_text()
     (feedback,) = (out.parent / "feedback").iterdir()
     assert "ch 03 exercises.ipynb" in feedback.read_text() and "rename" in feedback.read_text()
     assert (out.parent.stat().st_mode & 0o777) == 0o700

@@ -445,3 +445,21 @@ def test_the_same_exception_on_every_case_is_said_once():
     mixed = [dict(c, why="your function raised TypeError") if c["index"] == 2 else c for c in cases]
     text = grade.feedback_markdown({"student": "dan"}, [dict(row, cases=mixed)])
     assert "One mistake" not in text and text.count("### Hidden case") == 10
+
+
+def test_the_feedback_names_the_course_and_the_assignments_title():
+    """A fresh instructor (issue 37, 8/10): every feedback file began "# Feedback" and
+    "## ch03_exercises.ipynb: masked_softmax" though the course file gives the course's name and the
+    assignment's title. With a course file they head the feedback; without one it reads as before."""
+    from course import load_course
+
+    course = load_course(ROOT / "course.example.toml")
+    row = dict(student="ada", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=20.0,
+               max_points=20.0, passed=10, total=10, cases=[], status="graded", reason="")
+    text = grade.feedback_markdown({"student": "ada"}, [row], course=course)
+    assert text.startswith("# Feedback: Attention and Transformers, spring term\n"), text
+    assert "## ch03_exercises.ipynb: Masked softmax (masked_softmax)\n" in text, text
+    sealed = grade.gradescope_json({"student": "ada"}, [row], "after_due_date", course)["output"]
+    assert "## ch03_exercises.ipynb: Masked softmax (masked_softmax)" in sealed
+    plain = grade.feedback_markdown({"student": "ada"}, [row])
+    assert plain.startswith("# Feedback\n") and "## ch03_exercises.ipynb: masked_softmax\n" in plain
