@@ -153,7 +153,7 @@ def _count_problem(tokens, labels, p) -> str | None:
 
 # the case that explains a wrong count, by the name the checker prints (and the grader's feedback shows)
 COUNT_CASE = "the selected positions spread over the whole row"
-COUNT_ELSEWHERE = f"k = round(select_prob * n) per row; the case “{COUNT_CASE}” says what gives this count"
+COUNT_ELSEWHERE = f"see the case “{COUNT_CASE}”"
 
 
 def _short_count_problem(tokens, labels, p) -> str | None:
@@ -167,8 +167,8 @@ def _short_count_problem(tokens, labels, p) -> str | None:
         return None
     r = int(off.nonzero()[0, 0])  # the first wrong row: what it should select against what it did, on one line
     return _because(f"not judged while the count is wrong: a row with {int(n[r])} ordinary tokens should have "
-                    f"{round(p * int(n[r]))} selected, got {int(got[r])} ({int(off.sum())} of {len(n)} rows "
-                    "select the wrong number of tokens)", COUNT_ELSEWHERE)
+                    f"{round(p * int(n[r]))} selected, got {int(got[r])} ({int(off.sum())} of {len(n)} rows are off)",
+                    COUNT_ELSEWHERE)
 
 
 def _unpacked(tokens, p, hint: str, explain_count: bool = False):
