@@ -90,60 +90,16 @@ def _only_checks(node: ast.AST) -> bool:
     return False
 
 
-# calls a dropped cell may make: the book's bookkeeping, comparisons, and builtins that compute
-# nothing random. Any other call (the learner's function, a model, a data maker) may draw random
-# numbers, and dropping it would shift every later number away from the page's.
-_QUIET_CALLS = {"claim", "glue", "glue_counts", "assert_trained", "assert_close", "claim_report", "equal",
-                "allclose", "isclose"}
-_QUIET_BUILTINS = {"abs", "all", "any", "bool", "dict", "enumerate", "float", "format", "getattr", "hasattr",
-                   "int", "isinstance", "len", "list", "max", "min", "print", "range", "repr", "reversed",
-                   "round", "set", "sorted", "str", "sum", "tuple", "type", "zip"}
-
-
-def _draws_nothing(tree: ast.AST, modules: set[str]) -> bool:
-    """Does ``tree`` call only :data:`_QUIET_CALLS` of the imported ``modules``, quiet builtins
-    and methods of its values (``x.min()``, ``d.items()``)? A call of a function defined in the
-    notebook or of any other module function counts as one that may draw random numbers."""
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Name):
-            if func.id not in _QUIET_BUILTINS:
-                return False
-            continue
-        root = func
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        if isinstance(root, ast.Name) and root.id in modules and func.attr not in _QUIET_CALLS:
-            return False
-    return True
-
-
-def _imported(trees: list) -> set[str]:
-    """The names the notebook's import statements bind (``ab``, ``torch``, ``long_context``)."""
-    names = set()
-    for tree in trees:
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names |= {(a.asname or a.name).split(".")[0] for a in node.names}
-    return names
-
-
 def drop_checks(cells: list[dict]) -> list[dict]:
     """``cells`` (a student edition's) without the cells hidden on the website (``remove-cell``)
     that only check the book's own answers (:func:`_only_checks`: ``ab.claim``, ``assert``,
     ``ab.assert_trained``, ``torch.testing.assert_close``), unless a later code cell uses a
-    name they bind, or they call anything that may draw random numbers (:func:`_draws_nothing`:
-    dropping such a call would change every later number from the page's). A learner's page
-    shows none of them, and a learner's own (right but different) answer could fail one where
-    the page gives no clue why."""
+    name they bind. A learner's page shows none of them, and a learner's own (right but
+    different) answer could fail one where the page gives no clue why."""
     trees = [_parse(source(c)) if c.get("cell_type") == "code" else None for c in cells]
-    modules = _imported(trees)
     kept = []
     for i, (cell, tree) in enumerate(zip(cells, trees)):
-        if ("remove-cell" in tags(cell) and tree is not None and tree.body and all(map(_only_checks, tree.body))
-                and _draws_nothing(tree, modules)):
+        if "remove-cell" in tags(cell) and tree is not None and tree.body and all(map(_only_checks, tree.body)):
             # a name a later cell reads and does not bind itself (its own loop variables do not count)
             later = set().union(*(_used(t) - _bound_here(t) for t in trees[i + 1:] if t is not None))
             later |= {w for c, t in zip(cells[i + 1:], trees[i + 1:]) if t is None and c.get("cell_type") == "code"
