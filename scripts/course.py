@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import difflib
 import hashlib
 import hmac
 import math
@@ -115,6 +116,32 @@ def _when(value, zone: str, where: str) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=ZoneInfo(zone))
 
 
+# every key the course file may have, per table (None: the top level); a misspelt key ("[course] nmae",
+# "[late] per_dya") is refused rather than ignored (it left the name empty and no late penalty, unsaid)
+COURSE_KEYS: dict[str | None, tuple[str, ...]] = {
+    None: ("course", "late", "roster", "gradescope", "assignments"),
+    "course": ("name", "timezone", "secret_file"),
+    "late": ("per_day", "cap", "grace_minutes", "source", "times"),
+    "roster": ("file",),
+    "gradescope": ("scores", "torch"),
+    "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases"),
+}
+
+
+def _check_keys(path: Path, table: str | None, value) -> None:
+    """Refuse a key of ``table`` (or a top-level key) the course file does not know, in one line with the
+    known keys and, for a near miss, the one meant."""
+    where = f"[{table}]" if table else "the top level"
+    if table is not None and not isinstance(value, dict):
+        raise CourseError(f"course file {path}: {where} must be a table")
+    known = COURSE_KEYS["assignments." if table and table.startswith("assignments.") else table]
+    unknown = [key for key in value if key not in known]
+    if unknown:
+        close = {k: m[0] for k in unknown if (m := difflib.get_close_matches(k, known, n=1))}
+        hint = "".join(f" ({k!r}: did you mean {m!r}?)" for k, m in close.items())
+        raise CourseError(f"course file {path}: {where} has unknown keys {unknown}{hint}; known: {', '.join(known)}")
+
+
 def load_course(path: Path | None) -> Course:
     """The course file at ``path`` (None: every default: 10 points per assignment, every case weighs
     1, no due dates). Relative paths in it are relative to the file."""
@@ -126,6 +153,14 @@ def load_course(path: Path | None) -> Course:
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise CourseError(f"course file {path}: {err}") from None
     here = path.parent
+    _check_keys(path, None, data)
+    for table in ("course", "late", "roster", "gradescope", "assignments"):
+        if table in data and not isinstance(data[table], dict):
+            raise CourseError(f"course file {path}: [{table}] must be a table")
+    for table in ("course", "late", "roster", "gradescope"):
+        _check_keys(path, table, data.get(table, {}))
+    for name, spec in data.get("assignments", {}).items():
+        _check_keys(path, f"assignments.{name}", spec)
     top = data.get("course", {})
     late = data.get("late", {})
     course = Course(name=str(top.get("name", "")), timezone=str(top.get("timezone", "UTC")), path=path,
