@@ -49,17 +49,17 @@ def leaked_lines(original: dict, student: dict, solutions: dict[str, str] | None
 
 
 def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None) -> list[Path]:
-    """Write the student edition of every notebook in ``src_dir`` (or of those ``names``)."""
+    """Write the student edition of every notebook in ``src_dir`` (or of those ``names``): the
+    same notebook as the website's practice copy (:func:`practice_edition`), so the hidden checks
+    of the book's own answers are gone from both (a fresh instructor found ch01's hidden check
+    holding the one-line answer of exercise 11.1.2, and ch05/ch06's ``ab.claim`` and
+    ``ab.assert_trained`` run on a student's own results)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src_dir.glob("*.ipynb")):
         if names is not None and path.name not in names:
             continue
-        original = json.loads(path.read_text(encoding="utf-8"))
-        student = make_edition(original, "student")
-        leaks = leaked_lines(original, student, load_solutions(path.name))
-        if leaks:
-            raise SystemExit(f"{path.name}: solution text would survive in the student edition: {leaks[:3]}")
+        student = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name)
         out = dest_dir / path.name
         out.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(out)
@@ -112,14 +112,15 @@ def drop_checks(cells: list[dict]) -> list[dict]:
 
 
 def practice_edition(original: dict, name: str = "") -> dict:
-    """The practice notebook the website offers for an exercises page: the student edition of
-    committed notebook ``original`` (every solution a scaffold, guards, no outputs) without the
-    hidden checks (:func:`drop_checks`). Raises SystemExit if a solution line would survive."""
+    """The student edition (``make student``), which is also the practice notebook the website
+    offers for an exercises page: committed notebook ``original`` with every solution a scaffold,
+    guards, no outputs, and without the hidden checks (:func:`drop_checks`). Raises SystemExit if
+    a solution line would survive."""
     student = make_edition(original, "student")
     student["cells"] = drop_checks(student["cells"])
     leaks = leaked_lines(original, student, load_solutions(name) if name else None)
     if leaks:
-        raise SystemExit(f"{name}: solution text would survive in the practice notebook: {leaks[:3]}")
+        raise SystemExit(f"{name}: solution text would survive in the student edition: {leaks[:3]}")
     return student
 
 

@@ -404,3 +404,21 @@ def test_a_practice_notebook_runs_all_to_the_end(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTENTION_BOOK_MAX_STEPS", "2")
     written = _book_site().write_practice(ROOT / "notebooks", tmp_path)
     _runs_all_to_the_end(next(p for p in written if p.name == "ch10_exercises.ipynb"))
+
+
+def test_the_student_edition_is_the_practice_notebook(tmp_path):
+    """A fresh instructor found the student edition (make student) still held a hidden check cell
+    with the one-line answer of exercise 11.1.2 (``torch.cov(K.T, ..., aweights=...)``), and
+    ch05/ch06's ``ab.claim``/``ab.assert_trained`` cells run on a student's own results. The
+    student edition is now the website's practice notebook: both drop those hidden checks."""
+    written = student_edition.build(ROOT / "notebooks", tmp_path)
+    for path in written:
+        nb = json.loads(path.read_text())
+        original = json.loads((ROOT / "notebooks" / path.name).read_text())
+        assert nb == student_edition.practice_edition(original, path.name), path.name
+    text = (tmp_path / "ch01_exercises.ipynb").read_text()
+    assert "torch.cov(" not in text and "aweights" not in text
+    for name in ("ch05_exercises.ipynb", "ch06_exercises.ipynb"):
+        cells = json.loads((tmp_path / name).read_text())["cells"]
+        assert not any("remove-cell" in editions.tags(c) and ("ab.claim(" in editions.source(c)
+                       or "ab.assert_trained(" in editions.source(c)) for c in cells), name
