@@ -137,6 +137,8 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
             files[f"course/{inside}"] = Path(course.assignments[n].extra_cases)  # load_course made it absolute
         settings["course"] = "course/course.toml"
     files["gradescope.json"] = json.dumps(settings).encode()
+    if settings["course"]:
+        check_bundled_course(files)
     if not out.parent.exists():  # the folders it makes private, as the grades folder (they hold the secret)
         made = [d for d in [out.parent, *out.parent.parents] if not d.exists()]
         out.parent.mkdir(parents=True)
@@ -154,6 +156,37 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
             z.writestr(info, content if isinstance(content, bytes) else content.read_bytes())
     write_atomic(out, buffer.getvalue())
     return out
+
+
+CHECK = """import sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1] + "/scripts"]
+from course import load_course
+from attention_book.assignments.grading import grading_cases
+course = load_course(sys.argv[1] + "/course/course.toml")
+for name, spec in course.assignments.items():
+    if spec.extra_cases:
+        grading_cases(name, 0, spec.extra_cases)
+"""
+
+
+def check_bundled_course(files: dict[str, bytes | Path]) -> None:
+    """Load the bundle's course file and its extra cases as ``run`` will on Gradescope: from the zip's
+    layout, in a fresh Python in a temporary folder. An extra-cases file that imports a sibling module of
+    the instructor's (left behind) made every submission a grader error, its score 0.0; it stops here."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="gradescope-check-") as tmp:
+        for name, content in files.items():
+            target = Path(tmp, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content if isinstance(content, bytes) else content.read_bytes())
+        done = subprocess.run([sys.executable, "-I", "-c", CHECK, tmp], cwd=tmp, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    if done.returncode:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        raise SystemExit("gradescope_bundle: the bundled course does not load as Gradescope will run it "
+                         f"(only the extra-cases file itself is bundled, no module beside it): "
+                         f"{lines[-1] if lines else 'exit status ' + str(done.returncode)}")
 
 
 def _without_roster_and_times(text: str, keep: set[str] | None = None, declared: set[str] | None = None,
@@ -266,6 +299,10 @@ def run(root: Path) -> dict:
                          fallback_user=user, lms_notes=False,  # no canvas.csv advice in Gradescope's log
                          names={student: str(users[0].get("name") or "")})
             data = json.loads((work / "out" / "gradescope" / grader.slug(student) / "results.json").read_text())
+            rows = [json.loads(line) for line in (work / "out" / "grades.jsonl").read_text().splitlines() if line]
+            failed = {r["assignment"]: r.get("reason", "") for r in rows if r.get("status") == "grader error"}
+            if failed:
+                data = said_grader_error(data, failed)
     except (Exception, SystemExit) as err:  # noqa: BLE001  the grader's own failure: said in a results.json
         data = {"score": 0.0, "visibility": "visible", "tests": [], "extra_data": {"status": "grader error"},
                 "output": "GRADER ERROR: the autograder itself failed on this submission "
@@ -275,6 +312,29 @@ def run(root: Path) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     results.write_text(lms_export.dump_json(data), encoding="utf-8")
     return data
+
+
+GRADER_ERROR = ("The autograder itself failed on this submission: this is not your fault, and your score is "
+                "not your grade. Tell your instructor, who will grade it again.")
+
+
+def said_grader_error(data: dict, failed: dict[str, str]) -> dict:
+    """``data`` (a results.json) where the grader failed on the assignments in ``failed`` (name: reason):
+    a visible failed test "grader error: tell your instructor" first, no "received and run" test passed
+    for them, the status ``grader error`` (``main`` exits 1, so Gradescope shows the instructor a failed
+    run). A silent 0.0 beside a passed "received and run" told nobody until the due date."""
+    tests = []
+    for test in data.get("tests", []):
+        name = str(test.get("name", ""))
+        if name.split(":", 1)[0] in failed and name.endswith("received and run") and test.get("status") == "passed":
+            test = {**test, "status": "failed", "output": GRADER_ERROR}
+        tests.append(test)
+    for name, reason in failed.items():
+        print(f"grader error: {name}: {reason}", file=sys.stderr)
+    return {**data, "tests": [{"name": "grader error: tell your instructor", "status": "failed",
+                               "visibility": "visible", "output": GRADER_ERROR}, *tests],
+            "output": f"**GRADER ERROR.** {GRADER_ERROR}\n\n" + str(data.get("output", "")),
+            "extra_data": {**data.get("extra_data", {}), "status": "grader error"}}
 
 
 def handed_notebooks(top: Path) -> list[Path]:
