@@ -11,7 +11,10 @@ autograder ("Zip file upload"). It holds:
   (``scripts/grade.py`` and its helpers), the reference notebooks of the graded assignments, the
   course file (with its extra cases, each copied to ``course/extra_cases/<assignment>.py`` and the
   course file's path rewritten to it; without its roster and times file, since Gradescope knows its
-  students and when each handed in) and a grading secret made for this bundle.
+  students and when each handed in) and a grading secret made for this bundle: each build makes a new
+  one, so new hidden draws for every student (rebuild after the due date, upload, and "Regrade all
+  submissions": the grade that counts is drawn when nobody can resubmit, so what a student learnt by
+  resubmitting, a run's time included, is worth nothing).
 
 ``python scripts/gradescope_bundle.py run`` (inside Gradescope's container) grades each notebook in
 ``/autograder/submission`` exactly as ``make grade`` does, one student at a time (the student's seed
@@ -350,7 +353,7 @@ def handed_notebooks(top: Path) -> list[Path]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="write the autograder zip")
+    b = sub.add_parser("build", help="write the autograder zip (with a new grading secret: new hidden draws)")
     b.add_argument("--out", type=Path, default=Path("grades/gradescope_autograder.zip"))
     b.add_argument("--notebooks", nargs="*", default=[], help="reference notebooks (default: every one with an "
                    "assignment); upload one bundle per Gradescope assignment")
