@@ -91,7 +91,7 @@ if _MISSING is not None:
              "`make grade GRADE_PYTHON=/path/to/python`, or run `/path/to/python scripts/grade.py ...`")
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
+from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
                                                 grading_cases, hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1635,6 +1635,38 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         raised = {c["why"].split(" (hint: ")[0] for c in failed} if len(failed) >= 2 and hidden_details and all(
             c.get("status") == "raised" and not c.get("visible") for c in failed) else set()
         once = raised.pop() if len(raised) == 1 and not common else ""
+        # the same reason under every failed hidden case (a fresh instructor: gus's "called the package's
+        # masked_softmax" and dan's "not implemented yet" ten times each): said once, the cases on one line
+        same = failed[0]["why"] if len(failed) >= 2 and hidden_details and not sealed and not once and all(
+            c["why"] == failed[0]["why"] and not c.get("visible") and c.get("status") in ("blocked", "not_implemented")
+            for c in failed) else ""
+        # a write into the inputs fails a case whatever it returned: its result was not judged, so one
+        # mistake does not explain the failures (a fresh instructor: smithjohn fixed the write, and 8 of 9
+        # cases still failed); the results on the grader's own copy are counted, unscored
+        written = [c for c in failed if c["why"].startswith(IN_PLACE)]
+        if written and len(written) == len(failed) and hidden_details and not sealed and len(failed) >= 2:
+            right = [c for c in written if c.get("result_right") is not None]
+            lines += [f"**Your function changed its input in place in {'all ' * (len(written) == r['total'])}"
+                      f"{len(written)} cases, so {'its' if len(written) == r['total'] else 'their'} results were "
+                      "not judged; fix that first:**", "", fenced(common or written[0]["why"]), ""]
+            if right:
+                lines += [f"Apart from that, its results were right in {sum(c['result_right'] for c in right)} "
+                          f"of {len(right)} cases (not scored).", ""]
+            lines += ["The cases: " + cases_line(written) + ".", ""]
+            step = next_step(r, named=True).replace("the causes named above", "the write named above first")
+            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            continue
+        if same and not common:
+            if r["status"] == "graded":
+                lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(same), ""]
+            lines += ["The cases: " + cases_line(failed) + ".", ""]
+            step = next_step(r, named=True)
+            if r["status"] == "graded":
+                step = step.replace(", and the causes named above,", (
+                    ", and write the function yourself instead of calling the package's (" + same + ")," if
+                    failed[0].get("status") == "blocked" else ", and the cause named above (" + same + "),"))
+            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            continue
         numbered: dict[str, int] = {}
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
@@ -1678,6 +1710,13 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if step:  # every outcome but full marks ends with what to do next, after what it refers to
             lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
     return "\n".join(lines)
+
+
+def cases_line(cases: list[dict]) -> str:
+    """``hidden cases 1, 2, 3 and 10``: the failed cases that share one reason, on one line (their names are in
+    the student's checker cell)."""
+    ix = [str(c["index"]) for c in cases]
+    return "hidden case " + ix[0] if len(ix) == 1 else f"hidden cases {', '.join(ix[:-1])} and {ix[-1]}"
 
 
 def weighted_cases(row: dict) -> str:
@@ -2037,7 +2076,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
         when = submitted_at(r)
         score_row(r, course, when)
-        if when is None and course.assignment(r["assignment"]).due is not None and r["points"] is not None:
+        # a row with no points to take (kernel died, not implemented, 0 points) is left out: a fresh instructor
+        # read "late policy not applied" on rows a late policy could not change
+        if when is None and course.assignment(r["assignment"]).due is not None and r["points"]:
             r["no_time"] = True  # never silently on time: said in the summary and the gradebook
             no_time.append(r)
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))

@@ -32,7 +32,9 @@ def test_the_feedback_names_a_hidden_case_as_the_checker_does(tmp_path):
     assert got[4]["label"] == "rows with no allowed key" and not got[4]["visible"]
     row = dict(student="gus", notebook="ch03_exercises.ipynb", assignment="masked_softmax", status="graded",
                points=0.0, max_points=20.0, passed=0, total=len(got), cases=got, reason="", seed=SEED)
-    text = grade.feedback_markdown({"student": "gus"}, [row])
+    # each case under its own heading (a write on every case is said once, the cases on one line)
+    listed = dict(row, cases=[dict(c, why="the result is wrong", cause="") for c in got])
+    text = grade.feedback_markdown({"student": "gus"}, [listed])
     assert "### Hidden case 5: padding queries far past the end see no key\n" in text
     assert "rows with no allowed key" not in text and "### Hidden case 10: causal, no padding\n" in text
     assert "hidden case 5: padding queries far past the end see no key:" in grade.case_summary(got)

@@ -516,8 +516,10 @@ def test_odd_names_missing_times_and_missing_notebooks_in_a_class(tmp_path):
         os.makedirs(subs + b"/" + folder)
         (Path(os.fsdecode(subs + b"/" + folder)) / "ch03_exercises.ipynb").write_text("not a notebook")
     Path(os.fsdecode(subs + b"/ada/notes\xff.ipynb")).write_text("{}")
+    os.makedirs(subs + b"/cy")
+    (Path(os.fsdecode(subs)) / "cy" / "ch03_exercises.ipynb").write_text(json.dumps(notebook(GOOD)))
     (tmp_path / "roster.csv").write_text("folder,name,id,sis_user_id,login,section\nada,Ada,1,S1,ada,A\n"
-                                         "eve,Eve,2,S2,eve,A\n")
+                                         "eve,Eve,2,S2,eve,A\ncy,Cy,3,S3,cy,A\n")
     (tmp_path / "c.toml").write_text('[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
                                      'due = 2026-12-01T23:59:00Z\n')
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), os.fsdecode(subs), "--out",
@@ -526,12 +528,17 @@ def test_odd_names_missing_times_and_missing_notebooks_in_a_class(tmp_path):
                           capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "out" / "grades.csv").open(encoding="utf-8"))}
-    assert set(rows) == {"ada", "bad\\xff", "eve"} and rows["bad\\xff"]["status"] == "unreadable"
+    assert set(rows) == {"ada", "bad\\xff", "cy", "eve"} and rows["bad\\xff"]["status"] == "unreadable"
     assert "ada/notes\\xff.ipynb" in (tmp_path / "out" / "ignored.csv").read_text(encoding="utf-8")
     assert rows["eve"]["status"] == "not submitted" and rows["eve"]["total"] == rows["ada"]["total"] != "0"
-    assert "NO submission time" in done.stdout and "no submission time: ada masked_softmax" in done.stdout
-    book = (tmp_path / "out" / "gradebook.csv").read_text(encoding="utf-8")
-    assert "no submission time, late policy not applied" in book
+    assert "NO submission time" in done.stdout and "no submission time: cy masked_softmax" in done.stdout
+    # a row with no points to take is not said to lack a time (a fresh instructor, issue 37: "late policy not
+    # applied" on rows whose kernel died, not implemented, 0 points)
+    assert rows["ada"]["points"] in ("", "0.0") and "no submission time: ada" not in done.stdout, done.stdout
+    book = {r["Student"]: r for r in csv.DictReader((tmp_path / "out" / "gradebook.csv").open(encoding="utf-8"))}
+    status = [k for k in book["cy"] if k.endswith("masked_softmax status")][0]
+    assert "no submission time, late policy not applied" in book["cy"][status], book["cy"]
+    assert "late policy" not in book["ada"][status], book["ada"]
 
 
 # --------------------------------------------------------------------------- results too large to send back

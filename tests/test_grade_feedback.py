@@ -463,3 +463,43 @@ def test_the_feedback_names_the_course_and_the_assignments_title():
     assert "## ch03_exercises.ipynb: Masked softmax (masked_softmax)" in sealed
     plain = grade.feedback_markdown({"student": "ada"}, [row])
     assert plain.startswith("# Feedback\n") and "## ch03_exercises.ipynb: masked_softmax\n" in plain
+
+
+def _row(cases: list[dict], status: str = "graded") -> dict:
+    return dict(student="gus", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+                max_points=20.0, passed=0, total=len(cases), cases=cases, status=status, reason="")
+
+
+def test_one_reason_on_every_case_is_said_once_with_the_cases_on_one_line():
+    """A fresh instructor (issue 37, 8/10): gus (calls the blocked package function) read the same line under
+    all ten cases, and his 'What to do' never said not to call it; dan (not implemented) read his line ten
+    times under a summary. The reason is said once, the cases listed on one line, and gus's step names it."""
+    blocked = "your function called the package's masked_softmax, which this assignment blocks"
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"l{i}", "status": "blocked", "why": blocked}
+             for i in range(1, 11)]
+    text = grade.feedback_markdown({"student": "gus"}, [_row(cases)])
+    assert text.count(blocked) == 2 and "One mistake explains all 10 failed cases" in text, text
+    assert "The cases: hidden cases 1, 2, 3, 4, 5, 6, 7, 8, 9 and 10." in text and "### Hidden" not in text, text
+    assert blocked in text.rstrip().splitlines()[-1] and "instead of calling the package's" in text, text
+    nie = "not implemented yet (raised NotImplementedError)"
+    dan = [dict(c, status="not_implemented", why=nie) for c in cases]
+    text = grade.feedback_markdown({"student": "dan"}, [_row(dan, "not implemented")])
+    assert text.count(nie) == 0 and "Every case still raises NotImplementedError" in text, text
+    assert "The cases: hidden cases 1," in text and "### Hidden" not in text, text
+
+
+def test_a_write_in_place_on_every_case_says_the_results_were_not_judged():
+    """A fresh instructor (issue 37, 8/10): smithjohn wrote into his scores and had a window off by one; his
+    feedback said 'One mistake explains all 10 failed cases', and after he fixed the write 8 of 9 cases still
+    failed. The write still fails each case, but the feedback says the results were not judged, and how
+    many of them were right on the grader's copy (unscored)."""
+    cause = "your function changed its input scores in place (scores[~keep] = ...): use masked_fill"
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"l{i}", "status": "ok", "cause": cause,
+              "why": f"your function changed its input in place: {cause}", "result_right": i in (4, 9)}
+             for i in range(1, 11)]
+    text = grade.feedback_markdown({"student": "smithjohn"}, [_row(cases)])
+    assert "One mistake explains" not in text and text.count(cause) == 1, text
+    assert ("Your function changed its input in place in all 10 cases, so its results were not judged; "
+            "fix that first:") in text, text
+    assert "Apart from that, its results were right in 2 of 10 cases (not scored)." in text, text
+    assert "### Hidden" not in text and "the write named above first" in text.rstrip().splitlines()[-1], text

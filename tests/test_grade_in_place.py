@@ -99,3 +99,15 @@ def test_a_write_into_a_keyword_tensor_argument_is_caught(tmp_path):
     assert not got[-1]["passed"] and got[-1]["why"].startswith("your function changed its input in place"), got[-1]
     right = results(tmp_path, function(CORRECT), extra=str(extra))
     assert right[-1]["passed"], right[-1]["why"]
+
+
+def test_a_write_in_place_is_judged_anyway_unscored(tmp_path):
+    """A fresh instructor (issue 37, 8/10): smithjohn wrote into his scores and had a window off by one; the
+    feedback named the write alone, and after he fixed it 8 of 9 cases still failed. A case that fails for a
+    write still fails, but its result is judged on the grader's copy (``result_right``), unscored."""
+    got = results(tmp_path, function(WRITES_ALWAYS))
+    written = [c for c in got if c["why"].startswith("your function changed its input in place")]
+    assert written and all(c["result_right"] is True for c in written), written
+    off = results(tmp_path, function(WRITES_ALWAYS.replace("j > i - window", "j >= i - window")))
+    written = [c for c in off if c["why"].startswith("your function changed its input in place")]
+    assert written and not all(c["result_right"] for c in written) and not any(c["passed"] for c in written)

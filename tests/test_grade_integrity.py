@@ -165,6 +165,7 @@ def test_gradescope_grades_the_notebook_beside_a_folder_of_its_name(tmp_path, mo
         folder = out_csv.parent / "gradescope" / grade.slug("student")
         folder.mkdir(parents=True)
         (folder / "results.json").write_text(json.dumps({"score": 1.0, "tests": [], "output": "ok"}))
+        (out_csv.parent / "grades.jsonl").write_text("")  # the bundle reads it for grader errors (591648c)
 
     monkeypatch.setattr(grade.Sandbox, "detect", staticmethod(lambda **kw: _Box()))
     monkeypatch.setattr(grade, "grade", fake_grade)

@@ -181,5 +181,15 @@ def test_the_guide_says_extra_cases_check_the_inputs_as_the_books_cases_do():
     assert f'("{IN_PLACE}")' in text
 
 
+def test_the_guide_says_a_write_in_place_leaves_the_results_unjudged():
+    """A fresh instructor (issue 37, 8/10): smithjohn's feedback said one mistake (his write into the
+    scores) explained all ten failed cases; a window off by one was the second. The guide says what the
+    feedback says now, and that a shared reason is said once and the late note skips rows with no points."""
+    text = " ".join(GUIDE.read_text(encoding="utf-8").split())
+    assert "so its results were not judged; fix that first" in text and "(not scored)" in text
+    assert "is said once, with the cases on one line" in text
+    assert "not on a row with no points to take" in text
+
+
 if __name__ == "__main__":
     print(code_table())

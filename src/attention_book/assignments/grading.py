@@ -744,11 +744,17 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
     # This case's own inputs only: a function that writes into them on one case fails that case, and is judged
     # on its results everywhere else.
     saved = [(t, t.clone()) for t in (*case.args, *case.kwargs.values()) if isinstance(t, torch.Tensor)]
-    written = False
+    written, right = False, None
     try:
         if case.unchanged and not _inputs_kept(tuple(case.args), record.get("args"), dict(case.kwargs),
                                                record.get("kwargs")):
             checked, written = Diagnosis(case.unchanged, case.unchanged), True
+            # judged anyway on the grader's copy, unscored: a second mistake shows in the first feedback
+            # (a fresh instructor: smithjohn fixed the write and 8 of 9 cases still failed)
+            try:
+                right = why is None and case.check(got) is None
+            except Exception:  # a result the check cannot read is not right
+                right = False
         else:
             checked = case.check(got)
     except Exception as err:  # an output of a shape the check did not foresee
@@ -768,7 +774,7 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
         kind = (IN_PLACE if written else "the result has the wrong form (type, length, shape or dtype)" if form
                 else "the result is wrong")
         return {"passed": False, "status": "ok", "why": kind + (f": {cause}" if cause else hint),
-                "detail": str(why)[:4000], "cause": cause}
+                "detail": str(why)[:4000], "cause": cause, **({"result_right": right} if written else {})}
     # as the student's checker does: a named cause needs no case hint beside it (it may point elsewhere)
     item = {"passed": False, "status": "ok", "why": str(why) + ("" if cause else hint), "cause": cause}
     item["input"] = describe_value(tuple(case.args)) + (
