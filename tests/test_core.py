@@ -176,7 +176,9 @@ def test_a_short_wide_map_is_tabled_whole_on_its_side():
     values under the caption "map 1: each row's 3 largest values, written offset j - i (value); 15
     offset j - i in all", while the page said the table names them all. A map with at most
     VALUES_MAX rows and at most SERIES_ROWS_MAX columns is tabled whole, keys down and queries
-    across; a single untitled map is not called "map 1"; the top-3 caption reads as a sentence."""
+    across; a single untitled map is not called "map 1"; the top-3 caption reads as a sentence.
+    The fold's summary of a turned map names its axes in the table's order (a fresh reader of
+    chapter 6: "head by offset j - i" over "Rows offset j - i, columns head")."""
     import matplotlib.pyplot as plt
 
     from attention_book.core.plot import SERIES_ROWS_MAX, VALUES_MAX, values_html
@@ -186,6 +188,8 @@ def test_a_short_wide_map_is_tabled_whole_on_its_side():
     table = values_html(ab.heatmaps_figure(bias, xlabel="offset j - i", ylabel="head",
                                            xticklabels=offsets, yticklabels=["0", "1", "2", "3"]))
     assert "<caption>Rows offset j - i, columns head</caption>" in table
+    # its summary names the axes in the table's order (it read "head by offset j - i")
+    assert "<summary>Values of the map (offset j - i by head)</summary>" in table
     assert "map 1" not in table and "largest" not in table
     assert table.count('<th scope="row"') == 15  # every offset, one row each
     assert re.search(r'<th scope="row"[^>]*>-7</th>(<td[^>]*>[^<]*</td>){4}</tr>', table)

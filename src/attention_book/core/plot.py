@@ -785,6 +785,7 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
 
         picked = _spread(n_q)
         shown = "" if len(picked) == n_q else f", {len(picked)} of {n_q} {ylabel} evenly spread"
+        axes = f"{ylabel} by {xlabel}"  # the table's rows by its columns, as the fold's summary says
         if n_k <= VALUES_MAX:
             tables.append(_table(caption(f"rows {ylabel}, columns {xlabel}{shown}"), ylabel,
                                  [queries[q] for q in picked], keys, [[_num(v) for v in m[q]] for q in picked],
@@ -793,6 +794,8 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
             # whole, turned: chapter 6's 4 heads x 15 offsets listed only each head's top 3 (issue 36)
             tables.append(_table(caption(f"rows {xlabel}, columns {ylabel}"), xlabel, keys, queries,
                                  [[_num(m[q, k]) for q in range(n_q)] for k in range(n_k)], across=ylabel))
+            # summary in the table's order: said "head by offset" over "Rows offset" (issue 36)
+            axes = f"{xlabel} by {ylabel}"
         else:
             # one cell per rank, "key (value)": a phone restacks a row into three short lines, not six
             top = min(_TOP_KEYS, n_k)
@@ -805,7 +808,7 @@ def _map_tables(data: np.ndarray, titles: list[str], xlabel: str, ylabel: str,
                                          f"of {n_k} {xlabel}{shown}"), ylabel, [queries[q] for q in picked],
                                  cols, cells))
         # what the fold's summary names it by (_values_summary)
-        tables[-1].update(name=titles[flat] if flat < len(titles) else "", axes=f"{ylabel} by {xlabel}",
+        tables[-1].update(name=titles[flat] if flat < len(titles) else "", axes=axes,
                           maps=num_rows * num_cols)
     return tables
 
