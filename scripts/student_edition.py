@@ -111,26 +111,96 @@ def drop_checks(cells: list[dict]) -> list[dict]:
     return kept
 
 
-def practice_edition(original: dict, name: str = "") -> dict:
+ROLE = re.compile(r"\{(?P<role>cite(?::[tp])?|glue:text)\}`(?P<arg>[^`]*)`")
+NO_VALUE = "(the number your run prints above)"
+
+
+def cite_labels(bib: Path | None = None) -> dict[str, tuple[str, str]]:
+    """key -> (who, year) of every entry in book/references.bib (``bib``); empty when it or
+    pybtex is missing (a role then reads "[key]")."""
+    bib = bib or Path(__file__).resolve().parent.parent / "book" / "references.bib"
+    try:
+        sys.path.insert(0, str(bib.parent / "_ext"))
+        from book_site import author_year  # the website's own author-year label
+        from pybtex.database import parse_file
+
+        entries = parse_file(str(bib)).entries
+    except Exception:  # noqa: BLE001 (no pybtex, no bib: "[key]")
+        return {}
+    return {key: tuple(author_year(e).rsplit(", ", 1)) for key, e in entries.items()}
+
+
+def render_roles(text: str, labels: dict[str, tuple[str, str]], glued: dict | None = None) -> str:
+    """Markdown ``text`` with the MyST roles a notebook shows raw rendered as the page does:
+    {cite}`k` -> "(Shaw et al., 2018)", {cite:t}`k` -> "Shaw et al. (2018)", {glue:text}`name:fmt`
+    -> the glued value (``glued``, formatted with fmt) or a neutral "(the number your run prints
+    above)". Fresh learners read {glue:text}`sim_input:.2f` and {cite}`zhang2023d2l` raw."""
+    def one(m: re.Match) -> str:
+        role, arg = m.group("role"), m.group("arg")
+        if role == "glue:text":
+            name, _, fmt = arg.partition(":")
+            if glued is None or name not in glued:
+                return NO_VALUE
+            try:
+                return format(glued[name], fmt)
+            except (TypeError, ValueError):
+                return str(glued[name])
+        keys = [k.strip() for k in arg.split(",") if k.strip()]
+        if role == "cite:t":
+            return ", ".join(f"{labels[k][0]} ({labels[k][1]})" if k in labels else f"[{k}]" for k in keys)
+        if not all(k in labels for k in keys):
+            return " ".join(f"[{k}]" for k in keys)
+        return "(" + "; ".join(", ".join(labels[k]) for k in keys) + ")"
+    return ROLE.sub(one, text)
+
+
+def glued_values(executed: dict) -> dict:
+    """name -> value of every output executed notebook ``executed`` glued (myst-nb marks each
+    with metadata "scrapbook": {"name": ...}; ``executed`` may also be the name -> output map
+    myst-nb writes beside it, jupyter_execute/<page>.glue.json); a text/plain that is a Python
+    literal is read back as one (so {glue:text}`name:.2f` formats it), else kept as text."""
+    values = {}
+    outputs = [o for c in executed.get("cells", []) for o in c.get("outputs", [])] if "cells" in executed \
+        else [o for o in executed.values() if isinstance(o, dict)]
+    for out in outputs:
+        name = (out.get("metadata") or {}).get("scrapbook", {}).get("name")
+        text = (out.get("data") or {}).get("text/plain")
+        if name and text is not None:
+            text = "".join(text) if isinstance(text, list) else text
+            try:
+                values[name] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                values[name] = text.strip("'\"")
+    return values
+
+
+def practice_edition(original: dict, name: str = "", glued: dict | None = None) -> dict:
     """The student edition (``make student``), which is also the practice notebook the website
     offers for an exercises page: committed notebook ``original`` with every solution a scaffold,
     guards, no outputs, and without the hidden checks (:func:`drop_checks`). Raises SystemExit if
-    a solution line would survive."""
+    a solution line would survive. ``glued``: the values the page's executed notebook glued
+    (name -> value; :func:`render_roles`)."""
     student = make_edition(original, "student")
     student["cells"] = drop_checks(student["cells"])
+    labels = cite_labels()
+    for cell in student["cells"]:
+        if cell.get("cell_type") == "markdown" and ROLE.search(source(cell)):
+            cell["source"] = render_roles(source(cell), labels, glued)
     leaks = leaked_lines(original, student, load_solutions(name) if name else None)
     if leaks:
         raise SystemExit(f"{name}: solution text would survive in the student edition: {leaks[:3]}")
     return student
 
 
-def build_practice(src_dir: Path, dest_dir: Path) -> list[Path]:
+def build_practice(src_dir: Path, dest_dir: Path, glued: dict[str, dict] | None = None) -> list[Path]:
     """Write the practice notebook (:func:`practice_edition`) of every ``chNN_exercises.ipynb``
-    in ``src_dir`` to ``dest_dir`` under the same name."""
+    in ``src_dir`` to ``dest_dir`` under the same name; ``glued``: notebook name -> the values
+    its executed copy glued."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for path in sorted(src_dir.glob("ch[0-9][0-9]_exercises.ipynb")):
-        practice = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name)
+        practice = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name,
+                                    (glued or {}).get(path.name))
         out = dest_dir / path.name
         out.write_text(json.dumps(practice, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(out)

@@ -422,3 +422,31 @@ def test_the_student_edition_is_the_practice_notebook(tmp_path):
         cells = json.loads((tmp_path / name).read_text())["cells"]
         assert not any("remove-cell" in editions.tags(c) and ("ab.claim(" in editions.source(c)
                        or "ab.assert_trained(" in editions.source(c)) for c in cells), name
+
+
+def test_the_practice_notebook_renders_cite_and_glue_roles(tmp_path):
+    """Fresh learners read raw MyST in their practice notebooks: {glue:text}`sim_input:.2f` (the
+    discussion had no numbers), {cite}`zhang2023d2l`, {cite:t}`shaw2018`. The practice and student
+    editions render them as the page does: author-year text from book/references.bib, the glued
+    value the site's executed notebook shows, and neutral words where no value is known."""
+    text = "As {cite:t}`shaw2018` say {cite}`zhang2023d2l`, it is {glue:text}`sim_input:.2f` ({cite}`nokey`)."
+    nb = _nb(_md(text), _code("x = 1"))
+    student = editions.source(student_edition.practice_edition(nb)["cells"][0])
+    assert student == ("As Shaw et al. (2018) say (Zhang et al., 2023), it is "
+                       f"{student_edition.NO_VALUE} ([nokey])."), student
+    site = editions.source(student_edition.practice_edition(nb, glued={"sim_input": 0.24695})["cells"][0])
+    assert "it is 0.25 (" in site, site
+    # the site's build reads the values from the executed notebook, or myst-nb's glue.json
+    glue = {"sim_input": {"data": {"text/plain": "0.24695803225040436"}, "output_type": "display_data",
+                          "metadata": {"scrapbook": {"mime_prefix": "application/papermill.record/",
+                                                     "name": "sim_input"}}}}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ch06_exercises.glue.json").write_text(json.dumps(glue))
+    written = _book_site().write_practice(ROOT / "notebooks", tmp_path / "_static", [tmp_path / "run"])
+    md = {p.name: "\n".join(editions.source(c) for c in json.loads(p.read_text())["cells"]
+                            if c["cell_type"] == "markdown") for p in written}
+    assert "{glue:" not in "".join(md.values()) and "{cite" not in "".join(md.values())
+    assert "0.25" in md["ch06_exercises.ipynb"]  # sim_one: not in the glue.json, neutral words
+    assert student_edition.NO_VALUE in md["ch06_exercises.ipynb"]
+    built = student_edition.build(ROOT / "notebooks", tmp_path / "student")
+    assert not any("{glue:" in p.read_text() or "{cite" in p.read_text() for p in built)

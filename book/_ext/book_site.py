@@ -457,10 +457,27 @@ def committed_root(srcdir: Path) -> Path | None:
     return None
 
 
-def write_practice(notebooks: Path, static: Path) -> list[Path]:
+def write_practice(notebooks: Path, static: Path, executed: list[Path] = ()) -> list[Path]:
     """The practice notebook of every committed ``notebooks/chNN_exercises.ipynb`` written to
-    ``static``/practice/ (raises SystemExit if a solution line would survive)."""
-    return _student_edition(notebooks.parent).build_practice(notebooks, static / PRACTICE_DIR)
+    ``static``/practice/ (raises SystemExit if a solution line would survive), its
+    {glue:text} roles showing the values the page shows: those glued by the first of
+    ``executed`` (folders of executed notebooks, or of myst-nb's ``<page>.glue.json``) that
+    holds any for that notebook (else neutral words; student_edition.render_roles)."""
+    edition = _student_edition(notebooks.parent)
+    glued = {}
+    for path in sorted(notebooks.glob("ch[0-9][0-9]_exercises.ipynb")):
+        for folder in executed:
+            for found in (folder / path.name, folder / path.with_suffix(".glue.json").name):
+                try:
+                    values = edition.glued_values(json.loads(found.read_text(encoding="utf-8")))
+                except (OSError, ValueError):
+                    continue
+                if values:
+                    glued[path.name] = values
+                    break
+            if path.name in glued:
+                break
+    return edition.build_practice(notebooks, static / PRACTICE_DIR, glued)
 
 
 def _staged_from(staged: Path, committed: Path) -> bool:
@@ -492,7 +509,9 @@ def practice_notebooks(app) -> None:
     if out.exists():
         for old in out.rglob("*.ipynb"):
             old.unlink()
-    written = {p.name for p in write_practice(root / "notebooks", out)}
+    executed = [Path(app.srcdir) / "notebooks",  # staged and run (make book: nbmake --overwrite)
+                Path(app.outdir).parent / "jupyter_execute" / "notebooks"]  # myst-nb's, an earlier build's
+    written = {p.name for p in write_practice(root / "notebooks", out, executed)}
     for page in pages:
         if page.name not in written:
             logger.warning("practice notebooks: %s has no committed notebook in %s", page.name, root / "notebooks")
