@@ -160,6 +160,10 @@ export function mount(root, ctx) {
   let shown = null; // the result on the page
   let queue = Promise.resolve();
   let latest = 0;
+  // The same sentence translated again gives the same words: say so, so that the line under the
+  // view changes and a screen reader reads it again (it had only the time, which can repeat too).
+  let lastSentence = null;
+  let repeats = 0;
 
   function draw() {
     if (!shown) return;
@@ -215,7 +219,11 @@ export function mount(root, ctx) {
     draw();
     root.dataset.result = JSON.stringify({ sentence: text, ...result, ms });
     ctx.result(ms);
-    ctx.status(`Translated in your browser: ${result.steps} decoder steps in ${ms.toFixed(0)} ms.`);
+    repeats = text === lastSentence ? repeats + 1 : 0;
+    lastSentence = text;
+    const again = repeats === 0 ? "" :
+      ` The same sentence again (${repeats + 1} times): the model has no chance in it, so the same translation.`;
+    ctx.status(`Translated in your browser: ${result.steps} decoder steps in ${ms.toFixed(0)} ms.${again}`);
   }
 
   function request(text) {
