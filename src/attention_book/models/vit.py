@@ -442,6 +442,10 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
     if imgs.ndim != 4 or imgs.shape[0] != last.shape[0]:
         raise ValueError(f"images must be (batch={last.shape[0]}, channels, H, W), got shape {imgs.shape}")
     n = min(len(imgs), max_images)
+
+    def name(k: int) -> str:
+        return class_names[k] if class_names is not None else str(k)
+
     ensure_style()
     side = min(1.75, (PAGE_FIGURE_WIDTH - 0.6) / n)  # at most the page's width (ab.PAGE_FIGURE_WIDTH)
     fig, axes = plt.subplots(3, n, figsize=(side * n + 0.6, 3.2 * side), squeeze=False, layout="constrained")
@@ -462,7 +466,6 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
             if i == 0:
                 ax.set_ylabel(what)
         if labels is not None:
-            name = (lambda k: class_names[k] if class_names is not None else str(k))
             title = f"true {name(int(labels[i]))}"
             if preds is not None:
                 title += f"\npred {name(int(preds[i]))}"
@@ -479,7 +482,6 @@ def cls_attention_figure(images, maps: torch.Tensor, grid_size, labels=None, pre
         return "centre" if (row, col) == ("middle", "centre") else f"{row} {col}"
 
     def said(i, with_preds):
-        name = (lambda k: class_names[k] if class_names is not None else str(k))
         who = f"image {i + 1}" if labels is None else name(int(labels[i]))
         if with_preds and labels is not None and preds is not None and int(preds[i]) != int(labels[i]):
             who += f" (predicted {name(int(preds[i]))})"
