@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -231,6 +232,46 @@ def test_javascript_speaks_tokens_as_the_package(view):
         [spoken_text(t) for t in texts],
         ["1 new word", "2 new words", "20 new words"],
     ]
+
+
+def punctuation_tokens(tok, text: str) -> list[str]:
+    """The tokens of ``text`` that hold no letter: the tokenizer's punctuation marks."""
+    return [t for t in tok.split(text) if not any(c.isalpha() for c in t)]
+
+
+# Every printable ASCII character and every punctuation mark or symbol of the Basic Multilingual
+# Plane (Unicode categories P* and S*), space-separated: whatever the tokenizer keeps of them.
+CANDIDATES = " ".join(
+    chr(cp)
+    for cp in range(0x21, 0x10000)
+    if cp < 0x7F or unicodedata.category(chr(cp))[0] in "PS"
+)
+
+
+def test_every_punctuation_token_has_a_spoken_name(tok):
+    """PUNCTUATION_NAMES is written by hand beside the tokenizer's own list of punctuation (a diff
+    reviewer): a punctuation mark the tokenizer makes a token of must have a name a screen reader
+    says (else the live regions say a bare "-", read as nothing), and every name a token."""
+    from attention_book.models.decoding import PUNCTUATION_NAMES
+
+    made = set(punctuation_tokens(tok, CANDIDATES))
+    assert made - set(PUNCTUATION_NAMES) == set(), "punctuation tokens without a spoken name"
+    assert set(PUNCTUATION_NAMES) <= made, "names of no token"
+
+
+@needs_node
+def test_javascript_keeps_the_tokenizers_punctuation(view, tok):
+    """The page's tokenizer and decoder list the punctuation by hand too: both keep in step with the
+    package's (ASCII, and marks that normalise to ASCII: fullwidth, the ellipsis, "⁉")."""
+    text = " ".join([chr(cp) for cp in range(0x21, 0x7F)] + list("！，。；：？…⁉‼¿¡«»—–·"))
+    marks = sorted(set(punctuation_tokens(tok, text)))
+    got = run_node(
+        "emit([m.split(input.text, input.casefold),"
+        " input.marks.map((p) => m.decode(['the', p, 'end']))]);",
+        {"text": text, "casefold": view.data()["casefold"], "marks": marks},
+    )
+    assert got[0] == tok.split(text)
+    assert got[1] == [tok.decode(tok.encode(f"the {p} end")) for p in marks]
 
 
 @needs_node
