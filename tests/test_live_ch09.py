@@ -221,16 +221,34 @@ def test_javascript_speaks_tokens_as_the_package(view):
     assert names == PUNCTUATION_NAMES
     tokens = [*names, "and", "<eos>", "i'm"]
     texts = ["the machine, and the time traveller.", "what ? no ! yes ; then : end", ","]
+    # (prompt, words, stopped, how, again): what Generate's live region says
+    continuations = [
+        (" the machine ", ["the", "time", ",", "and"], False, "sampled with seed 0", ""),
+        ("the end", ["of", "it", "."], True, "greedy: the most likely word each time",
+         "The same text again (2 times): greedy decoding has no chance in it."),
+        ("stop", [], True, "sampled with seed 7", ""),
+    ]
     got = run_node(
         "emit([input.tokens.map((t) => m.spokenToken(t, input.names)),"
         " input.texts.map((t) => m.spokenText(t, input.names)),"
-        " [1, 2, 20].map((n) => m.counted(n, 'new word'))]);",
-        {"tokens": tokens, "texts": texts, "names": names},
+        " [1, 2, 20].map((n) => m.counted(n, 'new word')),"
+        " input.continuations.map((c) => m.spokenContinuation(...c, input.names))]);",
+        {"tokens": tokens, "texts": texts, "names": names, "continuations": continuations},
     )
-    assert got == [
+    assert got[:3] == [
         [spoken_token(t) for t in tokens],
         [spoken_text(t) for t in texts],
         ["1 new word", "2 new words", "20 new words"],
+    ]
+    # Whole sentences, each ended and spaced, the last one too (an accessibility reader
+    # heard two glued: "...0.274Top")
+    assert got[3] == [
+        "the machine, then: the time comma and. Sampled with seed 0. ",
+        (
+            "the end, then: of it period, end of text. Greedy: the most likely word each time. "
+            "The same text again (2 times): greedy decoding has no chance in it. "
+        ),
+        "stop, then: end of text. Sampled with seed 7. ",
     ]
 
 

@@ -12,6 +12,7 @@ after ``make book``; it serves ``_build/html`` on 127.0.0.1 and blocks every oth
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -286,6 +287,14 @@ def test_top_k_zero_is_said_as_all(site, browser):  # noqa: F811
         assert live.events == []
 
 
+# The text of a live region a screen reader reads: everything but what is aria-hidden.
+HEARD = """(region) => {
+    const copy = region.cloneNode(true);
+    copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
+    return copy.textContent;
+}"""
+
+
 def test_tokens_are_said_apart(site, browser, reference):  # noqa: F811
     """An accessibility reader (issue 38) heard "top-k all: . 0.224, , 0.165, and 0.059", "the
     machine ▸ , (sampled with seed 0)" and "1 new words": tokens are quoted and punctuation named
@@ -304,9 +313,20 @@ def test_tokens_are_said_apart(site, browser, reference):  # noqa: F811
         assert said == f"Next word at temperature 1.00, top-k all: {want}.", said
         live.page.press(f'{root} [name="prompt"]', "Enter")
         out = _settle(live, "continuation", {"prompt": "the machine"})
-        heard = live.page.text_content(f"{root} .ab-text .ab-sr")
-        assert heard.startswith(f"the machine, then: {spoken_text(out['text'])}") and "▸" not in heard, heard
+        # What a screen reader reads of the region (all but its aria-hidden text): whole sentences,
+        # each ended and spaced; an accessibility reader heard two run together ("...0.274Top").
+        continued = [spoken_text(out["text"])] * bool(out["text"]) + ["end of text"] * out["stopped"]
+        want = f"the machine, then: {', '.join(continued)}. Sampled with seed {out['seed']}. "
+        assert live.page.eval_on_selector(f"{root} .ab-text", HEARD) == want
+        assert live.page.text_content(f"{root} .ab-text .ab-sr") == want
         assert "▸" in live.page.inner_text(f"{root} .ab-text [aria-hidden=true]")
+        # Nor does the region's whole text (the hidden "prompt ▸ continuation" after the spoken one).
+        region = live.page.text_content(f"{root} .ab-text")
+        assert region.startswith(want) and not re.search(r"[\w.)][A-Z]", region), region
+        live.page.click(f'{root} [name="generate"]')  # the same seed again: one more sentence
+        _wait(live, "r.querySelector('.ab-text').textContent.includes('(2 times)')")
+        again = f"The same text again (2 times): seed {out['seed']} draws the same words; change the seed for others. "
+        assert live.page.eval_on_selector(f"{root} .ab-text", HEARD) == want + again
         live.set_value('[name="num_tokens"]', 1)
         assert live.page.text_content(f"{root} .ab-said") == "1 new word: press Generate to write it."
         assert live.events == []

@@ -65,6 +65,21 @@ export function spokenText(text, names) {
     .split(/\s+/).filter(Boolean).join(" ");
 }
 
+/**
+ * What the live region says of a continuation: whole sentences, each ended and spaced, with the
+ * punctuation named ("the machine, then: the time comma and. Sampled with seed 0. The same text
+ * again ..."). The region shows "prompt ▸ continuation" aria-hidden and says this; the spoken text
+ * comes first and ends with a space, so even the region's textContent runs no two sentences together
+ * (a listener heard "the machine ▸ , (sampled with seed 0)", an accessibility reader "...0.274Top";
+ * issue 38).
+ */
+export function spokenContinuation(prompt, words, stopped, how, again, names) {
+  const continued = [words.length ? spokenText(decode(words), names) : "", stopped ? "end of text" : ""];
+  const sentence = (s) => s && `${s[0].toUpperCase()}${s.slice(1)}${/[.!?]$/.test(s) ? "" : "."}`;
+  return [`${prompt.trim()}, then: ${continued.filter(Boolean).join(", ")}.`, sentence(how), again]
+    .filter(Boolean).join(" ") + " ";
+}
+
 /** "1 new word", "3 new words". */
 export function counted(n, noun) {
   return `${n} ${noun}${n === 1 ? "" : "s"}`;
@@ -219,8 +234,9 @@ export async function mount(root, ctx) {
   const temperature = element("input", { type: "range", min: "0", max: "2", step: "0.01", value: "1", name: "temperature" });
   const temperatureShown = element("output", {}, "1.00");
   const topK = element("input", { type: "number", min: "0", max: String(data.tokens.length), step: "1", value: "0", name: "top_k",
-    title: "0 = all tokens", "aria-description": "0 keeps all tokens" });
-  // 0 means every token: the field and a screen reader say "all", not "0" (issue 38)
+    title: "0 = all tokens" });
+  // 0 means every token: the field and a screen reader say "all", not "0" (issue 38). showTopK alone sets
+  // its value text and description, for the value it holds (a diff reviewer: set once, then overwritten).
   const topKShown = element("span", { "aria-hidden": "true" });
   const showTopK = () => {
     const k = Math.max(0, Math.floor(Number(topK.value) || 0));
@@ -343,20 +359,16 @@ export async function mount(root, ctx) {
     const out = await continueIds(ort, session, data, ids, n, t, k, randomStream(s));
     report((performance.now() - started) / Math.max(1, out.ids.length + (out.stopped ? 1 : 0)));
     const words = out.ids.map((i) => data.tokens[i]);
-    const how = `(${t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`})`;
+    const how = t === 0 ? "greedy: the most likely word each time" : `sampled with seed ${s}`;
     const written = `${decode(words)}${out.stopped ? " <eos>" : ""}`;
-    const shown = `${prompt.value.trim()} ▸ ${written}\n${how}`;
+    const shown = `${prompt.value.trim()} ▸ ${written}\n(${how})`;
     // The same settings write the same text: say so, so the live region changes and is read again.
     repeats = shown === lastShown ? repeats + 1 : 0;
     lastShown = shown;
-    const again = repeats === 0 ? "" : `\nThe same text again (${repeats + 1} times): ` +
+    const again = repeats === 0 ? "" : `The same text again (${repeats + 1} times): ` +
       (t === 0 ? "greedy decoding has no chance in it." : `seed ${s} draws the same words; change the seed for others.`);
-    // Seen: prompt ▸ continuation. Heard: "prompt, then: continuation" with its punctuation named
-    // (a listener heard "the machine ▸ , (sampled with seed 0)"; issue 38).
-    const spoken = `${prompt.value.trim()}, then: ${spokenText(decode(words), data.punctuation)}` +
-      `${out.stopped ? ", end of text" : ""}. ${how}`;
-    text.replaceChildren(element("span", { "aria-hidden": "true" }, shown),
-      element("span", { class: "ab-sr" }, spoken), again);
+    text.replaceChildren(element("span", { class: "ab-sr" }, spokenContinuation(prompt.value, words, out.stopped, how, again,
+      data.punctuation)), element("span", { "aria-hidden": "true" }, again ? `${shown}\n${again}` : shown));
     root.dataset.continuation = JSON.stringify({
       prompt: prompt.value, temperature: t, top_k: k, seed: s, count: n, ids: out.ids, text: decode(words),
       stopped: out.stopped,
