@@ -23,6 +23,7 @@ outputs orange and data grey.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -30,7 +31,9 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
 from ..core.checks import check_heads, check_int, check_positive_int
@@ -105,9 +108,12 @@ class _Box:
 class _Sketch:
     """A blank figure of ``width`` x ``height`` inches whose data coordinates are inches, (0, 0) bottom left."""
 
-    def __init__(self, width: float, height: float):
+    def __init__(self, width: float, height: float, phone: bool = False):
         ensure_style()
-        self.fig = plt.figure(figsize=(width, height))
+        # a phone's drawing (phone_drawing) is no pyplot figure: a notebook never shows it by itself
+        self.fig = Figure(figsize=(width, height)) if phone else plt.figure(figsize=(width, height))
+        if phone:
+            FigureCanvasAgg(self.fig)  # measured as drawn (get_renderer) like a pyplot figure
         self.ax = self.fig.add_axes((0, 0, 1, 1))
         self.ax.set_xlim(0, width)
         self.ax.set_ylim(0, height)
@@ -182,9 +188,13 @@ class _Sketch:
         self.fig.set_size_inches(width, top)
         self.ax.set_ylim(0, top)
 
-    def done(self, alt: str):
+    def done(self, alt: str, phone=None):
         """The finished figure, with ``alt``, what it shows in words, as its text equivalent
-        (the website's alt text: core/plot.py's :func:`set_alt_text`)."""
+        (the website's alt text: core/plot.py's :func:`set_alt_text`). ``phone``: a function of no
+        arguments that draws the same diagram in one column for a phone (core/plot.py's phone_png
+        draws it for the website, issue 36)."""
+        if phone is not None:
+            self.fig._ab_phone_drawing = phone
         return set_alt_text(self.fig, alt)
 
 
@@ -603,37 +613,49 @@ def transformer_diagram(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_h
     N = check_positive_int("num_blks", num_blks)
     n = check_positive_int("num_steps", num_steps)
     vocab = "|V|" if tgt_vocab_size is None else _fmt(check_positive_int("tgt_vocab_size", tgt_vocab_size))
-    s = _Sketch(6.4, 7.5)
+    return _transformer(d, h, d_ff, N, n, vocab)
+
+
+def _transformer(d: int, h: int, d_ff: int, N: int, n: int, vocab: str, phone: bool = False):
+    """:func:`transformer_diagram`'s drawing: encoder and decoder side by side, or, for a phone
+    (``phone``), in one column, the decoder above the encoder, its labels as large in points."""
+    s = _Sketch(3.3, 14.0, phone=True) if phone else _Sketch(6.4, 7.5)
     width = 2.15
-    enc_x, dec_x = 1.75, 4.6
+    if phone:  # one column; the encoder's output reaches the decoder along its left side
+        enc_x = dec_x = 1.45
+    else:
+        enc_x, dec_x = 1.75, 4.6
     enc_rail, dec_rail = enc_x + width / 2 + 0.17, dec_x + width / 2 + 0.17
     attention = f"$h = {h}$ heads, $d = {d}$"
     ffn = ("position-wise FFN\n" + f"${d} \\to {d_ff} \\to {d}$", "ffn")
 
-    def embed(cx: float, what: str, pe_side: str) -> float:
-        ids = s.box(cx, 0.3, width, 0.4, f"{what} ids: $n = {n}$", size=SMALL)
-        emb = s.box(cx, 0.95, width, 0.42, rf"embedding $\times \sqrt{{{d}}}$", role="embed", size=SMALL)
+    def embed(cx: float, what: str, pe_side: str, y0: float = 0.0) -> float:
+        ids = s.box(cx, y0 + 0.3, width, 0.4, f"{what} ids: $n = {n}$", size=SMALL)
+        emb = s.box(cx, y0 + 0.95, width, 0.42, rf"embedding $\times \sqrt{{{d}}}$", role="embed", size=SMALL)
         s.arrow(ids.at("top"), emb.at("bottom"))
-        plus = s.plus(cx, 1.55)
+        plus = s.plus(cx, y0 + 1.55)
         s.arrow(emb.at("top"), plus.at("bottom"))
         sign = -1 if pe_side == "left" else 1
-        s.text(cx + sign * 0.22, 1.55, "positional\nencoding", size=SMALL, ha="right" if sign < 0 else "left",
+        s.text(cx + sign * 0.22, y0 + 1.55, "positional\nencoding", size=SMALL, ha="right" if sign < 0 else "left",
                color=MUTED)
-        s.arrow((cx + sign * 0.22, 1.55), plus.at(pe_side))
-        s.arrow(plus.at("top"), (cx, 1.95))
-        s.text(cx + 0.2, 1.55, f"$(n, d) = ({n}, {d})$", size=SMALL, ha="left", color=MUTED)
-        return 1.95
+        s.arrow((cx + sign * 0.22, y0 + 1.55), plus.at(pe_side))
+        s.arrow(plus.at("top"), (cx, y0 + 1.95))
+        s.text(cx + 0.2, y0 + 1.55, f"$(n, d) = ({n}, {d})$", size=SMALL, ha="left", color=MUTED)
+        return y0 + 1.95
 
-    # Encoder.
-    bottom = embed(enc_x, "source", "left")
+    # Encoder (on a phone, its name under it: the drawing reads upwards).
+    base = 0.4 if phone else 0.0
+    bottom = embed(enc_x, "source", "left", base)
     top, _ = _residual_block(s, enc_x, width, bottom, [("multi-head self-attention\n" + attention, "attention"),
                                                        ffn], enc_rail)
-    s.repeat(enc_x - width / 2 - 0.1, bottom - 0.05, enc_rail + 0.08, top - 0.05, N, side="left")
+    s.repeat(enc_x - width / 2 - 0.1, bottom - 0.05, enc_rail + 0.08, top - 0.05, N,
+             side="right" if phone else "left")
     memory = s.box(enc_x, top + 0.5, width, 0.6, f"encoder output $({n}, {d})$\n= keys and values", size=SMALL)
     s.arrow((enc_x, top), memory.at("bottom"))
 
     # Decoder.
-    bottom = embed(dec_x, "target", "left")
+    base = memory.top + 0.75 if phone else 0.0
+    bottom = embed(dec_x, "target", "left", base)
     top, (masked, cross, _) = _residual_block(
         s, dec_x, width, bottom,
         [("masked self-attention\n" + attention, "attention"),
@@ -644,13 +666,22 @@ def transformer_diagram(num_hiddens: int = 256, ffn_num_hiddens: int = 64, num_h
     s.arrow((dec_x, top), linear.at("bottom"))
     soft = s.box(dec_x, linear.top + 0.45, width, 0.42, "softmax: next token", role="output", size=SMALL)
     s.arrow(linear.at("top"), soft.at("bottom"))
-    for x, name in ((enc_x, "encoder"), (dec_x, "decoder")):
-        s.text(x, soft.top + 0.28, name, size=TITLE, bold=True)
-    s.fit_height(soft.top + 0.5)
-    # Keys and values of the encoder–decoder attention: the encoder's output.
-    gap = (enc_rail + 0.08 + dec_x - width / 2 - 0.1) / 2
-    s.path([memory.at("right"), (gap, memory.cy), (gap, cross.cy), cross.at("left")], color=_ROLES["attention"])
-    return s.done(f"Diagram of the encoder-decoder Transformer: an encoder of {num_blks} blocks (multi-head self-attention with {num_heads} heads and an FFN of {ffn_num_hiddens} units, each with add and norm) and a decoder of {num_blks} blocks (masked self-attention, encoder-decoder attention, FFN), width {num_hiddens}, then a linear layer to the vocabulary")
+    if phone:
+        s.text(enc_x, 0.15, "encoder", size=TITLE, bold=True)
+        s.text(dec_x, base - 0.22, "decoder", size=TITLE, bold=True)
+        s.fit_height(soft.top + 0.15)
+        # Keys and values of the encoder–decoder attention: up the left side, past the decoder's input.
+        gap = dec_x - width / 2 - 0.27
+        s.path([memory.at("left"), (gap, memory.cy), (gap, cross.cy), cross.at("left")], color=_ROLES["attention"])
+    else:
+        for x, name in ((enc_x, "encoder"), (dec_x, "decoder")):
+            s.text(x, soft.top + 0.28, name, size=TITLE, bold=True)
+        s.fit_height(soft.top + 0.5)
+        # Keys and values of the encoder–decoder attention: the encoder's output.
+        gap = (enc_rail + 0.08 + dec_x - width / 2 - 0.1) / 2
+        s.path([memory.at("right"), (gap, memory.cy), (gap, cross.cy), cross.at("left")], color=_ROLES["attention"])
+    return s.done(f"Diagram of the encoder-decoder Transformer: an encoder of {N} blocks (multi-head self-attention with {h} heads and an FFN of {d_ff} units, each with add and norm) and a decoder of {N} blocks (masked self-attention, encoder-decoder attention, FFN), width {d}, then a linear layer to the vocabulary",
+                  phone=None if phone else functools.partial(_transformer, d, h, d_ff, N, n, vocab, phone=True))
 
 
 # --------------------------------------------------------------------------------------
@@ -695,17 +726,25 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
     classes = check_positive_int("num_classes", num_classes)
     if pool not in ("cls", "mean"):
         raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}")
+    return _vit(H, W, ph, pw, d, heads, d_mlp, N, c, classes, pool)
+
+
+def _vit(H: int, W: int, ph: int, pw: int, d: int, heads: int, d_mlp: int, N: int, c: int, classes: int,
+         pool: str, phone: bool = False):
+    """:func:`vit_diagram`'s drawing: the patches on the left, the encoder on the right, or, for a
+    phone (``phone``), in one column read upwards, from the image at the bottom to the scores."""
     rows, cols = H // ph, W // pw
     m = rows * cols
     tokens = m + (pool == "cls")
-    s = _Sketch(6.45, 6.5)
-    lx, lw = 1.7, 2.9
+    s = _Sketch(3.3, 12.0, phone=True) if phone else _Sketch(6.45, 6.5)
+    lx, lw = (1.45, 2.7) if phone else (1.7, 2.9)
 
-    # Left column, top down: the image, its patches, the projection, <cls>, the positions.
+    # Left column, top down (on a phone, bottom up): the image, its patches, the projection, <cls>, the positions.
     side = 1.15
     scale = side / max(H, W)
     iw, ih = W * scale, H * scale
-    left, bottom = 0.3, 5.05
+    left, bottom = (0.2, 0.1) if phone else (0.3, 5.05)
+    up = 1 if phone else -1  # the direction the column reads in
     s.ax.add_patch(Rectangle((left, bottom), iw, ih, facecolor="0.93", edgecolor=INK, linewidth=1.1, zorder=2))
     first = min(4, m)
     for k in range(first):  # the first patches, in reading order
@@ -717,42 +756,57 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
             s.ax.plot([left, left + iw], [bottom + r * ph * scale] * 2, color="0.45", lw=0.6, zorder=3)
         for q in range(1, cols):
             s.ax.plot([left + q * pw * scale] * 2, [bottom, bottom + ih], color="0.45", lw=0.6, zorder=3)
+    grid = "\n" if phone else "; "  # on a phone, the patch's size on a line of its own
     s.text(left + iw + 0.15, bottom + ih / 2,
            f"image $c \\times h \\times w$\n$= {c} \\times {H} \\times {W}$\npatch size $p = {ph}$"
            + ("" if ph == pw else f" × {pw}") + f"\n${rows} \\times {cols}$ grid"
-           + rf"; $\mathbf{{x}}_i \in \mathbb{{R}}^{{{c * ph * pw}}}$", size=SMALL, ha="left")
-    shown = _shown(m, 5)
+           + grid + rf"$\mathbf{{x}}_i \in \mathbb{{R}}^{{{c * ph * pw}}}$", size=SMALL, ha="left")
+    shown = _shown(m, 4 if phone else 5)
     xs = _columns(len(shown) + 1, lx - lw / 2 + 0.2, lx + lw / 2 - 0.2)
-    patch_y = 4.45
+    patch_y = bottom + ih + 0.55 if phone else 4.45
     for i, x in zip(shown, xs[1:]):
         if i is None:
             s.text(x, patch_y, "⋯", size=FONT)
             continue
         s.box(x, patch_y, 0.32, 0.32, str(i), role="embed" if i <= first else "data", size=SMALL - 1)
     s.text(xs[0], patch_y, f"$m = {m}$", size=SMALL)
-    s.arrow((left + iw / 2, bottom), (left + iw / 2, patch_y + 0.25))
-    proj = s.box(lx, 3.75, lw, 0.42, rf"linear $\mathbf{{E}}$: ${c * ph * pw} \to {d}$", role="embed", size=SMALL)
-    s.arrow((lx, patch_y - 0.16), proj.at("top"))
-    token_y = 3.05
+    image_edge = bottom + ih if phone else bottom
+    # the arrows through the rows of patches and tokens pass between two of them
+    via = (xs[-2] + xs[-3]) / 2 if phone and len(xs) > 2 else lx
+    s.arrow((left + iw / 2, image_edge), (left + iw / 2, patch_y - up * 0.25))
+    proj = s.box(lx, patch_y + up * 0.7, lw, 0.42, rf"linear $\mathbf{{E}}$: ${c * ph * pw} \to {d}$", role="embed",
+                 size=SMALL)
+    s.arrow((via, patch_y + up * 0.16), (via, proj.bottom) if phone else proj.at("top"))
+    token_y = proj.cy + up * 0.7
+    # a subscript is drawn at 0.7 of its label: at 9.7 pt, 9.4 px high on a phone
+    token_size = SMALL - 0.8 if phone else SMALL - 1.5
     for i, x in zip(shown, xs[1:]):
         if i is None:
             s.text(x, token_y, "⋯", size=FONT)
             continue
         # 0.44 wide: "x_36 E" and "<cls>" fill their boxes once enlarged for a phone
-        s.box(x, token_y, 0.44, 0.36, rf"$\mathbf{{x}}_{{{i}}}\mathbf{{E}}$", role="embed", size=SMALL - 1.5)
+        s.box(x, token_y, 0.46 if phone else 0.44, 0.36, rf"$\mathbf{{x}}_{{{i}}}\mathbf{{E}}$", role="embed",
+              size=token_size)
     if pool == "cls":
-        s.box(xs[0] - 0.03, token_y, 0.54, 0.36, "<cls>", role="output", size=SMALL - 1.5)
-    s.arrow(proj.at("bottom"), (lx, token_y + 0.19))
-    pos = s.box(lx, 2.3, lw, 0.5, "+ learned positions\n" + rf"$\mathbf{{E}}_{{\mathrm{{pos}}}}$: $({tokens}, {d})$",
+        s.box(xs[0] - 0.03, token_y, 0.54, 0.36, "<cls>", role="output", size=token_size)
+    s.arrow((via, proj.top) if phone else proj.at("bottom"), (via, token_y - up * 0.19))
+    pos = s.box(lx, token_y + up * 0.75, lw, 0.5,
+                "+ learned positions\n" + rf"$\mathbf{{E}}_{{\mathrm{{pos}}}}$: $({tokens}, {d})$",
                 role="embed", size=SMALL)
-    s.arrow((lx, token_y - 0.19), pos.at("top"))
+    s.arrow((via, token_y + up * 0.19), (via, pos.bottom) if phone else pos.at("top"))
 
-    # Right column, bottom up: the encoder blocks, then the head.
-    rx, rw = 4.6, 2.2
+    # Right column (on a phone, above), bottom up: the encoder blocks, then the head.
+    rx, rw = (lx, 2.1) if phone else (4.6, 2.2)
     rail = rx + rw / 2 + 0.17
-    start = 0.65
-    s.path([pos.at("bottom"), (lx, 0.4), (rx, 0.4), (rx, start)])
-    s.text((lx + rx) / 2, 0.23, rf"$\mathbf{{Z}}_0$: $({tokens}, {d})$", size=SMALL, color=MUTED)
+    if phone:
+        start = pos.top + 0.5
+        s.arrow(pos.at("top"), (rx, start))
+        s.text(rx + 0.12, (pos.top + start) / 2, rf"$\mathbf{{Z}}_0$: $({tokens}, {d})$", size=SMALL, color=MUTED,
+               ha="left")
+    else:
+        start = 0.65
+        s.path([pos.at("bottom"), (lx, 0.4), (rx, 0.4), (rx, start)])
+        s.text((lx + rx) / 2, 0.23, rf"$\mathbf{{Z}}_0$: $({tokens}, {d})$", size=SMALL, color=MUTED)
     top, _ = _residual_block(s, rx, rw, start, [(f"multi-head attention\n$h = {heads}$ heads", "attention"),
                                                 (f"MLP (GELU)\n${d} \\to {d_mlp} \\to {d}$", "ffn")],
                              rail, pre_norm=True)
@@ -764,8 +818,10 @@ def vit_diagram(model=None, *, img_size=96, patch_size=16, num_hiddens: int = 51
     s.arrow(pick.at("top"), head.at("bottom"))
     scores = s.box(rx, head.top + 0.45, rw, 0.42, f"{classes} class scores", role="output", size=SMALL)
     s.arrow(head.at("top"), scores.at("bottom"))
-    s.fit_height(max(scores.top, bottom + ih) + 0.2)
-    return s.done(f"Diagram of the vision Transformer: an image of {H} by {W} pixels cut into patches of {ph} by {pw}, each embedded in {num_hiddens} features with a position embedding, {num_blks} Transformer encoder blocks with {num_heads} heads and an MLP of {mlp_num_hiddens} units, then a head giving {num_classes} class scores from the {pool} vector")
+    s.fit_height(scores.top + 0.1 if phone else max(scores.top, bottom + ih) + 0.2)
+    return s.done(f"Diagram of the vision Transformer: an image of {H} by {W} pixels cut into patches of {ph} by {pw}, each embedded in {d} features with a position embedding, {N} Transformer encoder blocks with {heads} heads and an MLP of {d_mlp} units, then a head giving {classes} class scores from the {pool} vector",
+                  phone=None if phone else functools.partial(_vit, H, W, ph, pw, d, heads, d_mlp, N, c, classes, pool,
+                                                             phone=True))
 
 
 # --------------------------------------------------------------------------------------

@@ -581,6 +581,9 @@ def phone_png(fig) -> bytes | None:
     natural = fig.get_size_inches()[0] * fig.dpi
     if px is None or px * min(1.0, PHONE_COLUMN_PX / natural) >= MIN_TEXT_PX:
         return None
+    drawing = getattr(fig, "_ab_phone_drawing", None)
+    if drawing is not None:  # a diagram that draws itself again for a phone's column (book/diagrams.py)
+        return _drawn_phone_png(drawing(), fig)
     copy = phone_figure(fig)
     if copy is None:
         return _diagram_png(fig)
@@ -700,6 +703,42 @@ def _diagram_png(fig) -> bytes | None:
     px = smallest_text_px(copy, PHONE_DPI)
     # legible at the phone's column: the page shows it no narrower than width * 9 / px (book_site.py)
     return buf.getvalue() if px and width * MIN_TEXT_PX / px <= PHONE_MAX_PX else None
+
+
+# mathtext draws a sub- or superscript at 0.7 of its text's size (matplotlib's SHRINK_FACTOR)
+_SCRIPT_SHRINK = 0.7
+_SCRIPT = re.compile(r"\$[^$]*[_^][^$]*\$")
+
+
+def smallest_glyph_px(fig, dpi: float | None = None) -> float | None:
+    """:func:`smallest_text_px` with sub- and superscripts counted at the size mathtext draws them
+    (``$\\mathbf{x}_i$``: its ``i`` at 0.7 of the label's size); None for a figure without text."""
+    dpi = fig.dpi if dpi is None else dpi
+    sizes = [t.get_fontsize() * (_SCRIPT_SHRINK if _SCRIPT.search(t.get_text()) else 1.0)
+             for t in _drawn_texts(fig)]
+    return min(sizes) * dpi / 72.0 if sizes else None
+
+
+def _drawn_phone_png(copy, fig) -> bytes | None:
+    """The PNG of ``copy``, a diagram drawn again for a phone's column (one column, its labels at
+    their desktop size in points), at :data:`PHONE_DPI`: shown at its natural width in a 390 px
+    phone's column, every text, sub- and superscripts included, is :data:`MIN_TEXT_PX` high or more
+    (recorded as its smallest text, so the page never shows it narrower). ``fig``'s alt text. None
+    when it is wider than :data:`PHONE_MAX_PX` or a text is smaller."""
+    import io
+
+    from PIL import Image
+
+    try:
+        copy.set_dpi(PHONE_DPI)
+        px = smallest_glyph_px(copy, PHONE_DPI)
+        meta = {TEXT_SIZE_KEY: "none" if px is None else f"{px:.2f}", ALT_TEXT_KEY: figure_alt_text(fig)}
+        buf = io.BytesIO()
+        copy.savefig(buf, format="png", dpi=PHONE_DPI, bbox_inches="tight", metadata=meta)
+    finally:
+        plt.close(copy)
+    width = Image.open(io.BytesIO(buf.getvalue())).width
+    return buf.getvalue() if width <= PHONE_MAX_PX and (px is None or px >= MIN_TEXT_PX) else None
 
 
 def _phone_metadata(fig) -> dict[str, str]:
