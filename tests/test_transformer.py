@@ -15,25 +15,13 @@ from attention_book.models import transformer as tf
 from attention_book.assignments import ch07
 
 
-def _copy_into_torch_layer(blk: ab.TransformerEncoderBlock, ref: nn.TransformerEncoderLayer) -> None:
-    a = blk.attention
-    with torch.no_grad():
-        ref.self_attn.in_proj_weight.copy_(torch.cat([a.W_q.weight, a.W_k.weight, a.W_v.weight]))
-        ref.self_attn.in_proj_bias.copy_(torch.cat([a.W_q.bias, a.W_k.bias, a.W_v.bias]))
-        ref.self_attn.out_proj.load_state_dict(a.W_o.state_dict())
-        ref.linear1.load_state_dict(blk.ffn.dense1.state_dict())
-        ref.linear2.load_state_dict(blk.ffn.dense2.state_dict())
-        ref.norm1.load_state_dict(blk.addnorm1.ln.state_dict())
-        ref.norm2.load_state_dict(blk.addnorm2.ln.state_dict())
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_block_matches_torch_layer(norm_first):
     torch.manual_seed(0)
     d, ffn, heads = 16, 24, 4
     blk = ab.TransformerEncoderBlock(d, ffn, heads, 0.0, use_bias=True, norm_first=norm_first).eval()
     ref = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    _copy_into_torch_layer(blk, ref)
+    assert ab.copy_to_torch_layer(blk, ref) is ref
     X = torch.randn(3, 7, d)
     torch.testing.assert_close(blk(X), ref(X), atol=1e-5, rtol=1e-5)
     # padding: torch masks keys with True = "ignore"; compare the real positions only
@@ -44,6 +32,21 @@ def test_encoder_block_matches_torch_layer(norm_first):
     # causal: the same as torch's causal mask
     causal = nn.Transformer.generate_square_subsequent_mask(7)
     torch.testing.assert_close(blk(X, causal=True), ref(X, src_mask=causal, is_causal=True), atol=1e-5, rtol=1e-5)
+
+
+def test_copy_to_torch_layer_without_bias_and_wrong_sizes():
+    torch.manual_seed(0)
+    blk = ab.TransformerEncoderBlock(16, 24, 4, 0.0).eval()  # no attention biases
+    ref = nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, batch_first=True).eval()
+    ab.copy_to_torch_layer(blk, ref)
+    assert ref.self_attn.in_proj_bias.abs().max() == 0
+    X = torch.randn(2, 5, 16)
+    torch.testing.assert_close(blk(X), ref(X), atol=1e-5, rtol=1e-5)
+    for args, name in (((16, 2, 24), "num_heads"), ((16, 4, 32), "ffn_num_hiddens"),
+                       ((32, 4, 24), "num_hiddens")):
+        wrong = nn.TransformerEncoderLayer(*args, dropout=0.0, batch_first=True)
+        with pytest.raises(ValueError, match=name):
+            ab.copy_to_torch_layer(blk, wrong)
 
 
 def test_addnorm_post_and_pre():

@@ -40,7 +40,7 @@ from .core.config import (
     distributed_run,
     is_main_process,
 )
-from .core.plot import use_book_style, heatmaps_figure, curves_figure
+from .core.plot import use_book_style, heatmaps_figure, curves_figure, chance_line
 from .core.train import (
     accuracy,
     fit,
@@ -143,6 +143,7 @@ from .models.transformer import (
     TransformerDecoder,
     make_transformer,
     greedy_without_cache,
+    copy_to_torch_layer,
 )
 from .models.vit import (
     patchify,

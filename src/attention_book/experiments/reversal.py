@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.checks import check_int, check_positive_int
-from ..core.train import accuracy, evaluating, model_device, warmup_cosine_schedule
+from ..core.train import accuracy, capped_batches, evaluating, model_device, warmup_cosine_schedule
 from ..models.attention import record_attention
 from ..models.transformer import TransformerEncoder, init_small_embeddings
 
@@ -265,8 +265,8 @@ def token_loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
 class RecurrentTagger(nn.Module):
     """A bidirectional GRU that predicts one class per input position: the recurrent baseline.
 
-    ``RecurrentTagger(num_classes, num_hiddens=32, embed_size=None)``: an
-    embedding of size ``embed_size`` (default ``num_hiddens``), one bidirectional
+    ``RecurrentTagger(num_classes, num_hiddens=32)``: an embedding of size
+    ``num_hiddens`` (as the chapter's own class), one bidirectional
     ``nn.GRU`` layer with ``num_hiddens`` units per direction, and the output
     network of :class:`SequencePredictor` (dense from the two directions' ``2 *
     num_hiddens`` to ``num_hiddens``, layer norm, ReLU, dense) to ``num_classes``
@@ -278,13 +278,12 @@ class RecurrentTagger(nn.Module):
     ``forward(X)``: (batch, length) ids -> (batch, length, num_classes).
     """
 
-    def __init__(self, num_classes: int, num_hiddens: int = 32, embed_size: int | None = None):
+    def __init__(self, num_classes: int, num_hiddens: int = 32):
         super().__init__()
         self.num_classes = check_positive_int("num_classes", num_classes)
         num_hiddens = check_positive_int("num_hiddens", num_hiddens)
-        embed_size = num_hiddens if embed_size is None else check_positive_int("embed_size", embed_size)
-        self.embedding = nn.Embedding(num_classes, embed_size)
-        self.rnn = nn.GRU(embed_size, num_hiddens, batch_first=True, bidirectional=True)
+        self.embedding = nn.Embedding(num_classes, num_hiddens)
+        self.rnn = nn.GRU(num_hiddens, num_hiddens, batch_first=True, bidirectional=True)
         self.output_net = nn.Sequential(nn.Linear(2 * num_hiddens, num_hiddens), nn.LayerNorm(num_hiddens),
                                         nn.ReLU(), nn.Linear(num_hiddens, num_classes))
 
@@ -297,12 +296,13 @@ class RecurrentTagger(nn.Module):
 def accuracy_by_position(model: nn.Module, batches) -> torch.Tensor:
     """Share of right arg-max predictions at every output position, over ``(inputs, labels)`` batches.
 
-    Labels are (batch, n); returns a float tensor of shape (n,) on the CPU.
+    Labels are (batch, n); returns a float tensor of shape (n,) on the CPU. Like ``ab.accuracy``,
+    it reads only the first ``ATTENTION_BOOK_MAX_STEPS`` batches when that cap is set (smoke runs).
     """
     device = model_device(model)
     right, total = None, 0
     with evaluating(model):
-        for X, Y in batches:
+        for X, Y in capped_batches(batches):
             hits = (model(X.to(device)).argmax(dim=-1) == Y.to(device)).sum(dim=0).cpu()
             right = hits if right is None else right + hits
             total += Y.shape[0]

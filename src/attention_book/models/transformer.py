@@ -53,6 +53,7 @@ __all__ = [
     "TransformerDecoder",
     "make_transformer",
     "greedy_without_cache",
+    "copy_to_torch_layer",
     "init_small_embeddings",
     "check_token_range",
 ]
@@ -174,6 +175,39 @@ class TransformerEncoderBlock(nn.Module):
         causal = self.causal if causal is None else causal
         Y = self.addnorm1(X, lambda Z: self.attention(Z, Z, Z, valid_lens, attn_mask=attn_mask, causal=causal))
         return self.addnorm2(Y, self.ffn)
+
+
+def copy_to_torch_layer(block: nn.Module, layer: nn.TransformerEncoderLayer) -> nn.TransformerEncoderLayer:
+    """Copy an encoder block's weights into PyTorch's ``nn.TransformerEncoderLayer``; returns ``layer``.
+
+    ``block`` is a :class:`TransformerEncoderBlock`, or a chapter's own block with the same
+    parts (``attention.W_q/W_k/W_v/W_o``, ``ffn.dense1/dense2``, ``addnorm1.ln``,
+    ``addnorm2.ln``). PyTorch stacks the three input projections into one matrix,
+    ``self_attn.in_proj_weight`` = [W_q; W_k; W_v] (3d, d), and their biases likewise; a block
+    without biases gives ``layer`` zero biases. ``layer`` must have the block's width, FFN width
+    and number of heads (a ``ValueError`` says which differs); its ``batch_first``, activation
+    and ``norm_first`` are the caller's to match.
+    """
+    att, theirs = block.attention, layer.self_attn
+    d, d_ff = att.W_q.weight.shape[1], block.ffn.dense1.weight.shape[0]
+    heads = getattr(att, "num_heads", theirs.num_heads)
+    wanted = {"num_hiddens": (d, theirs.embed_dim), "ffn_num_hiddens": (d_ff, layer.linear1.out_features),
+              "num_heads": (heads, theirs.num_heads)}
+    for name, (ours, torch_value) in wanted.items():
+        if ours != torch_value:
+            raise ValueError(f"copy_to_torch_layer: the block has {name}={ours}, the torch layer {torch_value}")
+    projections = (att.W_q, att.W_k, att.W_v)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+        for ours, target in ((projections, theirs.in_proj_bias), ((att.W_o,), theirs.out_proj.bias)):
+            if target is not None:
+                target.copy_(torch.cat([p.bias if p.bias is not None else torch.zeros_like(p.weight[:, 0])
+                                        for p in ours]))
+        theirs.out_proj.weight.copy_(att.W_o.weight)
+        for ours, target in ((block.ffn.dense1, layer.linear1), (block.ffn.dense2, layer.linear2),
+                             (block.addnorm1.ln, layer.norm1), (block.addnorm2.ln, layer.norm2)):
+            target.load_state_dict(ours.state_dict())
+    return layer
 
 
 class TransformerDecoderBlock(nn.Module):
