@@ -9,17 +9,23 @@ returns (n, num_hiddens) in the positions' dtype, with
 A failed case names its own cause: a wrong type, shape or dtype says so, and wrong values
 are compared with what each common mistake gives (the base ignored, the exponent j / d,
 sines and cosines swapped or in two halves, …) so the feedback names the mistake made.
+
+Exercise 11.6.3 (a worked exercise, its solution public) has its own checker,
+:func:`verify_relative_attention`: it loads weights drawn from the case seed into the learner's
+relative self-attention layer and names the common slips (the offset i - j for j - i, the table
+read without its shift, one head's biases for all, no clipping, ...).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
 from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
-__all__ = ["check_encode_positions"]
+__all__ = ["check_encode_positions", "verify_relative_attention"]
 
 
 def _table(positions, num_hiddens: int, base: float, exponent=lambda columns: columns - columns % 2,
@@ -173,3 +179,140 @@ def check_encode_positions(fn, verbose: bool = True):
     cases = [Case(name, (p, d), _diagnosing(p, d, b), {"base": b}, hint=ODD_RAISED if d % 2 else "")
              for name, p, d, b in cases_in]
     return run_checks("encode_positions", functools.partial(call_encode, fn), cases, verbose=verbose)
+
+
+# --------------------------------------------------------------------------- exercise 11.6.3's checker
+# A worked exercise, not a graded assignment (its solution is public, folded on the website): its checker
+# is called ``verify_*``, not ``check_*``, which would register it as a graded assignment
+# (``assignments._collect``). A fresh learner found that a layer reading b[j - i] as b[i - j] trained as
+# well and passed unnoticed (issue 36).
+
+WEIGHT_NAMES = ("W_q", "W_k", "W_v", "W_o")
+
+
+def _relative_by_hand(X, weights, bias, num_heads: int, max_distance: int, *, flip=False, shift=True,
+                      scale=True, one_head=False, dim=-1, after=False):
+    """(output, weights) of the relative self-attention layer with these ``weights`` (W_q, W_k, W_v, W_o)
+    and ``bias`` (heads, 2 * max_distance + 1), in float64; the keyword arguments make the mistakes."""
+    b, n, d = X.shape
+    X = X.double()
+    q, k, v = (
+        (X @ W.double().T).reshape(b, n, num_heads, -1).transpose(1, 2) for W in weights[:3]
+    )
+    positions = torch.arange(n)
+    offsets = positions[None, :] - positions[:, None]  # row: query i, column: key j -> j - i
+    if flip:
+        offsets = -offsets
+    offsets = offsets.clamp(-max_distance, max_distance)  # beyond the range: the end values
+    table = bias.double()[:1].expand_as(bias) if one_head else bias.double()
+    # without the shift, a negative offset counts from the table's end, as Python's indexing does
+    index = offsets + max_distance if shift else offsets % table.shape[1]
+    scores = q @ k.transpose(-1, -2) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+    if not after:
+        scores = scores + table[:, index]
+    weights_ = torch.softmax(scores, dim=dim)
+    if after:
+        weights_ = weights_ + table[:, index]
+    out = (weights_ @ v).transpose(1, 2).reshape(b, n, d) @ weights[3].double().T
+    return out, weights_
+
+
+RELATIVE_MISTAKES = [
+    (("the bias is read at i - j instead of j - i: the score of query i (the row) and key j (the column) "
+      "gets b[h, clip(j - i)], so offsets = positions[None, :] - positions[:, None]"),
+     {"flip": True}),
+    (("the table is indexed by the offset itself: column 0 holds offset -max_distance, so read "
+      "self.bias[:, offsets + self.max_distance]"),
+     {"shift": False}),
+    ("every head reads head 0's biases: head h adds its own row, self.bias[h, ...]", {"one_head": True}),
+    ("the scores q k / sqrt(d_head) are not divided by sqrt(d_head), one head's width", {"scale": False}),
+    (("the softmax runs over the queries (dim=-2): each query's weights are a softmax over the keys, "
+      "the last axis"), {"dim": -2}),
+    (("the bias is added to the weights after the softmax: add it to the scores, before the softmax"),
+     {"after": True}),
+]
+
+RELATIVE_CLIP = ("offsets beyond max_distance must share the end values: clamp j - i to "
+                 "[-max_distance, max_distance] before reading the table")
+RELATIVE_NO_WEIGHTS = ("self.attention_weights is None after the call: set it to the softmax weights, "
+                       "(batch, heads, n, n), before multiplying them by v")
+
+
+def _relative_check(args):
+    """The check of one case of :func:`verify_relative_attention`: the weights, then the output."""
+    want_out, want_w = _relative_by_hand(*args)
+    mistakes = [(cause, bad) for cause, kw in RELATIVE_MISTAKES
+                for bad in [_relative_by_hand(*args, **kw)[1]]
+                if bad.shape != want_w.shape or not torch.allclose(bad, want_w, atol=1e-5, rtol=1e-4)]
+    check_w = compare(want_w.float(), atol=1e-5, rtol=1e-4)
+    check_out = compare(want_out.float(), atol=1e-5, rtol=1e-4)
+
+    def check(got):
+        out, got_w = got
+        if got_w is None:
+            return Diagnosis(RELATIVE_NO_WEIGHTS, RELATIVE_NO_WEIGHTS)
+        why = check_w(got_w)
+        if why is not None:
+            if isinstance(got_w, torch.Tensor) and tuple(got_w.shape) == tuple(want_w.shape):
+                got64 = got_w.detach().double().cpu()
+                for cause, bad in mistakes:
+                    if torch.allclose(got64, bad, atol=1e-5, rtol=1e-4):
+                        return Diagnosis(f"the attention weights differ; {cause}", cause)
+            return Diagnosis(f"the attention weights: {why}", "the attention weights differ")
+        why = check_out(out)
+        if why is not None:
+            cause = ("the weights are right but the output is not: out = weights @ v, (batch, heads, n, "
+                     "d_head), which the given last line turns back into (batch, n, num_hiddens)")
+            return Diagnosis(f"the output: {why} — {cause}", cause)
+        return None
+
+    return check
+
+
+def _run_layer(layer_class, X, weights, bias, num_heads, max_distance):
+    """Build the learner's layer, load the case's weights into it and run it on X: (output, weights)."""
+    num_hiddens = X.shape[-1]
+    with torch.random.fork_rng(devices=[]):  # its initialisation leaves the learner's random numbers alone
+        layer = layer_class(num_hiddens, num_heads, max_distance)
+    with torch.no_grad():
+        for name, W in zip(WEIGHT_NAMES, weights):
+            getattr(layer, name).weight.copy_(W)
+        if tuple(layer.bias.shape) != tuple(bias.shape):
+            raise ValueError(f"self.bias has shape {tuple(layer.bias.shape)}; it should be (num_heads, "
+                             f"2 * max_distance + 1) = {tuple(bias.shape)}, one column per offset")
+        layer.bias.copy_(bias)
+    try:
+        out = layer(X)
+    except IndexError as err:  # the traceback still ends in the learner's line
+        if X.shape[1] - 1 > max_distance and len(err.args) == 1 and isinstance(err.args[0], str):
+            err.args = (f"{err.args[0].rstrip()} — {RELATIVE_CLIP}",)
+        raise
+    return out, layer.attention_weights
+
+
+def verify_relative_attention(layer_class, verbose: bool = True):
+    """Exercise 11.6.3: check the class ``layer_class(num_hiddens, num_heads, max_distance)``, a
+    self-attention layer whose score of query i and key j gets the bias b[h, clip(j - i)] (its weights
+    W_q, W_k, W_v, W_o and its table ``bias``, as the page's scaffold names them), on weights and
+    inputs drawn from the case seed. Prints a line per case (what is wrong, and which common mistake
+    explains it) and returns the :class:`Report`."""
+    g = case_generator(63)
+
+    def case(name, num_heads, head_size, n, max_distance):
+        width = num_heads * head_size
+        X = torch.randn(draw(g, 2, 3), n, width, generator=g)
+        weights = tuple(torch.randn(width, width, generator=g) / math.sqrt(width) for _ in WEIGHT_NAMES)
+        bias = torch.randn(num_heads, 2 * max_distance + 1, generator=g)
+        args = (X, weights, bias, num_heads, max_distance)
+        return Case(name, args, _relative_check(args))
+
+    # names of 36 characters at most: a line "  ✔ name" fits a 390 px phone's column (issue 38)
+    cases = [
+        case("4 heads, offsets up to 7 (the page)", 4, 8, 8, 7),
+        case("offsets beyond max_distance", draw(g, 2, 3), draw(g, 2, 4), draw(g, 6, 9), draw(g, 1, 2)),
+        case("one head", 1, draw(g, 4, 8), draw(g, 4, 6), draw(g, 2, 4)),
+        case("a sequence shorter than the range", draw(g, 2, 4), draw(g, 2, 4), draw(g, 2, 4), draw(g, 5, 8)),
+    ]
+    name = getattr(layer_class, "__name__", "")
+    return run_checks(name if name.isidentifier() else "relative_attention",
+                      functools.partial(_run_layer, layer_class), cases, verbose=verbose)
