@@ -1,6 +1,7 @@
 """Build the student edition of the notebooks (standard library only: no torch needed).
 
-Usage: python3 scripts/student_edition.py [SRC_DIR] [DEST_DIR]   (default: notebooks student)
+Usage: python3 scripts/student_edition.py [SRC_DIR] [DEST_DIR] [--practice]   (default: notebooks student)
+(``--practice``: only the exercises pages, ``chNN_exercises.ipynb``, as the website offers them)
 
 Every notebook in SRC_DIR is written to DEST_DIR with instructor answers removed,
 each solution replaced by a ``# YOUR CODE HERE`` stub, the code that needs an
@@ -11,16 +12,24 @@ ignored by git. The build fails (exit 1) if any solution line would survive.
 The website offers each exercises page's *practice notebook* (book/_ext/book_site.py writes
 them with :func:`build_practice`): its student edition without the hidden cells that only
 check the book's own solutions (:func:`drop_checks`).
+
+Both editions are read outside the website (downloaded, or opened in Colab): their MyST roles are
+rendered as text (:func:`render_roles`) and their relative links point at the website
+(:func:`absolute_links`, from ``repository: url:`` in _config.yml).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
 import json
+import posixpath
 import re
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from editions import (  # noqa: E402
@@ -49,18 +58,24 @@ def leaked_lines(original: dict, student: dict, solutions: dict[str, str] | None
     return leaks
 
 
-def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None) -> list[Path]:
-    """Write the student edition of every notebook in ``src_dir`` (or of those ``names``): the
-    same notebook as the website's practice copy (:func:`practice_edition`), so the hidden checks
-    of the book's own answers are gone from both (a fresh instructor found ch01's hidden check
-    holding the one-line answer of exercise 11.1.2, and ch05/ch06's ``ab.claim`` and
-    ``ab.assert_trained`` run on a student's own results)."""
+EXERCISES = "ch[0-9][0-9]_exercises.ipynb"  # the exercises pages: each offers a practice notebook
+
+
+def build(src_dir: Path, dest_dir: Path, names: list[str] | None = None, pattern: str = "*.ipynb",
+          glued: dict[str, dict] | None = None) -> list[Path]:
+    """Write the student edition of every notebook in ``src_dir`` matching ``pattern`` (or of
+    those ``names``): the same notebook as the website's practice copy (:func:`practice_edition`),
+    so the hidden checks of the book's own answers are gone from both (a fresh instructor found
+    ch01's hidden check holding the one-line answer of exercise 11.1.2, and ch05/ch06's
+    ``ab.claim`` and ``ab.assert_trained`` run on a student's own results). ``glued``: notebook
+    name -> the values its executed copy glued (:func:`render_roles`)."""
     dest_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in sorted(src_dir.glob("*.ipynb")):
+    for path in sorted(src_dir.glob(pattern)):
         if names is not None and path.name not in names:
             continue
-        student = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name)
+        student = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name,
+                                   (glued or {}).get(path.name))
         out = dest_dir / path.name
         out.write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         written.append(out)
@@ -113,7 +128,19 @@ def drop_checks(cells: list[dict]) -> list[dict]:
 
 
 ROLE = re.compile(r"\{(?P<role>cite(?::[tp])?|glue:text)\}`(?P<arg>[^`]*)`")
-NO_VALUE = "(the number your run prints above)"
+# A seed-check count (ab.glue_counts): "held in {glue:text}`x_held` of {glue:text}`x_runs` runs".
+COUNTS = re.compile(r"\{glue:text\}`(?P<name>\w+)_held(?::[^`]*)?`(?P<of>\s+of\s+)"
+                    r"\{glue:text\}`(?P=name)_runs(?::[^`]*)?`")
+ROLES = re.compile(f"{COUNTS.pattern}|{ROLE.pattern}")
+# Where the practice notebook has no value for a glued number (make student has no executed
+# notebooks): words that are true wherever the notebook is read. "(the number your run prints
+# above)" was not: ch06's seed-check counts are printed by no run of the learner (issue 36).
+NO_VALUE = "(a number given on {page})"
+NO_COUNT = "(a count given on {page})"
+PAGE_WORDS = "the book's website"
+# Under a text whose run-specific numbers are the book's own (the site's executed notebook): the
+# text says "in this run", and a learner's run is another.
+BOOKS_RUN = "*The numbers in this text are from the book's own run, as on {page}; a run of yours may give others.*"
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,17 +162,41 @@ def cite_labels(bib: Path | None = None) -> dict[str, tuple[str, str]]:
     return {key: tuple(author_year(e).rsplit(", ", 1)) for key, e in entries.items()}
 
 
-def render_roles(text: str, labels: dict[str, tuple[str, str]], glued: dict | None = None) -> str:
+def render_roles(text: str, labels: dict[str, tuple[str, str]], glued: dict | None = None,
+                 page: str = "") -> str:
     """Markdown ``text`` with the MyST roles a notebook shows raw rendered as the page does:
     {cite}`k` -> "(Shaw et al., 2018)", {cite:t}`k` -> "Shaw et al. (2018)", {glue:text}`name:fmt`
-    -> the glued value (``glued``, formatted with fmt) or a neutral "(the number your run prints
-    above)". Fresh learners read {glue:text}`sim_input:.2f` and {cite}`zhang2023d2l` raw."""
+    -> the glued value (``glued``: the site's executed notebook's, formatted with fmt). Fresh
+    learners read {glue:text}`sim_input:.2f` and {cite}`zhang2023d2l` raw.
+
+    A text showing the book's run-specific numbers ends with a line saying they are the book's
+    run's (:data:`BOOKS_RUN`); the seed check's counts (``x_held``/``x_runs``) are the book's
+    anyway. A value ``glued`` lacks reads "(a number given on the book's website)", and the pair
+    "{x_held} of {x_runs}" "(a count given on the book's website)", the first of them in a text
+    linked to ``page`` (the notebook's page on the website) when given: never a printout the
+    notebook may not make."""
+    glued = glued or {}
+    books_run, linked = [], []
+
+    def where() -> str:  # the page linked once per text, its name alone after that
+        if page and not linked:
+            linked.append(page)
+            return f"[{PAGE_WORDS}]({page})"
+        return PAGE_WORDS
+
     def one(m: re.Match) -> str:
+        if m.group("name"):  # a seed-check count "held in x_held of x_runs"
+            name = m.group("name")
+            if f"{name}_held" not in glued or f"{name}_runs" not in glued:
+                return NO_COUNT.format(page=where())
+            return f"{glued[name + '_held']}{m.group('of')}{glued[name + '_runs']}"
         role, arg = m.group("role"), m.group("arg")
         if role == "glue:text":
             name, _, fmt = arg.partition(":")
-            if glued is None or name not in glued:
-                return NO_VALUE
+            if name not in glued:
+                return NO_VALUE.format(page=where())
+            if not name.endswith(("_held", "_runs")):
+                books_run.append(name)
             try:
                 return format(glued[name], fmt)
             except (TypeError, ValueError):
@@ -156,20 +207,85 @@ def render_roles(text: str, labels: dict[str, tuple[str, str]], glued: dict | No
         if not all(k in labels for k in keys):
             return " ".join(f"[{k}]" for k in keys)
         return "(" + "; ".join(", ".join(labels[k]) for k in keys) + ")"
-    return ROLE.sub(one, text)
+    text = ROLES.sub(one, text)  # one pass: the first role in the text gets the link
+    return text.rstrip("\n") + "\n\n" + BOOKS_RUN.format(page=where()) if books_run else text
+
+
+MD_LINK = re.compile(r"(?P<image>!?)\[(?P<text>[^\]]*)\]\((?P<target>[^()\s]+)(?P<title>\s+\"[^\"]*\")?\)")
+PAGE_SUFFIXES = (".ipynb", ".md")  # files the website shows as pages (.html)
+
+
+@functools.cache
+def site_addresses(root: Path = ROOT) -> tuple[str, str, str]:
+    """(the website's root URL, the repository's URL, its branch) from ``root``/_config.yml's
+    ``repository: url:``/``branch:`` (the one setting; scripts/set_repository.py) and the site
+    address book/_ext/size_banner.py derives from it (GitHub Pages', or ``size_banner_site_url``).
+    Empty strings for what cannot be had (read without yaml: ``make student`` needs no package)."""
+    try:
+        config = (root / "_config.yml").read_text(encoding="utf-8")
+    except OSError:
+        return "", "", ""
+
+    def value(key: str, text: str) -> str:  # a plain `key: value` line of the YAML
+        found = re.search(rf"^[ \t]*{key}:[ \t]*[\"']?([^\"'\s#]+)", text, re.MULTILINE)
+        return found[1] if found else ""
+
+    block = re.search(r"^repository:[ \t]*\n((?:[ \t]+.*\n?|[ \t]*\n)*)", config, re.MULTILINE)
+    repo = value("url", block[1]).rstrip("/") if block else ""
+    branch = (value("branch", block[1]) if block else "") or "main"
+    configured = value("size_banner_site_url", config)
+    try:
+        ext = str(root / "book" / "_ext")
+        if ext not in sys.path:
+            sys.path.insert(0, ext)
+        # the website's own address, as its size line links it
+        from size_banner import site_url
+    except Exception:  # noqa: BLE001 (no docutils: the GitHub file URLs)
+        return "", repo, branch
+    return site_url(repo, configured), repo, branch
+
+
+def absolute_links(text: str, folder: str = "notebooks", addresses: tuple[str, str, str] | None = None) -> str:
+    """Markdown ``text`` (from a notebook in the repository's ``folder``) with its relative links made
+    absolute: a page (.ipynb, .md) -> its page on the website (``ch06_self_attention.ipynb#sec`` ->
+    ``https://owner.github.io/repo/notebooks/ch06_self_attention.html#sec``), any other file, or a
+    page where no site address can be derived -> its file on GitHub. A fresh learner's relative links
+    led nowhere from a practice notebook opened in Colab or downloaded (issue 36)."""
+    site, repo, branch = site_addresses() if addresses is None else addresses
+
+    def one(m: re.Match) -> str:
+        target = m.group("target")
+        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:|[#/]", target):  # a URL, an anchor, a site path
+            return m.group(0)
+        path, hash_, anchor = target.partition("#")
+        path = posixpath.normpath(posixpath.join(folder, path))
+        if path.startswith("..") or not (site or repo):
+            return m.group(0)
+        if site and path.endswith(PAGE_SUFFIXES):
+            url = site + path.rsplit(".", 1)[0] + ".html" + hash_ + anchor
+        elif repo:
+            url = f"{repo}/{'raw' if m.group('image') else 'blob'}/{branch}/{path}" + hash_ + anchor
+        else:
+            return m.group(0)
+        return f"{m.group('image')}[{m.group('text')}]({url}{m.group('title') or ''})"
+    return MD_LINK.sub(one, text)
 
 
 def glued_values(executed: dict) -> dict:
     """name -> value of every output executed notebook ``executed`` glued (myst-nb marks each
     with metadata "scrapbook": {"name": ...}; ``executed`` may also be the name -> output map
     myst-nb writes beside it, jupyter_execute/<page>.glue.json); a text/plain that is a Python
-    literal is read back as one (so {glue:text}`name:.2f` formats it), else kept as text."""
+    literal is read back as one (so {glue:text}`name:.2f` formats it), else kept as text. In the
+    executed notebook a value glued without display (``ab.glue``) is stored under its scrapbook
+    prefix, "application/papermill.record/text/plain": read too (the staged notebooks of ``make
+    book`` gave no value at all, and a first build's practice notebooks none)."""
     values = {}
     outputs = [o for c in executed.get("cells", []) for o in c.get("outputs", [])] if "cells" in executed \
         else [o for o in executed.values() if isinstance(o, dict)]
     for out in outputs:
-        name = (out.get("metadata") or {}).get("scrapbook", {}).get("name")
-        text = (out.get("data") or {}).get("text/plain")
+        scrapbook = (out.get("metadata") or {}).get("scrapbook", {})
+        name, data = scrapbook.get("name"), out.get("data") or {}
+        text = data.get("text/plain", data.get(scrapbook.get("mime_prefix", "") + "text/plain"))
         if name and text is not None:
             text = "".join(text) if isinstance(text, list) else text
             try:
@@ -182,15 +298,24 @@ def glued_values(executed: dict) -> dict:
 def practice_edition(original: dict, name: str = "", glued: dict | None = None) -> dict:
     """The student edition (``make student``), which is also the practice notebook the website
     offers for an exercises page: committed notebook ``original`` with every solution a scaffold,
-    guards, no outputs, and without the hidden checks (:func:`drop_checks`). Raises SystemExit if
-    a solution line would survive. ``glued``: the values the page's executed notebook glued
-    (name -> value; :func:`render_roles`)."""
+    guards, no outputs, without the hidden checks (:func:`drop_checks`), its roles rendered as text
+    and its relative links absolute (:func:`render_roles`, :func:`absolute_links`): it is read
+    away from the website. Raises SystemExit if a solution line would survive. ``glued``: the
+    values the page's executed notebook glued (name -> value; :func:`render_roles`)."""
     student = make_edition(original, "student")
     student["cells"] = drop_checks(student["cells"])
     labels = cite_labels()
+    site = site_addresses()
+    page = site[0] + "notebooks/" + name.rsplit(".", 1)[0] + ".html" if site[0] and name else ""
     for cell in student["cells"]:
-        if cell.get("cell_type") == "markdown" and ROLE.search(source(cell)):
-            cell["source"] = render_roles(source(cell), labels, glued)
+        if cell.get("cell_type") != "markdown":
+            continue
+        text = source(cell)
+        if ROLE.search(text):
+            text = render_roles(text, labels, glued, page)
+        text = absolute_links(text, addresses=site)
+        if text != source(cell):
+            cell["source"] = text
     leaks = leaked_lines(original, student, load_solutions(name) if name else None)
     if leaks:
         raise SystemExit(f"{name}: solution text would survive in the student edition: {leaks[:3]}")
@@ -198,24 +323,22 @@ def practice_edition(original: dict, name: str = "", glued: dict | None = None) 
 
 
 def build_practice(src_dir: Path, dest_dir: Path, glued: dict[str, dict] | None = None) -> list[Path]:
-    """Write the practice notebook (:func:`practice_edition`) of every ``chNN_exercises.ipynb``
-    in ``src_dir`` to ``dest_dir`` under the same name; ``glued``: notebook name -> the values
-    its executed copy glued."""
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for path in sorted(src_dir.glob("ch[0-9][0-9]_exercises.ipynb")):
-        practice = practice_edition(json.loads(path.read_text(encoding="utf-8")), path.name,
-                                    (glued or {}).get(path.name))
-        out = dest_dir / path.name
-        out.write_text(json.dumps(practice, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        written.append(out)
-    return written
+    """:func:`build` of the exercises pages only (the website's practice notebooks, each under
+    its own name); ``glued``: notebook name -> the values its executed copy glued."""
+    return build(src_dir, dest_dir, pattern=EXERCISES, glued=glued)
 
 
 def main(argv: list[str]) -> None:
-    src = Path(argv[1]) if len(argv) > 1 else Path("notebooks")
-    dest = Path(argv[2]) if len(argv) > 2 else Path("student")
-    written = build(src, dest)
+    parser = argparse.ArgumentParser(prog="student_edition.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("src", nargs="?", default="notebooks", help="the notebooks (default: notebooks)")
+    parser.add_argument("dest", nargs="?", default="student", help="where to write them (default: student)")
+    parser.add_argument("--practice", action="store_true",
+                        help="only the exercises pages (chNN_exercises.ipynb): the website's practice notebooks")
+    args = parser.parse_args(argv[1:])
+    src, dest = Path(args.src), Path(args.dest)
+    if not src.is_dir():
+        parser.error(f"{src} is not a folder of notebooks")
+    written = build(src, dest, pattern=EXERCISES if args.practice else "*.ipynb")
     print(f"Student edition: {len(written)} notebooks written to {dest}/")
 
 

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -433,7 +434,7 @@ def test_the_practice_notebook_renders_cite_and_glue_roles(tmp_path):
     nb = _nb(_md(text), _code("x = 1"))
     student = editions.source(student_edition.practice_edition(nb)["cells"][0])
     assert student == ("As Shaw et al. (2018) say (Zhang et al., 2023), it is "
-                       f"{student_edition.NO_VALUE} ([nokey])."), student
+                       "(a number given on the book's website) ([nokey])."), student
     site = editions.source(student_edition.practice_edition(nb, glued={"sim_input": 0.24695})["cells"][0])
     assert "it is 0.25 (" in site, site
     # the site's build reads the values from the executed notebook, or myst-nb's glue.json
@@ -447,6 +448,121 @@ def test_the_practice_notebook_renders_cite_and_glue_roles(tmp_path):
                             if c["cell_type"] == "markdown") for p in written}
     assert "{glue:" not in "".join(md.values()) and "{cite" not in "".join(md.values())
     assert "0.25" in md["ch06_exercises.ipynb"]  # sim_one: not in the glue.json, neutral words
-    assert student_edition.NO_VALUE in md["ch06_exercises.ipynb"]
+    assert "(a number given on [the book's website](https://" in md["ch06_exercises.ipynb"]
     built = student_edition.build(ROOT / "notebooks", tmp_path / "student")
     assert not any("{glue:" in p.read_text() or "{cite" in p.read_text() for p in built)
+
+
+def test_a_glued_number_the_notebook_lacks_never_points_at_a_printout():
+    """Fresh learners on ch06_exercises read "held in (the number your run prints above) of (the number
+    your run prints above) runs of the book's seed check" in 11.6.1: no run of theirs prints those
+    counts. The practice notebook now shows the site's own numbers, the seed check's counts as they
+    are ("5 of 5 runs of the book's seed check") and a run's numbers said to be the book's run's; a
+    number it lacks is "given on the book's website" (linked to the page), never a printout."""
+    text = ("It ends at {glue:text}`acc:.3f` in this run; it held in {glue:text}`x_held` of\n"
+            "{glue:text}`x_runs` runs of the book's seed check.")
+    site = student_edition.render_roles(text, {}, {"acc": 0.91234, "x_held": 5, "x_runs": 5}, "https://s/p.html")
+    assert site.startswith("It ends at 0.912 in this run; it held in 5 of\n5 runs of the book's seed check.")
+    assert site.endswith("*The numbers in this text are from the book's own run, as on "
+                         "[the book's website](https://s/p.html); a run of yours may give others.*"), site
+    counts_only = student_edition.render_roles("held in {glue:text}`x_held` of {glue:text}`x_runs` runs.", {},
+                                               {"x_held": 4, "x_runs": 5})
+    assert counts_only == "held in 4 of 5 runs.", counts_only  # the seed check is the book's anyway
+    bare = student_edition.render_roles(text, {}, None, "https://s/p.html")
+    assert bare == ("It ends at (a number given on [the book's website](https://s/p.html)) in this run; it held "
+                    "in (a count given on the book's website) runs of the book's seed check.")  # one link
+    assert student_edition.render_roles(text, {}) == (
+        "It ends at (a number given on the book's website) in this run; it held "
+        "in (a count given on the book's website) runs of the book's seed check.")
+    # chapter 6's page itself, from the committed notebook: with the site's values and without
+    nb = json.loads((ROOT / "notebooks" / "ch06_exercises.ipynb").read_text())
+    glued = {"sim_input": 0.27, "sim_one": 0.97, "sim_plain": 0.99, "sim_res_4": 0.41, "sim_res_6": 0.5,
+             "sim_residual": 0.6, "res_slows_held": 5, "res_slows_runs": 5}
+    for values in (glued, None):
+        md = "\n".join(editions.source(c) for c in student_edition.practice_edition(nb, "ch06_exercises.ipynb",
+                                                                                  values)["cells"]
+                       if c["cell_type"] == "markdown")
+        assert "prints above" not in md and "{glue" not in md
+        if values:
+            assert "held in 5 of\n5 runs of the book's seed check" in md and "from the book's own run" in md
+        else:
+            assert "held in (a count given on the book's website) runs of the book's seed check" in md
+            assert md.count("[the book's website](https://attention-book.github.io/attention-book/notebooks/"
+                            "ch06_exercises.html)") == 1  # once in the paragraph, at its first number
+
+
+def test_the_editions_link_to_the_website_not_to_relative_files(tmp_path):
+    """A practice notebook opened in Colab or downloaded lost its relative links
+    (``ch06_self_attention.ipynb``, ``../book/setup.md``). They point at the website's pages, whose
+    address comes from _config.yml's ``repository: url:`` (GitHub Pages', as the size line's), and
+    at the file on GitHub where no site address can be had; URLs and anchors are left alone."""
+    site = ("https://o.github.io/r/", "https://github.com/o/r", "dev")
+    text = ("[the chapter](ch06_self_attention.ipynb#a-b), [setup](../book/setup.md), ![f](img/a.png), "
+            '[t](ch05_multihead_attention.ipynb "title"), [u](https://x.org/y.ipynb), [a](#here), [m](mailto:a@b)')
+    assert student_edition.absolute_links(text, addresses=site) == (
+        "[the chapter](https://o.github.io/r/notebooks/ch06_self_attention.html#a-b), "
+        "[setup](https://o.github.io/r/book/setup.html), ![f](https://github.com/o/r/raw/dev/notebooks/img/a.png), "
+        '[t](https://o.github.io/r/notebooks/ch05_multihead_attention.html "title"), [u](https://x.org/y.ipynb), '
+        "[a](#here), [m](mailto:a@b)")
+    no_site = student_edition.absolute_links("[c](ch06_self_attention.ipynb)", addresses=("", *site[1:]))
+    assert no_site == "[c](https://github.com/o/r/blob/dev/notebooks/ch06_self_attention.ipynb)"
+    assert student_edition.absolute_links("[c](x.ipynb)", addresses=("", "", "main")) == "[c](x.ipynb)"
+    # the address is the one setting in _config.yml (a fork's), or the configured site address
+    assert student_edition.site_addresses(ROOT) == (
+        "https://attention-book.github.io/attention-book/", "https://github.com/attention-book/attention-book",
+        "main")
+
+    def config(tmp, text):
+        tmp.mkdir()
+        (tmp / "_config.yml").write_text(text)
+        return student_edition.site_addresses(tmp)
+
+    fork = config(tmp_path / "a", 'title: x\nrepository:\n  url: "https://github.com/Some-One/book/"\n'
+                                   "  branch: dev\nhtml:\n  favicon: x\n")
+    assert fork[1:] == ("https://github.com/Some-One/book", "dev")
+    if fork[0]:  # book/_ext/size_banner.py needs docutils; without it the GitHub file URLs serve
+        assert fork[0] == "https://some-one.github.io/book/"
+    own = config(tmp_path / "b", "repository:\n  url: https://github.com/a/b\nsphinx:\n  config:\n"
+                                  "    size_banner_site_url: https://book.example.org\n")
+    assert own[0] in ("https://book.example.org/", "")
+    assert config(tmp_path / "c", "title: no repository\n") == ("", "", "main")
+    # every markdown link of every student edition is absolute (or an anchor)
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = student_edition.practice_edition(json.loads(path.read_text()), path.name)
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                for target in re.findall(r"\]\(([^)\s]+)", editions.source(cell)):
+                    assert re.match(r"https?://|#|mailto:", target), (path.name, target)
+
+
+def test_build_makes_both_editions_in_one_loop(tmp_path, capsys):
+    """A diff reviewer: build_practice repeated build's loop. The practice notebooks are build's
+    exercises pages (``pattern``), also from the command line (``--practice``)."""
+    practice = student_edition.build_practice(ROOT / "notebooks", tmp_path / "practice")
+    names = sorted(p.name for p in (ROOT / "notebooks").glob("ch[0-9][0-9]_exercises.ipynb"))
+    assert [p.name for p in practice] == names
+    student_edition.main(["student_edition.py", str(ROOT / "notebooks"), str(tmp_path / "cli"), "--practice"])
+    assert f"{len(names)} notebooks written" in capsys.readouterr().out
+    for path in practice:
+        assert path.read_text() == (tmp_path / "cli" / path.name).read_text(), path.name
+    with pytest.raises(SystemExit):
+        student_edition.main(["student_edition.py", "--help"])
+    assert "--practice" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        student_edition.main(["student_edition.py", str(tmp_path / "nowhere"), str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_values_of_an_executed_notebook_are_read_under_their_scrapbook_prefix():
+    """``ab.glue`` glues without display: the executed notebook (make book's staged one, which the
+    site's build reads first) stores the value under "application/papermill.record/text/plain", and
+    myst-nb's glue.json under "text/plain". Only the latter was read, so a first build's practice
+    notebooks showed no number at all."""
+    prefix = "application/papermill.record/"
+    executed = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        {"output_type": "display_data", "data": {prefix + "text/plain": "0.24695803225040436"},
+         "metadata": {"scrapbook": {"mime_prefix": prefix, "name": "sim_input"}}},
+        {"output_type": "display_data", "data": {prefix + "text/plain": "5"},
+         "metadata": {"scrapbook": {"mime_prefix": prefix, "name": "res_slows_held"}}},
+        {"output_type": "stream", "name": "stdout", "text": "printed\n"}]}]}
+    assert student_edition.glued_values(executed) == {"sim_input": 0.24695803225040436, "res_slows_held": 5}
