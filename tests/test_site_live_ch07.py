@@ -6,7 +6,7 @@ every cross-attention weight with the package run in Python on the same weights 
 notebook saved its model for this test when the site was built:
 ``<ATTENTION_BOOK_FRAMES>/live/ch07.translate.pt``). It then picks one head in the menu and
 compares the drawn map and the sentence said to screen readers. The map fits the column at
-1280 and at 390 px. No page error and no request leaving 127.0.0.1 are allowed
+1280 and at 390 px, and every text of the view shows at least 9 px high at both. No page error and no request leaving 127.0.0.1 are allowed
 (tests/live_site.py records them); from ``file://`` the precomputed translations stay and
 the page says how to serve the site.
 """
@@ -69,6 +69,31 @@ def _fits(view) -> bool:
     return svg["x"] + svg["width"] <= column["x"] + column["width"] + 1
 
 
+# Every text of the view as drawn, in CSS px: an SVG text's font size times the SVG's scale, an
+# HTML text's computed font size (issue 36: the map's numbers showed 6-7 px on a 390 px phone).
+SMALLEST_TEXT = """(root) => {
+  const view = document.querySelector(root);
+  const sizes = [];
+  for (const svg of view.querySelectorAll("svg")) {
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    for (const t of svg.querySelectorAll("text")) {
+      sizes.push(Number(t.getAttribute("font-size")) * scale);
+    }
+  }
+  const walker = document.createTreeWalker(view, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const parent = walker.currentNode.parentElement;
+    if (!walker.currentNode.textContent.trim() || parent.closest("svg")) continue;
+    if (parent.getClientRects().length) sizes.push(parseFloat(getComputedStyle(parent).fontSize));
+  }
+  return Math.min(...sizes);
+}"""
+
+
+def _smallest_text_px(live: LivePage) -> float:
+    return live.page.evaluate(SMALLEST_TEXT, live.root)
+
+
 def test_typed_sentences_translate_as_in_python(browser, site, reference):  # noqa: F811
     model, data = reference
     with LivePage(browser, site, DOC, NAME) as live:
@@ -107,8 +132,13 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
         assert got["rows"][0] == "<bos>"  # labelled as the static figures label them
         assert live.results() == results
         # on a phone the map still fits the column
+        assert _smallest_text_px(live) >= 9
         live.page.set_viewport_size(PHONE)
         assert _fits(view)
+        # and every text of it (the longest sentence's map, nine columns) shows at least 9 px
+        _translate(live, TYPED[1])
+        assert _fits(view)
+        assert _smallest_text_px(live) >= 9
         # an empty sentence gets a message, not an error or a stale map
         box = view.locator("input[type=text]")
         box.fill("   ")

@@ -116,6 +116,47 @@ export function describe(result, map, label) {
   return `Where each step looks most, ${label}: ${parts.join("; ")}.`;
 }
 
+// The smallest text (CSS px, as drawn) the view may show: the book's figures keep the same floor.
+export const MIN_TEXT_PX = 9;
+
+// Chapter 4's heatmap draws its labels and numbers 12-13 units high and lets the SVG shrink to
+// the column: on a 390 px phone a map of nine source tokens showed them 6-7 px high (issue 36).
+// Enlarge every text of `svg` that would show under `minPx` at its drawn size, and grow the
+// viewBox (and the width it asks for) around the enlarged labels, which then shrinks the map a
+// little more: a few passes settle it. Sizes start from the heatmap's own on every call, so a
+// wider column (a phone turned sideways) gets the smaller, original text back.
+export function legibleText(svg, minPx = MIN_TEXT_PX) {
+  const texts = [...svg.querySelectorAll("text")];
+  for (const t of texts) {
+    if (!t.dataset.size) t.dataset.size = t.getAttribute("font-size");
+    t.setAttribute("font-size", t.dataset.size);
+  }
+  if (!svg.dataset.viewBox) svg.dataset.viewBox = svg.getAttribute("viewBox");
+  if (!svg.dataset.width) svg.dataset.width = svg.getAttribute("width");
+  svg.setAttribute("viewBox", svg.dataset.viewBox);
+  svg.setAttribute("width", svg.dataset.width);
+  for (let pass = 0; pass < 6; pass++) {
+    const [x, y, w, h] = svg.getAttribute("viewBox").split(" ").map(Number);
+    const scale = svg.getBoundingClientRect().width / w; // CSS px per unit, as drawn
+    if (!scale) return svg; // not on the page (or hidden): nothing to measure
+    let grown = false;
+    for (const t of texts) {
+      if (Number(t.getAttribute("font-size")) * scale >= minPx) continue;
+      t.setAttribute("font-size", ((1.02 * minPx) / scale).toFixed(2));
+      grown = true;
+    }
+    if (!grown) break;
+    const box = svg.getBBox(); // every text and cell, in the viewBox's units
+    const left = Math.min(x, box.x - 2);
+    const top = Math.min(y, box.y - 2);
+    const width = Math.max(x + w, box.x + box.width + 2) - left;
+    const height = Math.max(y + h, box.y + box.height + 2) - top;
+    svg.setAttribute("viewBox", `${left} ${top} ${width} ${height}`);
+    svg.setAttribute("width", width);
+  }
+  return svg;
+}
+
 function el(tag, attrs = {}, text = null) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
@@ -177,6 +218,7 @@ export function mount(root, ctx) {
       "rows: queries (decoder inputs: <bos>, then each token written; a row's step writes the " +
       `next token); the darkest cell: ${Math.max(...map.flat()).toFixed(2)}.`;
     figure.replaceChildren(drawn);
+    legibleText(drawn.querySelector("svg"));
     words.textContent = describe(shown, map, choice.label);
     root.dataset.map = JSON.stringify({ layer: choice.layer, head: choice.head, weights: map });
   }
@@ -245,6 +287,17 @@ export function mount(root, ctx) {
     clearTimeout(timer);
     timer = setTimeout(() => request(input.value), 250);
   });
+  // a new column width (a phone turned, a window resized) may need other text sizes
+  let column = 0;
+  if (typeof ResizeObserver !== "undefined") {
+    new ResizeObserver(([entry]) => {
+      const width = Math.round(entry.contentRect.width);
+      if (width === column) return;
+      column = width;
+      const svg = figure.querySelector("svg");
+      if (svg) legibleText(svg);
+    }).observe(figure);
+  }
   menu.addEventListener("change", draw);
   menu.addEventListener("input", draw);
   for (const sentence of data.examples) {
