@@ -707,7 +707,8 @@ def _diagram_png(fig) -> bytes | None:
 
 # mathtext draws a sub- or superscript at 0.7 of its text's size (matplotlib's SHRINK_FACTOR)
 _SCRIPT_SHRINK = 0.7
-_SCRIPT = re.compile(r"\$[^$]*[_^][^$]*\$")
+# a mathtext script, or a Unicode one ("d²": drawn smaller by the font, about as small)
+_SCRIPT = re.compile(r"\$[^$]*[_^][^$]*\$|[⁰¹²³⁴-⁹⁺⁻⁽⁾ⁱⁿ₀-₉₊₋₍₎ᵀ]")
 
 
 def smallest_glyph_px(fig, dpi: float | None = None) -> float | None:
