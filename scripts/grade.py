@@ -1461,9 +1461,17 @@ def file_names(students: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------- files
 
 
+# a surrogate that no byte of a file's name gave (surrogateescape gives U+DC80..U+DCFF): a lone one, which
+# UTF-8 cannot write, from a student's exception text (ValueError("\\ud800")) or a name
+LONE_SURROGATE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
 def escape_undecodable(text: str) -> str:
     """``text`` with each byte of a name that was not UTF-8 (a surrogate escape, as os.listdir gives
-    it) written as ``\\xff``: such a name can be printed and written, and still tells its bytes."""
+    it) written as ``\\xff``, and any other lone surrogate as ``\\ud800``: such a text can be printed
+    and written, and still tells what it held. Every text the grader writes passes here (write_atomic,
+    the feedback zips): a lone surrogate in an exception's text would stop the run at grades.csv."""
+    text = LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
@@ -1472,7 +1480,7 @@ def escape_undecodable(text: str) -> str:
 PRIVATE = [True]
 
 
-def _private_dirs(path: Path, top: Path) -> None:
+def private_dirs(path: Path, top: Path) -> None:
     """``path`` and every folder between it and ``top`` made and, when private, the ones it made mode 0700:
     never a folder the grader did not make (a fresh attacker's --out /tmp/grades.csv took /tmp's sticky bit)."""
     made = [d for d in [path, *path.parents] if not d.exists()]
@@ -1603,7 +1611,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                           "taken.", ""]
             lines += other_files(r)
             step = next_step(r, sealed=True)
-            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            lines += what_to_do(step)
             continue
         if sealed:
             lines += [f"## {title}", "", f"**Points: shown {SHOWN[sealed]}** — status: {r['status']}", ""]
@@ -1654,7 +1662,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                           f"of {len(right)} cases (not scored).", ""]
             lines += ["The cases: " + cases_line(written) + ".", ""]
             step = next_step(r, named=True).replace("the causes named above", "the write named above first")
-            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            lines += what_to_do(step)
             continue
         if same and not common:
             if r["status"] == "graded":
@@ -1665,16 +1673,15 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 step = step.replace(", and the causes named above,", (
                     ", and write the function yourself instead of calling the package's (" + same + ")," if
                     failed[0].get("status") == "blocked" else ", and the cause named above (" + same + "),"))
-            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            lines += what_to_do(step)
             continue
         numbered: dict[str, int] = {}
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
         elif once:
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(once), "",
-                      "The cases:", "", fenced("\n".join(lms_export.hidden_title(c)[0].upper() +
-                                                         lms_export.hidden_title(c)[1:] +
-                                                         c["why"][len(once):] for c in failed)), ""]
+                      "The cases:", "", fenced("\n".join(capital(lms_export.hidden_title(c)) + c["why"][len(once):]
+                                                         for c in failed)), ""]
         elif len(failed) >= 2 and any(causes):
             # ties in the order the failed cases first meet them: the same notebook gets the same text
             # (a set's order changes from run to run with Python's string hashing)
@@ -1700,7 +1707,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                     why = why.removesuffix(": " + c["cause"]) + (
                         f" (cause {numbered[c['cause']]} above)" if c["cause"] in numbered else
                         " (the cause named above)")
-                lines += ["### H" + lms_export.hidden_title(c)[1:], "", fenced(why), ""]
+                lines += ["### " + capital(lms_export.hidden_title(c)), "", fenced(why), ""]
         hidden = sum(1 for c in failed if not c.get("visible"))
         if hidden and not hidden_details:  # Gradescope: which hidden cases failed is in their own tests
             lines += [f"{hidden} hidden case(s) failed; which ones, and why, is in the hidden cases' tests.", ""]
@@ -1708,8 +1715,18 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         named = bool(stated) or any(c.get("visible") or (hidden_details and c.get("cause")) for c in failed)
         step = next_step(r, sealed=bool(sealed), named=named)
         if step:  # every outcome but full marks ends with what to do next, after what it refers to
-            lines += ["**What to do:** " + step[:1].upper() + step[1:] + ".", ""]
+            lines += what_to_do(step)
     return "\n".join(lines)
+
+
+def capital(text: str) -> str:
+    """``text`` with its first letter upper case (a sentence of the feedback that starts with a phrase)."""
+    return text[:1].upper() + text[1:]
+
+
+def what_to_do(step: str) -> list[str]:
+    """The feedback's closing lines for an outcome: what to do next (:func:`next_step`), as a sentence."""
+    return ["**What to do:** " + capital(step) + ".", ""]
 
 
 def cases_line(cases: list[dict]) -> str:
@@ -1887,7 +1904,7 @@ def grade(submissions: Path, out_csv: Path, timeout: int, reference: Path, memor
     foreign = foreign_out_folder(out_dir)
     if foreign:  # before anything is written
         raise GradeError(foreign)
-    _private_dirs(out_dir, out_dir)  # mode 0700 only if the grader makes it
+    private_dirs(out_dir, out_dir)  # mode 0700 only if the grader makes it
     ignore_in_git(out_dir)  # new, empty, the grader's own or grades/: never a folder of the instructor's files
     lock = open(out_dir / ".grade.lock", "a+")
     if PRIVATE[0]:
@@ -2054,7 +2071,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                  reason=(f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
                                          "rename the "
                                          "file and hand it in again") if wrong else "",
-                                 sha256="", seed="", handed_in=display_name(handed_name(wrong)) if wrong else ""))
+                                 sha256="", seed="", handed_in=display_name(handed_name(wrong)) if wrong else "",
+                                 handed_path=wrong))
     several = {(s.key, s.reference): s for s in found if s.others}
     for r in rows:  # from this run's files, also for a row kept from an earlier run (--resume, --regrade)
         if (r["key"], r["notebook"]) in several:
@@ -2235,6 +2253,80 @@ NO_ROSTER = ("canvas.csv not written: no roster ([roster] in the course file, --
              "and run again with --resume")
 
 
+# Moodle's "Download all submissions" with "Download submissions in folders" (its default since Moodle 3.1):
+# a folder a student, ``<Full name>_<participant id>_assignsubmission_file`` (``..._file_`` before Moodle 4.1).
+# Its "Upload multiple feedback files in a zip" reads a name back as this: split at "_" into at most five
+# parts, the second the participant id (mod/assign/feedback/file/importziplib.php), so a full name with
+# "_" in it is not one.
+MOODLE_FOLDER = re.compile(r"^[^_/]+_(?P<pid>\d+)_assignsubmission_file_?$")
+# The feedback files the LMSs take back, and the file each student's feedback is in (book/instructors.md,
+# "Return feedback")
+FEEDBACK_ZIPS = ("canvas_feedback.zip", "moodle_feedback.zip")
+FEEDBACK_FILE = "feedback.html"
+
+
+def _submitted_rel(row: dict, submissions: Path) -> Path | None:
+    """A row's file as a path under SUBMISSIONS (the graded file, or a misnamed row's file), or None."""
+    if row.get("handed_path"):
+        return Path(row["handed_path"])
+    if not row.get("path"):
+        return None
+    with contextlib.suppress(ValueError):
+        return Path(row["path"]).relative_to(submissions)
+    with contextlib.suppress(ValueError, OSError):
+        return Path(row["path"]).resolve().relative_to(submissions.resolve())
+    return None
+
+
+def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Path) -> tuple[dict, list]:
+    """``({zip name: {name in the zip: HTML}}, [(zip name, name, why refused)])``: each student's feedback
+    under the name the LMS they were downloaded from matches on re-upload. Canvas's bulk download
+    (``<namekey>_<user id>_<attachment id>_<file>``, ``_LATE_`` included, at the top of SUBMISSIONS): the same
+    prefix, then feedback.html, one file per notebook handed in; Canvas's Re-Upload Submissions takes the
+    first two numbers between "_" as the user and the attachment (app/models/assignment.rb,
+    infer_comment_context_from_filename) and attaches the file to that submission as a comment. Moodle's
+    download in folders (:data:`MOODLE_FOLDER`): ``<the student's folder>/feedback.html``, one file per
+    student, which Moodle's feedback-zip upload adds as a new feedback file (a name the submission does not
+    hold). A student with a refused name gets none; a name :func:`lms_export.entry_problem` refuses, or one
+    that two students' files share (ignoring case), is left out and listed."""
+    zips: dict[str, dict[str, list[dict]]] = {name: {} for name in FEEDBACK_ZIPS}
+    who = {s["key"]: s for s in students}
+    refused = []
+    for r in rows:
+        if r["status"] in ("not submitted", "refused") or r["key"] not in who:
+            continue
+        rel = _submitted_rel(r, submissions)
+        if rel is None:
+            continue
+        lms = LMS_PREFIX.match(rel.name.removesuffix(".ipynb")) if len(rel.parts) == 1 else None
+        if lms and r["key"] == f"{lms.group('login')}_{lms.group('uid')}":
+            name = rel.name[: lms.start("rest")] + FEEDBACK_FILE
+            if lms.group("login").isdigit():  # Canvas would take it for the user id
+                refused.append((FEEDBACK_ZIPS[0], name, "its name key is a number, which Canvas would read as "
+                                                        "the user id"))
+                continue
+            zips[FEEDBACK_ZIPS[0]].setdefault(name, []).append(r)
+        elif len(rel.parts) == 2 and MOODLE_FOLDER.match(rel.parts[0]) and r["key"] == rel.parts[0]:
+            zips[FEEDBACK_ZIPS[1]].setdefault(f"{rel.parts[0]}/{FEEDBACK_FILE}", []).append(r)
+    out: dict[str, dict[str, str]] = {}
+    for zip_name, entries in zips.items():
+        folded: dict[str, list[str]] = {}
+        for name in entries:
+            folded.setdefault(unicodedata.normalize("NFC", name).casefold(), []).append(name)
+        out[zip_name] = {}
+        for name, mine in sorted(entries.items()):
+            why = lms_export.entry_problem(name) or (
+                "another student's file has the same name, ignoring case" if len(
+                    folded[unicodedata.normalize("NFC", name).casefold()]) > 1 else "")
+            if why:
+                refused.append((zip_name, name, why))
+                continue
+            student = who[mine[0]["key"]]
+            title = f"Feedback: {course.name.strip()}" if course is not None and course.name.strip() else "Feedback"
+            out[zip_name][name] = lms_export.feedback_html(feedback_markdown(student, mine, course=course), title)
+    return out, refused
+
+
 def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, each written
     atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
@@ -2285,18 +2377,35 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
     for folder in (feedback, scope):
-        _private_dirs(folder, out_dir)
+        private_dirs(folder, out_dir)
     for s in students:
         mine = [r for r in rows if r["key"] == s["key"] and r["status"] != "not submitted"]
         if not mine:
             continue
         text = feedback_markdown(s, mine, course=course)
         write_atomic(feedback / f"{slug(s['key'])}.md", text)
-        _private_dirs(scope / slug(s["key"]), out_dir)
+        private_dirs(scope / slug(s["key"]), out_dir)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
             gradescope_json(s, mine, course.gradescope_scores, course)))
     write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), safe(why)]
                                                                      for rel, why in ignored]))
+    # each student's feedback in a zip their LMS's re-upload matches; never for a partial run (a student not
+    # graded yet would get none, and the next run's zip would hold the same comments again)
+    zips, refused = lms_feedback(rows, students, course, submissions) if not partial else ({}, [])
+    for zip_name in FEEDBACK_ZIPS:
+        if zips.get(zip_name):
+            write_atomic(out_dir / zip_name, lms_export.feedback_zip(
+                {name: escape_undecodable(text).encode("utf-8") for name, text in zips[zip_name].items()}))
+            where = "Canvas: Re-Upload Submissions" if zip_name == FEEDBACK_ZIPS[0] else \
+                "Moodle: Upload multiple feedback files in a zip"
+            print(f"Wrote {zip_name}: {counted(len(zips[zip_name]), 'feedback file')} to upload ({where}; "
+                  "book/instructors.md, 'Return feedback')")
+        else:  # an earlier run's would no longer match these grades
+            with contextlib.suppress(FileNotFoundError):
+                (out_dir / zip_name).unlink()
+    for zip_name, name, why in refused:
+        print(f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback by "
+              "hand, from feedback/)")
 
 
 def main(argv=None) -> None:

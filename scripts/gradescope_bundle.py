@@ -88,7 +88,7 @@ exec /autograder/venv/bin/python scripts/gradescope_bundle.py run
 def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     """Write the autograder zip to ``out``; returns ``out``."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from grade import ignore_in_git, reference_assignments, write_atomic
+    from grade import ignore_in_git, private_dirs, reference_assignments, write_atomic
 
     refs = reference_assignments(ROOT / "notebooks")
     chosen = [n if n.endswith(".ipynb") else n + ".ipynb" for n in notebooks] or sorted(refs)
@@ -143,10 +143,7 @@ def build(out: Path, notebooks: list[str], course_file: Path | None) -> Path:
     if settings["course"]:
         check_bundled_course(files)
     if not out.parent.exists():  # the folders it makes private, as the grades folder (they hold the secret)
-        made = [d for d in [out.parent, *out.parent.parents] if not d.exists()]
-        out.parent.mkdir(parents=True)
-        for d in made:
-            os.chmod(d, 0o700)
+        private_dirs(out.parent, Path(out.parent.anchor))  # every folder it makes, up to the root
         ignore_in_git(out.parent)
     # the zip holds the secret and the extra cases: the instructor's alone (write_atomic: mode 0600 from the
     # start, renamed over ``out``)

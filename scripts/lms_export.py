@@ -1,5 +1,7 @@
-"""Exports of a graded class that an LMS takes unchanged: Canvas's and Moodle's gradebook CSV and
-Gradescope's ``results.json`` (one per submission). Used by scripts/grade.py.
+"""Exports of a graded class that an LMS takes unchanged: Canvas's and Moodle's gradebook CSV,
+Gradescope's ``results.json`` (one per submission), and the students' feedback as HTML pages in a zip
+(the names, chosen by scripts/grade.py, are those Canvas's and Moodle's feedback uploads match). Used by
+scripts/grade.py.
 
 A missing submission is left blank (never 0: a blank does not overwrite a grade already in the
 LMS). So is a row the grader could not score (grader error, flagged results); a refused name gets no
@@ -10,8 +12,12 @@ settle by hand.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
+import re
+import unicodedata
+import zipfile
 
 # Statuses whose points are a grade the LMS should receive (0 included: the code ran and failed).
 GRADED = ("graded", "not implemented", "not defined", "timeout", "no results", "unreadable", "memory",
@@ -109,3 +115,95 @@ def hidden_title(case: dict) -> str:
 
 def dump_json(data: dict) -> str:
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+# --------------------------------------------------------------------------- feedback back into the LMS
+
+def _inline(text: str) -> str:
+    """One line of the feedback's own Markdown as HTML: escaped first, then ``**bold**`` and ```code```."""
+    text = html.escape(text, quote=False)
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", text)
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
+def feedback_html(markdown: str, title: str) -> str:
+    """A student's feedback (scripts/grade.py's feedback_markdown) as a page a browser shows: headings,
+    paragraphs, bold, lists and fenced blocks, the only Markdown that function writes. Every character of
+    the text is escaped (a fenced block whole, as ``<pre>``): what a student's code or name put there stays
+    text, never markup. No Markdown library: the grader needs none (markdown-it is a dev dependency)."""
+    out, para, items = [], [], []
+    fence = ""
+
+    def flush():
+        if para:
+            out.append("<p>" + "\n".join(_inline(p) for p in para) + "</p>")
+            para.clear()
+        if items:
+            out.append("<ul>\n" + "\n".join(f"<li>{_inline(i)}</li>" for i in items) + "\n</ul>")
+            items.clear()
+
+    block: list[str] = []
+    for line in markdown.split("\n"):
+        if fence:
+            if line == fence:
+                out.append("<pre><code>" + html.escape("\n".join(block), quote=False) + "</code></pre>")
+                fence, block = "", []
+            else:
+                block.append(line)
+            continue
+        opening = re.match(r"^(`{3,})\w*$", line)
+        heading = re.match(r"^(#{1,6}) (.*)$", line)
+        if opening:
+            flush()
+            fence = opening.group(1)
+        elif heading:
+            flush()
+            level = len(heading.group(1))
+            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+        elif line.startswith("- "):
+            if para:
+                flush()
+            items.append(line[2:])
+        elif not line.strip():
+            flush()
+        else:
+            if items:
+                flush()
+            para.append(line)
+    if fence:  # never left open (fenced() always closes): what is left is text
+        out.append("<pre><code>" + html.escape("\n".join(block), quote=False) + "</code></pre>")
+    flush()
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<meta name=\"viewport\" content=\"width=device-width\">\n<title>{html.escape(title)}</title>\n"
+            "<style>body{font-family:sans-serif;max-width:50em;margin:1em auto;padding:0 1em;line-height:1.4}"
+            "pre{background:#f4f4f4;padding:.5em;white-space:pre-wrap;overflow-wrap:anywhere}</style>\n"
+            "</head>\n<body>\n" + "\n".join(out) + "\n</body>\n</html>\n")
+
+
+def entry_problem(name: str) -> str:
+    """Why ``name`` may not be a file's name in a feedback zip, or '': it must be relative, without ``..``,
+    a backslash (a Windows unzip reads it as a folder), a control or format character or a byte that
+    was not UTF-8, and no part of it may start with ``.`` or ``~`` (Moodle's import skips those files)."""
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return "it would reach outside the zip's folder"
+    if "\\" in name:
+        return "it holds a backslash (a folder separator to a Windows unzip)"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in name):
+        return "it holds a control character or a byte that is not UTF-8"
+    if any(p[:1] in (".", "~") for p in parts):
+        return "a part of it starts with '.' or '~' (a hidden file, which Moodle's import skips)"
+    return ""
+
+
+def feedback_zip(entries: dict[str, bytes]) -> bytes:
+    """A zip of ``{name: content}`` (names checked by :func:`entry_problem`), in name order, every date
+    the same: the same feedback gives the same bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, content in sorted(entries.items()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, content)
+    return buffer.getvalue()
