@@ -396,3 +396,79 @@ def test_phone_copies_write_numbers_in_cells_apart_or_not_at_all():
     roomy = heatmap_with_numbers(2)
     assert _phone_numbers(roomy) is None
     plt.close(roomy)
+
+
+def four_panels(d=64):
+    """A 2 x 2 figure like chapter 3's d-explorer: every plot its own title and axis labels."""
+    fig, axes = plt.subplots(2, 2, figsize=(7.6, 6.4))
+    for k, ax in enumerate(axes.flat):
+        ax.plot([1, 2, 3], [k, k + 1, d])
+        ax.set(title=f"panel {k} title", xlabel=f"panel {k} x", ylabel=f"panel {k} y")
+    return fig
+
+
+def panels_shown(copy):
+    """(title as one line, y label, x label) of each plot of a phone copy, in reading order."""
+    from attention_book.core import plot
+
+    return [(" ".join(ax.get_title().split()), ax.get_ylabel(), ax.get_xlabel())
+            for ax, _, _ in plot._grid_axes(copy)]
+
+
+def test_a_phone_copy_keeps_each_plots_own_title_and_labels(static, monkeypatch):
+    """Issue 36: chapter 3's d-explorer at 390 px titled its top-right plot "variance of the
+    scores, One query's softmax..." and dropped its y label "attention weight": the phone copy,
+    restacking the 2 x 2 grid into one column, took each first-column y label for a row's name.
+    Every plot that has its own labels keeps them, in the explorer's phone copies too."""
+    from attention_book.core import plot
+
+    want = [(f"panel {k} title", f"panel {k} y", f"panel {k} x") for k in range(4)]
+    for cols in (2, 1):  # as laid out in two columns, and restacked into one
+        copy, _ = plot._phone_layout(four_panels(), max_cols=cols)
+        assert panels_shown(copy) == want
+    seen = []
+    original = plot.phone_figure
+
+    def recording(fig):
+        copy = original(fig)
+        seen.append(panels_shown(copy))
+        return copy
+
+    monkeypatch.setattr(plot, "phone_figure", recording)
+    player = ab.explore(four_panels, name="ch03.panels", d=ab.Steps([4, 64], value=64, label="d"))
+    assert all(player.phone_images) and seen == [want, want]
+    # a grid whose first column names its rows keeps doing so (exercise 11.5.1's maps)
+    fig, axes = plt.subplots(2, 3, figsize=(6.8, 3.6), sharex=True, sharey=True)
+    for i in range(2):
+        axes[i, 0].set_ylabel(f"example {i}\nquery")
+        for j in range(3):
+            axes[i, j].plot([0, 1], [0, j])
+            axes[0, j].set_title(f"head {j}")
+    titles = [t for t, _, _ in panels_shown(plot.phone_figure(fig))]
+    assert titles == [f"example {e}, head {h}" for e in range(2) for h in range(3)]
+    plt.close("all")
+
+
+def test_a_few_maps_whose_key_names_would_turn_are_stacked_with_level_names():
+    """Issue 36: chapter 3's four 2 x 10 maps (keys named 1 to 10) kept two columns on a phone,
+    80 px per map, their key names turned on end (the page's code had thinned them by hand to
+    every second key). The copy stacks them in one column with every name level."""
+    from attention_book.core import plot
+
+    maps = np.random.default_rng(0).random((2, 2, 2, 10))
+    fig = ab.heatmaps_figure(maps, xlabel="Keys", ylabel="Queries", xticklabels=[str(j + 1) for j in range(10)],
+                             yticklabels=["example 1", "example 2"], titles=["a", "b", "c", "d"],
+                             figsize=(7.5, 4.2))
+    copy = plot.phone_figure(fig)
+    cells = plot._grid_axes(copy)
+    assert [(r, c) for _, r, c in cells] == [(k, 0) for k in range(4)]
+    assert [" ".join(ax.get_title().split()) for ax, _, _ in cells] == ["a", "b", "c", "d"]
+    bottom = cells[-1][0]
+    assert [t.get_text() for t in bottom.get_xticklabels()] == [str(j + 1) for j in range(10)]
+    assert all(t.get_rotation() == 0 for t in bottom.get_xticklabels())
+    assert plot.phone_png(fig) is not None
+    # names that fit under two columns (or under none) keep the two columns
+    short = ab.heatmaps_figure(maps[:, :, :, :4], xlabel="Keys", ylabel="Queries", xticklabels="abcd",
+                               figsize=(7.5, 4.2))
+    assert max(c for _, _, c in plot._grid_axes(plot.phone_figure(short))) == 1
+    plt.close("all")

@@ -476,8 +476,16 @@ def _panel_titles(cells) -> str:
     y label of its first plot) otherwise end up beside other rows' plots (exercise 11.5.1's 2 x 5
     maps in two columns: example 1's heads under "example 0 query", with no "head k", issue 38).
     A plot's own title is kept. Returns the y label to show beside the restacked column: the
-    line every row's label ends with (the axis's name, "query"), or "" when they share none."""
+    line every row's label ends with (the axis's name, "query"), or "" when they share none; None
+    when the y labels name each plot's own axis, not its row (a plot right of the first column
+    has one of its own: chapter 3's four panels, whose right-hand plots were titled with their
+    left neighbour's label and lost their own, issue 36): then every plot keeps its y label."""
     top = {c: ax.get_title() for ax, r, c in cells if r == 0}
+    if any(ax.get_ylabel() for ax, _, c in cells if c > 0):
+        for ax, _, c in cells:
+            full = getattr(ax, "_ab_panel_title", None)
+            ax.set_title(full if full is not None else ax.get_title() or top.get(c, ""))
+        return None
     side = {r: ax.get_ylabel() for ax, r, c in cells if c == 0}
     lines = {r: label.split("\n") for r, label in side.items()}
     common = {ls[-1] for ls in lines.values()}
@@ -490,6 +498,26 @@ def _panel_titles(cells) -> str:
             full = ", ".join(part for part in (row, own) if part)
         ax.set_title(full)
     return axis
+
+
+def _keys_need_one_column(cells) -> bool:
+    """Whether a few maps (:func:`heatmaps_figure`) whose keys a chapter named would have those
+    names turned 90 degrees in two columns (they touch under a map an inch wide) but not in one:
+    then the copy stacks the maps in one column, names level (chapter 3's four 2 x 10 maps in two
+    columns on a phone: 80 px each, keys 1 to 10 turned on end, issue 36)."""
+    from matplotlib.ticker import FixedLocator
+
+    if not all(len(ax.get_images()) == 1 for ax, _, _ in cells):
+        return False
+    axis = cells[0][0].xaxis
+    locator = axis.get_major_locator()
+    if not isinstance(locator, FixedLocator):
+        return False
+    names = [str(axis.get_major_formatter()(x, i)) for i, x in enumerate(locator.locs)]
+    if not names or not all(names):
+        return False
+    one, two = PHONE_FIGURE_WIDTH - 1.3, (PHONE_FIGURE_WIDTH - 1.0) / 2 - 0.3  # as _phone_layout sizes maps
+    return _labels_collide(names, two) and not _labels_collide(names, one)
 
 
 def _phone_layout(fig, max_cols: int):
@@ -511,6 +539,8 @@ def _phone_layout(fig, max_cols: int):
     n = len(cells)
     spans = any(ax.get_subplotspec().num1 != ax.get_subplotspec().num2 for ax, _, _ in cells)
     cols = 1 if n <= 2 or cols0 == 1 or spans else min(2, max_cols)
+    if cols == 2 and n <= 4 and _keys_need_one_column(cells):
+        cols = 1
     if cols0 <= cols:  # already narrow enough: resize only
         cols, rows = cols0, rows0
     else:
@@ -530,12 +560,12 @@ def _phone_layout(fig, max_cols: int):
     for k, (ax, _, _) in enumerate(cells):
         r, c = divmod(k, cols)
         ax.set_subplotspec(grid[r, c])
-        if restacked:  # a row's label stays with the row's first plot only: every plot says its own
+        if restacked and ylabel is not None:  # a row's label: with the row's first plot only
             ax.set_ylabel(ylabel if c == 0 else "")
         if c == 0 and ax is not first and first.get_shared_y_axes().joined(ax, first):
             ax.tick_params(labelleft=True)
             if not ax.get_ylabel():
-                ax.set_ylabel(ylabel)
+                ax.set_ylabel(ylabel or "")
     xlabel = next((ax.get_xlabel() for ax, _, _ in reversed(cells) if ax.get_xlabel()), "")
     for k, (ax, _, _) in enumerate(cells):  # shared x: tick labels and label under the last row only
         if n > 1 and all(first.get_shared_x_axes().joined(other, first) for other, _, _ in cells):
