@@ -466,11 +466,13 @@ def scoring_costs_figure(rows: Sequence[dict]):
     return fig
 
 
-def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | None = None):
+def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | None = None,
+                         rows: str = "sequence"):
     """One row per sequence: each cell names its token and shows its attention weight.
 
     ``tokens`` are the (padded) sequences, all of the same length; ``weights``
-    is (sequences, length), e.g. one query's weights per sequence. Returns the figure.
+    is (sequences, length), e.g. one query's weights per sequence. ``rows`` names a
+    row ("sentence 1", ...). Returns the figure.
     """
     data = np.asarray(weights.detach().cpu().float() if isinstance(weights, torch.Tensor) else weights)
     if data.ndim != 2 or data.shape[0] != len(tokens) or any(len(row) != data.shape[1] for row in tokens):
@@ -491,7 +493,7 @@ def token_weights_figure(tokens: Sequence[Sequence[str]], weights, title: str | 
             ax.text(j, i, f"{tokens[i][j]}\n{data[i, j]:.2f}", ha="center", va="center", fontsize=9,
                     color="white" if dark else "black")
     ax.set_xticks(range(n_cols), [f"key {j + 1}" for j in range(n_cols)])
-    ax.set_yticks(range(n_rows), [f"sequence {i + 1}" for i in range(n_rows)])
+    ax.set_yticks(range(n_rows), [f"{rows} {i + 1}" for i in range(n_rows)])
     if title:
         ax.set_title(title)
     return fig
