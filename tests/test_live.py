@@ -113,6 +113,11 @@ def test_live_exports_once_and_returns_the_page_block_on_the_website(
     assert (
         "<p>frames</p>" in block and "live/live.mjs" in block and "http.server" in block
     )
+    # built when the reader comes to it, unless it asks to be built on load (chapter 2's)
+    assert "data-build" not in block
+    view.build_on_load = True
+    assert 'data-build="load"' in page._repr_html_()
+    assert ab.ch02_live_view(ab.make_kernel_data(40)).build_on_load
     manifest = json.loads((tmp_path / "ch99.tiny.json").read_text(encoding="utf-8"))
     assert manifest["module"] == "ch99.mjs" and manifest["data"] == view.data()
     onnx_file = tmp_path / manifest["models"]["attend"]["file"]

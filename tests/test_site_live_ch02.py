@@ -222,3 +222,46 @@ def test_each_move_is_said_first(browser, site):
             "(sel) => document.querySelector(sel).textContent.startsWith('At x = 2.50 ')", arg=readout
         )
         assert live.events == [], "\n".join(live.events)
+
+
+JS_TAB_STOP = """(root) => {
+  const el = document.activeElement, r = document.querySelector(root);
+  return {inView: !!(el && r.contains(el)), tag: el ? el.tagName.toLowerCase() : '',
+          id: el ? el.id : '', past: !!(el && el !== document.body && !r.contains(el)
+            && (r.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING))};
+}"""
+
+
+def test_tab_from_the_heading_before_it_lands_on_its_first_control(browser, site):
+    """Issue 38: the view was built only once scrolled into sight, so a keyboard user who Tabs
+    on from the page's top went past it (nothing focusable was there yet). It is built as the
+    page loads (live.py's build_on_load; live.mjs loads its manifest and module, the model runtime
+    waits): from the heading before it, with nothing scrolled, Tab reaches its first control
+    (the kernel menu) before anything after the view, and no model has loaded before that."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        page = live.page
+        page.wait_for_function(
+            "(root) => document.querySelector(root).querySelector('.ab-live-controls select')",
+            arg=live.root, timeout=10_000)
+        assert page.evaluate("() => window.scrollY") == 0
+        assert live.results() == 0  # nothing computed (nor the runtime fetched) before the reader comes
+        heading = page.evaluate("""(root) => {
+          const r = document.querySelector(root);
+          const hs = Array.from(document.querySelectorAll('#main-content h2, #main-content h3'))
+            .filter(h => h.compareDocumentPosition(r) & Node.DOCUMENT_POSITION_FOLLOWING);
+          const h = hs[hs.length - 1];
+          h.setAttribute('tabindex', '-1'); h.focus({preventScroll: true});
+          return h.textContent.trim();
+        }""", live.root)
+        stops = []
+        for _ in range(20):  # the cells between the heading and the view may hold a few stops
+            page.keyboard.press("Tab")
+            stop = page.evaluate(JS_TAB_STOP, live.root)
+            stops.append(stop)
+            if stop["inView"] or stop["past"]:
+                break
+        assert stops[-1]["inView"] and stops[-1]["tag"] == "select" and stops[-1]["id"].endswith("-kernel"), (
+            f"Tab from {heading!r}: {stops}")
+        state = live.wait_for_result(0)  # focus brought the reader: the first result follows
+        assert state.get("state") == "ready", state
+        assert live.events == [], "\n".join(live.events)

@@ -96,6 +96,9 @@ export async function mount(root, ctx) {
   readout.textContent = `At x = ${d.query.toFixed(2)} the estimate and its weights are being ` +
     "computed in your browser (the first run loads the model).";
   view.appendChild(readout);
+  // The plot's name until its first result (built on load, it may wait for the reader): axe's
+  // svg-img-alt found it nameless.
+  svg.setAttribute("aria-label", "Plot of the estimate and the attention weights, drawn once the model has run.");
   // The view takes the notebook's frames' place at once, before its first result (the first
   // run loads the graph, seconds on a slow machine): the two are never shown together, and
   // the page does not jump when the result comes. If that run fails, the frames come back.
@@ -305,6 +308,13 @@ export async function mount(root, ctx) {
   svg.addEventListener("pointermove", (event) => {
     if (svg.hasPointerCapture(event.pointerId)) moveQuery(event);
   });
+  // Built on load (live.py: build_on_load), so that Tab meets the controls before the reader
+  // scrolls here; the first result, which loads the model, waits until the reader comes.
+  if (ctx.arrived) {
+    ctx.status("The model loads and runs when you come to the view or use a control.");
+    await ctx.arrived;
+    ctx.status("Running the model in your browser…");
+  }
   try {
     await update(true);
   } catch (err) {

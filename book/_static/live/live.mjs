@@ -7,8 +7,16 @@
 // its mount(root, ctx). Until then, and whenever something fails, the notebook's precomputed
 // frames stay in the page with a short message; nothing is thrown at the reader.
 //
-// ctx = {ort, data, manifest, session(model), status(text), result(ms), root}:
+// A view whose block says data-build="load" (live.py: LiveView.build_on_load) is built at once,
+// so that a keyboard user who Tabs past it before scrolling meets its controls (issue 38): its
+// manifest and module load with the page, onnxruntime-web only with its first session, and
+// ctx.arrived tells it when the reader comes to it (it computes its first result then).
+//
+// ctx = {ort, data, manifest, session(model), status(text), result(ms), root, arrived}:
 //   session(model)  a Promise of the ort.InferenceSession of one of the view's graphs (cached);
+//                   ctx.ort is set once that runtime has loaded;
+//   arrived         a Promise, resolved when the reader comes to the view (at once unless
+//                   the view is built on load);
 //   status(text)    the line under the view;
 //   result(ms)      the view reports each result it shows (ms: the time it took), which the
 //                   browser tests and benchmarks/live_views.py read from root.dataset.
@@ -71,14 +79,19 @@ export function boot(root) {
   }
   let started = 0;
   let observer = null;
+  let arrive = null;
+  const arrived = new Promise((resolve) => { arrive = resolve; });
+  const early = root.dataset.build === "load";
   const triggers = ["pointerdown", "focusin", "keydown", "input"];
   const start = () => {
     if (started) return;
     started = performance.now();
     if (observer) observer.disconnect();
     triggers.forEach((t) => root.removeEventListener(t, start, true));
-    run(root, status, started);
+    arrive(started);
+    if (!early) run(root, status, arrived);
   };
+  if (early) run(root, status, arrived);
   triggers.forEach((t) => root.addEventListener(t, start, true));
   if ("IntersectionObserver" in window) {
     observer = new IntersectionObserver((entries) => {
@@ -90,24 +103,35 @@ export function boot(root) {
   }
 }
 
-async function run(root, status, t0) {
-  root.dataset.state = "loading";
-  root.setAttribute("aria-busy", "true");
+async function run(root, status, arrived) {
+  const early = root.dataset.build === "load";
+  // A view built on load waits for the reader ("waiting", as before it is booted); it loads,
+  // and is busy, once they come to it.
+  root.dataset.state = early ? "waiting" : "loading";
+  arrived.then(() => {
+    if (root.dataset.state !== "waiting" && root.dataset.state !== "loading") return;
+    root.dataset.state = "loading";
+    root.setAttribute("aria-busy", "true");
+  });
   status("Loading the model…");
   try {
     const name = root.dataset.live;
     const manifest = await fetchJson(new URL(`${name}.json`, MODELS));
-    // A view that computes in JavaScript alone (chapter 1's lookup) lists no models: no runtime.
-    const ort = Object.keys(manifest.models || {}).length ? await loadRuntime() : null;
+    // A view that computes in JavaScript alone (chapter 1's lookup) lists no models: no runtime;
+    // a view built on load loads it with its first session.
+    const ort = Object.keys(manifest.models || {}).length && !early ? await loadRuntime() : null;
     const view = await import(new URL(root.dataset.module, import.meta.url).href);
     const sessions = {};
     const session = (model) => {
       const info = manifest.models[model];
       if (!info) return Promise.reject(new Error(`${name} has no model ${model}`));
       if (!sessions[model]) {
-        sessions[model] = ort.InferenceSession.create(new URL(info.file, MODELS).href, {
-          executionProviders: ["wasm"],
-          graphOptimizationLevel: "all",
+        sessions[model] = loadRuntime().then((runtime) => {
+          ctx.ort = runtime;
+          return runtime.InferenceSession.create(new URL(info.file, MODELS).href, {
+            executionProviders: ["wasm"],
+            graphOptimizationLevel: "all",
+          });
         });
       }
       return sessions[model];
@@ -115,11 +139,17 @@ async function run(root, status, t0) {
     let results = 0;
     const result = (ms) => {
       results += 1;
-      if (results === 1) root.dataset.firstResultMs = (performance.now() - t0).toFixed(1);
+      const first = results === 1;
+      // measured from when the reader came to the view
+      arrived.then((t0) => {
+        if (first) {
+          root.dataset.firstResultMs = (performance.now() - t0).toFixed(1);
+        }
+      });
       if (typeof ms === "number") root.dataset.lastStepMs = ms.toFixed(2);
       root.dataset.results = String(results);
     };
-    const ctx = { ort, data: manifest.data, manifest, session, status, result, root };
+    const ctx = { ort, data: manifest.data, manifest, session, status, result, root, arrived };
     status("Running the model in your browser…");
     await view.mount(root, ctx);
     const fallback = root.querySelector(".ab-live-fallback");

@@ -75,6 +75,9 @@ class LiveView:
 
     name: str = ""
     module: str = ""
+    # Built as the page loads (its data and module; the model runtime still waits for the
+    # reader), so that a keyboard user who Tabs past it before scrolling meets its controls.
+    build_on_load: bool = False
 
     def models(self) -> dict[str, tuple]:
         """The graphs the page runs: ``{model: (module, example_args, dynamic_shapes)}``.
@@ -332,6 +335,7 @@ class LivePage:
             f'class="ab-live" data-live="{html.escape(self.view.name)}" '
             f'data-module="{html.escape(self.view.module)}" data-state="waiting" '
             f'data-file-note="{html.escape(FILE_NOTE)}"'
+            + (' data-build="load"' if self.view.build_on_load else "")
         )
         return (
             f"<div {attrs}>"

@@ -51,6 +51,7 @@ class PoolingView(LiveView):
 
     name = "ch02.pooling"
     module = "ch02.mjs"
+    build_on_load = True  # a small view: its controls are there for Tab before the reader scrolls
 
     def __init__(
         self,
