@@ -379,8 +379,7 @@ def test_diagrams_get_a_phone_copy_whose_labels_stay_apart(name):
 # their labels reach 9 px on a phone, but a sub- or superscript (mathtext's at 0.7 of its label, or a
 # Unicode "d²") about 6.5 px (issue 36); enlarged as well, chapter 6's "O(k n d²)" ran into its row's name. Each needs a drawing in one column (book/diagrams.py: `phone=` of _Sketch.done);
 # remove a name once it has one (strict: the test then fails until it is removed).
-SMALL_SCRIPTS_ON_A_PHONE = {"attention_pooling_diagram", "bahdanau_diagram", "multihead_attention_diagram",
-                            "layer_comparison_diagram"}
+SMALL_SCRIPTS_ON_A_PHONE = {"attention_pooling_diagram", "bahdanau_diagram", "multihead_attention_diagram"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="subscripts under "

@@ -510,17 +510,24 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
     n = _check_at_most("num_tokens", num_tokens, 12, minimum=2, why="to keep the tokens apart")
     k = _check_at_most("kernel_size", kernel_size, n, why=f"the number of tokens, num_tokens={n}")
     d = check_positive_int("num_hiddens", num_hiddens)
-    s = _Sketch(6.6, 5.95)
-    xs = _columns(n, 0.4, 3.05)  # the costs' labels start at 3.65: room for a phone's larger text
+    return _layer_comparison(n, k, d)
+
+
+def _layer_comparison(n: int, k: int, d: int, phone: bool = False):
+    """:func:`layer_comparison_diagram`'s drawing: each layer's costs beside it, or, for a phone
+    (``phone``), under it, in one column."""
+    s = _Sketch(3.3, 8.85, phone=True) if phone else _Sketch(6.6, 5.95)
+    # desktop: the costs' labels start at 3.65, room for a phone's larger text
+    xs = _columns(n, 0.25, 2.8) if phone else _columns(n, 0.4, 3.05)
     r = 0.085
-    s.text(0.1, 5.8, f"$n = {n}$ tokens of size $d = {d}$; convolution kernel $k = {k}$", size=TITLE, ha="left",
-           bold=True)
+    header = f"$n = {n}$ tokens of size $d = {d}$;" + ("\n" if phone else " ") + f"convolution kernel $k = {k}$"
+    s.text(0.1, 8.55 if phone else 5.8, header, size=TITLE, ha="left", bold=True)
     titles = ["convolution (CNN)", "recurrent layer (RNN)", "self-attention"]
     rows = ("computational cost", "sequential operations", "maximum path length")  # the chapter's table
     hot = {"CNN": "C0", "RNN": "C4", "self-attention": "C3"}
     for panel, ((name, *costs), title) in enumerate(zip(LAYER_COSTS, titles)):
         kind = name.split(" ")[0]
-        base = 3.75 - panel * 1.8
+        base = 0.95 + (2 - panel) * 2.75 if phone else 3.75 - panel * 1.8
         y_in, y_out = base + 0.3, base + 1.15
         colour = hot.get(kind, hot["self-attention"])
         s.text(0.1, base + 1.58, title, size=FONT, ha="left", bold=True)
@@ -546,10 +553,11 @@ def layer_comparison_diagram(num_tokens: int = 8, kernel_size: int = 3, num_hidd
         s.text(xs[-1], y_in - 0.24, rf"$\mathbf{{x}}_{{{n}}}$", size=SMALL)
         s.text(xs[-1] + 0.3, y_out, rf"$\mathbf{{y}}_{{{n}}}$", size=SMALL, color=colour)
         for row, (label, cost) in enumerate(zip(rows, costs)):
-            y = base + 1.12 - row * 0.36
-            s.text(3.65, y, label, size=SMALL, ha="left", color=MUTED)
-            s.text(6.5, y, cost, size=FONT, ha="right")
-    return s.done(f"Diagram comparing which of {num_tokens} inputs one output sees: a convolution of kernel size {kernel_size} sees its neighbours, an RNN sees the inputs before it through a chain of states, self-attention connects every output to every input directly")
+            y = base - 0.15 - row * 0.3 if phone else base + 1.12 - row * 0.36
+            s.text(0.1 if phone else 3.65, y, label, size=SMALL, ha="left", color=MUTED)
+            s.text(3.2 if phone else 6.5, y, cost, size=FONT, ha="right")
+    return s.done(f"Diagram comparing which of {n} inputs one output sees: a convolution of kernel size {k} sees its neighbours, an RNN sees the inputs before it through a chain of states, self-attention connects every output to every input directly",
+                  phone=None if phone else functools.partial(_layer_comparison, n, k, d, phone=True))
 
 
 # --------------------------------------------------------------------------------------
