@@ -379,7 +379,7 @@ def test_diagrams_get_a_phone_copy_whose_labels_stay_apart(name):
 # their labels reach 9 px on a phone, but a sub- or superscript (mathtext's at 0.7 of its label, or a
 # Unicode "d²") about 6.5 px (issue 36); enlarged as well, chapter 6's "O(k n d²)" ran into its row's name. Each needs a drawing in one column (book/diagrams.py: `phone=` of _Sketch.done);
 # remove a name once it has one (strict: the test then fails until it is removed).
-SMALL_SCRIPTS_ON_A_PHONE = {"attention_pooling_diagram", "bahdanau_diagram", "multihead_attention_diagram"}
+SMALL_SCRIPTS_ON_A_PHONE = {"attention_pooling_diagram", "bahdanau_diagram"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="subscripts under "
@@ -422,6 +422,8 @@ def test_the_glyph_size_counts_a_subscript_at_its_drawn_size():
     fig.text(0.5, 0.5, r"$\mathbf{x}_{1}$", fontsize=10)
     assert plot.smallest_glyph_px(fig) == pytest.approx(700 / 72)
     assert plot.smallest_text_px(fig) == pytest.approx(1000 / 72)  # the page's record for other figures
+    fig.text(0.5, 0.2, r"$\mathbb{R}^{p_o}$", fontsize=10)  # a script's script: 0.7 of 0.7
+    assert plot.smallest_glyph_px(fig) == pytest.approx(490 / 72)
     plt.close(fig)
 
 

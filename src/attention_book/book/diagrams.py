@@ -440,13 +440,19 @@ def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, quer
     p_o, h = check_heads(num_hiddens, num_heads)
     given = {"q": ("query_size", query_size), "k": ("key_size", key_size), "v": ("value_size", value_size)}
     sizes = {name: p_o if size is None else check_positive_int(arg, size) for name, (arg, size) in given.items()}
+    return _multihead(p_o, h, sizes)
+
+
+def _multihead(p_o: int, h: int, sizes: dict, phone: bool = False):
+    """:func:`multihead_attention_diagram`'s drawing: up to four heads side by side, or, for a phone
+    (``phone``), head 1 alone in its "h heads" frame, the notes around it."""
     p = p_o // h
-    s = _Sketch(6.4, 6.1)
-    shown = _shown(h, 4)
+    s = _Sketch(3.3, 6.1, phone=True) if phone else _Sketch(6.4, 6.1)
+    shown = [1] if phone else _shown(h, 4)
     # A head's three projection boxes hold W^(q)_i, W^(k)_i, W^(v)_i: wide enough for their labels
     # enlarged for a phone (core/plot.py's fit_page), with a gap between neighbouring heads.
     pw, pstep, half = 0.43, 0.46, 0.72
-    xs = _slots(shown, 2.2, 1.45, 0.95)
+    xs = [2.35] if phone else _slots(shown, 2.2, 1.45, 0.95)
     colours = {"q": "C3", "k": "C0", "v": "C2"}
 
     # The three inputs, as lines every head taps.
@@ -476,20 +482,23 @@ def multihead_attention_diagram(num_hiddens: int = 100, num_heads: int = 5, quer
         heads.append(out)
     s.repeat(xs[0] - half, 1.35, xs[-1] + half, 3.8, h, side="left", at=3.45, label=f"$h = {h}$\nheads")
     s.text(0.1, 2.65, f"each head:\n$p_q = p_k = p_v$\n$= p_o / h = {p}$", size=SMALL, ha="left")
-    s.text(0.1, 1.75, rf"$\mathbf{{W}}^{{(q)}}_i \in \mathbb{{R}}^{{{p} \times {sizes['q']}}}$", size=SMALL,
-           ha="left")
+    # on a phone, under the inputs: beside them it would run into head 1's boxes
+    s.text(0.1, 0.1 if phone else 1.75, rf"$\mathbf{{W}}^{{(q)}}_i \in \mathbb{{R}}^{{{p} \times {sizes['q']}}}$",
+           size=SMALL, ha="left")
 
-    cat = s.box((xs[0] + xs[-1]) / 2, 4.35, max(xs[-1] - xs[0] + 2 * pstep + pw, 2.9), 0.45,
-                rf"concatenate: $h\, p_v = {h} \times {p} = {h * p}$", size=SMALL)
+    centre, wide = (1.65, 3.0) if phone else ((xs[0] + xs[-1]) / 2, max(xs[-1] - xs[0] + 2 * pstep + pw, 2.9))
+    cat = s.box(centre, 4.35, wide, 0.45, rf"concatenate: $h\, p_v = {h} \times {p} = {h * p}$", size=SMALL)
     for out in heads:
         s.arrow(out.at("top"), (out.cx, cat.bottom))
     wo = s.box(cat.cx, 5.05, 2.3, 0.45, rf"$\mathbf{{W}}_o \in \mathbb{{R}}^{{{p_o} \times {h * p}}}$",
                role="ffn", size=SMALL)
     s.arrow(cat.at("top"), wo.at("bottom"))
-    final = s.box(cat.cx, 5.75, 2.3, 0.45, rf"output $\in \mathbb{{R}}^{{p_o}}$, $p_o = {p_o}$", role="output",
-                  size=SMALL)
+    # on a phone without R^{p_o}, whose o (a script's script) would show at 7 px
+    final = s.box(cat.cx, 5.75, 2.3, 0.45, rf"output $\in \mathbb{{R}}^{{{p_o}}}$" if phone else
+                  rf"output $\in \mathbb{{R}}^{{p_o}}$, $p_o = {p_o}$", role="output", size=SMALL)
     s.arrow(wo.at("top"), final.at("bottom"))
-    return s.done(f"Diagram of multi-head attention: queries, keys and values each projected by {num_heads} heads, scaled dot-product attention in every head, the {num_heads} outputs concatenated and mixed by W_o into {num_hiddens} features")
+    return s.done(f"Diagram of multi-head attention: queries, keys and values each projected by {h} heads, scaled dot-product attention in every head, the {h} outputs concatenated and mixed by W_o into {p_o} features",
+                  phone=None if phone else functools.partial(_multihead, p_o, h, sizes, phone=True))
 
 
 # --------------------------------------------------------------------------------------

@@ -739,13 +739,15 @@ def _diagram_png(fig) -> bytes | None:
 _SCRIPT_SHRINK = 0.7
 # a mathtext script, or a Unicode one ("d²": drawn smaller by the font, about as small)
 _SCRIPT = re.compile(r"\$[^$]*[_^][^$]*\$|[⁰¹²³⁴-⁹⁺⁻⁽⁾ⁱⁿ₀-₉₊₋₍₎ᵀ]")
+_SCRIPT_IN_SCRIPT = re.compile(r"\$[^$]*[_^]\{[^{}$]*[_^][^$]*\$")  # R^{p_o}: its o at 0.7 x 0.7
 
 
 def smallest_glyph_px(fig, dpi: float | None = None) -> float | None:
     """:func:`smallest_text_px` with sub- and superscripts counted at the size mathtext draws them
     (``$\\mathbf{x}_i$``: its ``i`` at 0.7 of the label's size); None for a figure without text."""
     dpi = fig.dpi if dpi is None else dpi
-    sizes = [t.get_fontsize() * (_SCRIPT_SHRINK if _SCRIPT.search(t.get_text()) else 1.0)
+    sizes = [t.get_fontsize() * (_SCRIPT_SHRINK ** 2 if _SCRIPT_IN_SCRIPT.search(t.get_text())
+                                 else _SCRIPT_SHRINK if _SCRIPT.search(t.get_text()) else 1.0)
              for t in _drawn_texts(fig)]
     return min(sizes) * dpi / 72.0 if sizes else None
 
