@@ -72,6 +72,36 @@ class Student:
     email: str = ""
 
 
+# the columns of an overrides CSV ([overrides] file): who and which assignment, then what changes
+OVERRIDE_COLUMNS = ("student", "assignment", "points", "due", "excuse_late", "note")
+YES, NO = ("yes", "true", "1", "y"), ("", "no", "false", "0", "n")
+
+
+@dataclass
+class Override:
+    """An instructor's decision for one student and assignment (an appeal, an extension, an excused late
+    day), applied at every run and regrade: ``points`` replaces the computed points, ``due`` is this
+    student's own due date, ``excuse_late`` takes no late penalty; ``note`` is shown in the gradebook."""
+    student: str
+    assignment: str
+    points: float | None = None
+    due: dt.datetime | None = None
+    excuse_late: bool = False
+    note: str = ""
+
+    def describe(self, computed: float | None = None) -> str:
+        """The gradebook's words for it: ``override: points set to 8 (computed 6.5); regraded on appeal``."""
+        parts = []
+        if self.points is not None:
+            parts.append(f"points set to {self.points:g}" + (f" (computed {computed:g})" if computed is not None
+                                                             and computed != self.points else ""))
+        if self.due is not None:
+            parts.append(f"due {self.due.isoformat(timespec='minutes')}")
+        if self.excuse_late:
+            parts.append("lateness excused")
+        return "override: " + ", ".join(parts) + (f"; {self.note}" if self.note else "")
+
+
 @dataclass
 class Course:
     name: str = ""
@@ -88,12 +118,15 @@ class Course:
     gradescope_scores: str = GRADESCOPE_SCORES[0]  # [gradescope] scores: when hidden cases' results show
     torch: str = ""  # [gradescope] torch: the version the Gradescope bundle installs ('' for its default)
     path: Path | None = None
+    overrides: dict[tuple[str, str], Override] = field(default_factory=dict)  # (student, assignment) ->
+    overrides_file: str = ""
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
 
-    def late_days(self, name: str, submitted: dt.datetime | None) -> int:
-        due = self.assignment(name).due
+    def late_days(self, name: str, submitted: dt.datetime | None, due: dt.datetime | None = None) -> int:
+        """Days (or parts of a day) late after ``due`` (None: the assignment's), less the grace minutes."""
+        due = due or self.assignment(name).due
         if due is None or submitted is None:
             return 0
         over = (submitted - due).total_seconds() - 60 * self.grace_minutes
@@ -101,7 +134,8 @@ class Course:
 
     def penalty(self, days: int) -> float:
         """The fraction of the points late days take: per_day × days, at most cap."""
-        return min(self.cap, self.per_day * days) if days > 0 else 0.0
+        # rounded: 3 days at 0.10 was 0.30000000000000004 in grades.csv (a fresh instructor, issue 37)
+        return round(min(self.cap, self.per_day * days), 6) if days > 0 else 0.0
 
 
 def _when(value, zone: str, where: str) -> dt.datetime:
@@ -119,10 +153,11 @@ def _when(value, zone: str, where: str) -> dt.datetime:
 # every key the course file may have, per table (None: the top level); a misspelt key ("[course] nmae",
 # "[late] per_dya") is refused rather than ignored (it left the name empty and no late penalty, unsaid)
 COURSE_KEYS: dict[str | None, tuple[str, ...]] = {
-    None: ("course", "late", "roster", "gradescope", "assignments"),
+    None: ("course", "late", "roster", "gradescope", "assignments", "overrides"),
     "course": ("name", "timezone", "secret_file"),
     "late": ("per_day", "cap", "grace_minutes", "source", "times"),
     "roster": ("file",),
+    "overrides": ("file",),
     "gradescope": ("scores", "torch"),
     "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases"),
 }
@@ -196,6 +231,10 @@ def load_course(path: Path | None) -> Course:
             canvas_id=str(spec.get("canvas_id", "")),
             due=_when(spec["due"], course.timezone, f"[assignments.{name}] due") if "due" in spec else None,
             weights=weights, extra_cases=str((here / extra).resolve()) if extra else "")
+    overrides = data.get("overrides", {}).get("file")
+    if overrides:
+        course.overrides_file = str(here / overrides)
+        course.overrides = load_overrides(Path(course.overrides_file), course)
     roster = data.get("roster", {}).get("file")
     if roster:
         course.roster_file = str(here / roster)
@@ -207,17 +246,24 @@ def _header_key(text: str) -> str:
     return text.strip().lower().replace(" ", "_").replace("-", "_")
 
 
-def load_roster(path: Path) -> dict[str, Student]:
-    """``{folder: Student}`` from a roster CSV whose columns include ``folder`` (the name the
-    student's submissions come under: folder name or LMS file prefix) and any of name, id,
-    sis_user_id, login, section, email. Names are matched exactly (Unicode NFC)."""
+def _csv_rows(path: Path, what: str, empty: str = "") -> list[list[str]]:
+    """The rows of the CSV file ``what`` (roster, overrides) at ``path``; a CourseError when it cannot be
+    read or is empty (``empty``: what the message adds then)."""
     try:
         with Path(path).open(newline="", encoding="utf-8-sig") as f:
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError) as err:
-        raise CourseError(f"roster {path}: {err}") from None
+        raise CourseError(f"{what} {path}: {err}") from None
     if not rows:
-        raise CourseError(f"roster {path} is empty")
+        raise CourseError(f"{what} {path} is empty{empty}")
+    return rows
+
+
+def load_roster(path: Path) -> dict[str, Student]:
+    """``{folder: Student}`` from a roster CSV whose columns include ``folder`` (the name the
+    student's submissions come under: folder name or LMS file prefix) and any of name, id,
+    sis_user_id, login, section, email. Names are matched exactly (Unicode NFC)."""
+    rows = _csv_rows(path, "roster")
     header = [_header_key(h) for h in rows[0]]
     where = {}
     for field_name, spellings in ROSTER_COLUMNS.items():
@@ -240,6 +286,71 @@ def load_roster(path: Path) -> dict[str, Student]:
             raise CourseError(f"roster {path}, line {n}: folder {key!r} appears twice")
         out[key] = Student(key=key, **{k: v for k, v in values.items() if k != "folder"})
     return out
+
+
+def _near(value: str, known) -> str:
+    close = difflib.get_close_matches(value, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def load_overrides(path: Path, course: Course) -> dict[tuple[str, str], Override]:
+    """``{(student, assignment): Override}`` from the CSV at ``path`` (columns :data:`OVERRIDE_COLUMNS`;
+    student and assignment required, the others may be empty). Strict, as the course file: an unknown
+    column or assignment, a value that is not a number, date or yes/no, or a second line for the same
+    student and assignment is refused, with the near match. Students are checked when the class is known
+    (grade.py refuses an override for a student it does not know)."""
+    rows = _csv_rows(path, "overrides", f" (its first line names the columns: {', '.join(OVERRIDE_COLUMNS)})")
+    header = [_header_key(h) for h in rows[0]]
+    unknown = [h for h in header if h not in OVERRIDE_COLUMNS]
+    if unknown or not {"student", "assignment"} <= set(header):
+        hint = "".join(f" ({h!r}: did you mean {m[0]!r}?)" for h in unknown
+                       if (m := difflib.get_close_matches(h, OVERRIDE_COLUMNS, n=1)))
+        raise CourseError(f"overrides {path}: unknown columns {unknown}{hint}; the columns are "
+                          f"{', '.join(OVERRIDE_COLUMNS)} (student and assignment required)")
+    out: dict[tuple[str, str], Override] = {}
+    for n, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        v = {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}
+        where = f"overrides {path}, line {n}"
+        key = (unicodedata.normalize("NFC", v["student"]), v["assignment"])
+        if not key[0]:
+            raise CourseError(f"{where}: no student")
+        if v["assignment"] not in course.assignments:
+            raise CourseError(f"{where}: the course file names no assignment {v['assignment']!r}"
+                              f"{_near(v['assignment'], course.assignments)}; its assignments: "
+                              f"{', '.join(sorted(course.assignments)) or 'none'}")
+        if key in out:
+            raise CourseError(f"{where}: a second line for {key[0]!r} and {key[1]!r} (one line each)")
+        o = Override(*key, note=v.get("note", ""))
+        if v.get("points", ""):
+            try:
+                o.points = float(v["points"])
+            except ValueError:
+                raise CourseError(f"{where}: points {v['points']!r} is not a number") from None
+            if not 0 <= o.points <= course.assignments[key[1]].points:
+                raise CourseError(f"{where}: points {o.points:g} is not between 0 and the assignment's "
+                                  f"{course.assignments[key[1]].points:g}")
+        if v.get("due", ""):
+            o.due = _when(v["due"], course.timezone, f"{where}, due")
+        excuse = v.get("excuse_late", "").lower()
+        if excuse not in YES + NO:
+            raise CourseError(f"{where}: excuse_late is yes or no (not {v['excuse_late']!r})")
+        o.excuse_late = excuse in YES
+        if o.points is None and o.due is None and not o.excuse_late:
+            raise CourseError(f"{where}: sets nothing (give points, due or excuse_late = yes)")
+        out[key] = o
+    return out
+
+
+def check_override_students(course: Course, students) -> None:
+    """Refuse an override for a student the class does not have (a typo would silently change nobody)."""
+    known = set(students)
+    for student, assignment in course.overrides:
+        if student not in known:
+            raise CourseError(f"overrides {course.overrides_file}: no student {student!r} in this class"
+                              f"{_near(student, known)} (the student column is the folder name, or the "
+                              "roster's folder column)")
 
 
 def load_times(path: Path, zone: str) -> dict[tuple[str, str], dt.datetime]:

@@ -97,7 +97,8 @@ from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, Blocked
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lms_export  # noqa: E402  (scripts/lms_export.py)
-from course import Course, CourseError, derive_seed, grading_secret, load_course, load_times, secret_id  # noqa: E402
+from course import (Course, CourseError, check_override_students, derive_seed, grading_secret,  # noqa: E402
+                    load_course, load_times, secret_id)
 CHECK_CALL = re.compile(r"check_(\w+)\s*\(")
 OUTPUT_LIMIT = 64 * 2**20  # bytes a sandboxed process may write to one file
 NOTEBOOK_LIMIT = 50 * 2**20  # bytes of a submitted notebook
@@ -856,7 +857,10 @@ class Grader:
     package copies)."""
 
     def __init__(self, reference: Path, timeout: int, memory_gb: float, disk_mb: int,
-                 extras: dict[str, str] | None = None, fallback_user: str | None = None):
+                 extras: dict[str, str] | None = None, fallback_user: str | None = None,
+                 only: list[str] | None = None):
+        """``only``: the assignments to grade (a course file's); the others of a notebook are not run as
+        hidden cases, not judged and not blocked in the sandbox (None: every assignment)."""
         self.timeout, self.memory_gb, self.disk = timeout, memory_gb, disk_mb * 2**20
         self.extras = extras or {}
         # 0700: no other local user reads it; named by the grading process, so a leftover is traceable
@@ -867,14 +871,15 @@ class Grader:
         # the "user" kind: root's, passable but not listable (the notebook's user reaches only its own folder)
         os.chmod(self.run_dir, 0o711 if self.sandbox.kind == "user" else 0o700)
         self.missing: set[str] = set(self.sandbox.missing)
-        self.references = reference_assignments(reference)
+        self.references = reference_assignments(reference, only)
         # the judge loads every checker before the first notebook runs (grade_notebook starts it), and never
         # reads them again
         self.judge = JudgeServer([(n, self.extras.get(n)) for names in self.references.values() for n in names])
         books = {name: json.loads((reference / name).read_text(encoding="utf-8")) for name in self.references}
         self.reference_names = {name: graded_names(nb) for name, nb in books.items()}
-        # the code cells as the chapter gives them: an error in one of these is not the student's
-        self.reference_sources = {name: _code_sources(nb) for name, nb in books.items()}
+        # the code cells as the chapter gives them, in every edition (a student starts from the student
+        # edition, whose cells guard what follows an exercise): an error in one of these is not the student's
+        self.reference_sources = {name: chapter_sources(nb) for name, nb in books.items()}
         self.packages: dict[tuple, Path] = {}
         self.case_counts: dict[tuple[str, int], int] = {}
 
@@ -918,7 +923,7 @@ class Grader:
     def grade_notebook(self, who: str, path: Path, reference: str, seeds: dict[str, int]) -> list[dict]:
         """One row per assignment of ``reference`` for the notebook at ``path``; ``seeds`` gives each
         assignment's hidden seed. A row's ``total`` is always the number of cases."""
-        expected = self.references[reference]
+        expected = [n for n in self.references[reference] if n in seeds]
         base = dict(student=who, notebook=reference)
         specs = {n: hidden_arguments(n, seeds[n], "", self.extras.get(n)) for n in expected}
         counts = {n: len(specs[n]["cases"]) for n in expected}
@@ -1072,6 +1077,24 @@ def _code_sources(nb) -> set[str]:
     return {_source(c).strip() for c in _cells(nb) if isinstance(c, dict) and c.get("cell_type") == "code"}
 
 
+def chapter_sources(nb: dict) -> set[str]:
+    """The code cells of reference notebook ``nb`` as the chapter gives them, in each of its editions
+    (scripts/editions.py): the committed notebook, and the student and public editions a student starts
+    from, which scaffold the exercise cells and guard a chapter cell's lines that use an exercise's names.
+    A fresh instructor (issue 37): chapter 4's guarded cell ``sentences = [...]`` raised NameError after
+    a chapter cell met the blocked ``bleu``, and, not being the committed notebook's cell, was told to the
+    student as theirs at full marks."""
+    found = _code_sources(nb)
+    try:
+        import editions  # scripts/editions.py, beside this file (and in the Gradescope bundle)
+
+        for edition in ("student", "public"):
+            found |= _code_sources(editions.make_edition(nb, edition))
+    except Exception:  # noqa: BLE001  an edition that cannot be made: the committed cells still count
+        pass
+    return found
+
+
 FIRST_LINE = 80  # characters of a cell's first line that the feedback quotes to say which cell it means
 
 
@@ -1165,9 +1188,10 @@ def case_title(c: dict) -> str:
     return lms_export.hidden_title(c)
 
 
-def reference_assignments(reference: Path) -> dict[str, list[str]]:
-    """``{reference notebook name: [assignment, ...]}`` for the notebooks of ``reference`` with checkers."""
-    known = set(assignment_names())
+def reference_assignments(reference: Path, only=None) -> dict[str, list[str]]:
+    """``{reference notebook name: [assignment, ...]}`` for the notebooks of ``reference`` with checkers;
+    with ``only`` (a course file's assignments), only those, and only the notebooks that have one."""
+    known = set(assignment_names()) & set(assignment_names() if only is None else only)
     found = {}
     for path in sorted(reference.glob("*.ipynb")):
         with contextlib.suppress(OSError, ValueError):
@@ -1627,6 +1651,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
         if r.get("late_days"):
             lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
+        if r.get("override"):  # the instructor's decision (an appeal, an extension): the points above are it
+            lines += ["Your instructor changed this grade:", "", fenced(r["override"].removeprefix("override: ")),
+                      ""]
         if r["status"] not in ("graded", "not implemented") and r.get("reason"):
             lines += ["What the grader saw:", "", fenced(r["reason"]), ""]
         failed = [c for c in r.get("cases", []) if not c["passed"]] if r["status"] != "not defined" else []
@@ -1661,7 +1688,10 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 lines += [f"Apart from that, its results were right in {sum(c['result_right'] for c in right)} "
                           f"of {len(right)} cases (not scored).", ""]
             lines += ["The cases: " + cases_line(written) + ".", ""]
-            step = next_step(r, named=True).replace("the causes named above", "the write named above first")
+            # "fix the failed cases it shows, and the write named above first" read awkwardly (issue 37)
+            step = next_step(r, named=True).replace(
+                "fix the failed cases it shows, and the causes named above,",
+                "first stop your function writing into its input (above), then fix the failed cases it shows,")
             lines += what_to_do(step)
             continue
         if same and not common:
@@ -1825,7 +1855,7 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
-          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note", "handed_in"]
+          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note", "handed_in", "override"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -1868,20 +1898,29 @@ def idle_weights(course, seed: int | None) -> list[str]:
 
 
 def score_row(row: dict, course, submitted) -> dict:
-    """Points from the passed cases' weights, the assignment's points and the late policy."""
+    """Points from the passed cases' weights, the assignment's points and the late policy, then the
+    instructor's override for this student and assignment, if any ([overrides]: at every run and regrade,
+    so a grade changed on appeal is never lost)."""
     spec = course.assignment(row["assignment"])
     row["max_points"] = spec.points
+    override = course.overrides.get((unicodedata.normalize("NFC", row.get("key", "")), row["assignment"]))
+    row.pop("override", None)
     for c in row.get("cases", []):
         c["weight"] = spec.weight(c)
     if row["status"] in ("not submitted", "misnamed file", "refused", "grader error", "flagged"):
         row.update(score=0.0, points=None, late_days=0, penalty=0.0)
-        return row
-    weights = sum(c["weight"] for c in row.get("cases", []))
-    score = sum(c["weight"] for c in row.get("cases", []) if c["passed"]) / weights if weights else 0.0
-    days = course.late_days(row["assignment"], submitted)
-    penalty = course.penalty(days)
-    row.update(score=round(score, 4), late_days=days, penalty=penalty,
-               points=round(spec.points * score * (1 - penalty), 2))
+    else:
+        weights = sum(c["weight"] for c in row.get("cases", []))
+        score = sum(c["weight"] for c in row.get("cases", []) if c["passed"]) / weights if weights else 0.0
+        days = course.late_days(row["assignment"], submitted, override.due if override else None)
+        penalty = 0.0 if override and override.excuse_late else course.penalty(days)
+        row.update(score=round(score, 4), late_days=days, penalty=penalty,
+                   points=round(spec.points * score * (1 - penalty), 2))
+    if override is not None:
+        computed = row["points"]
+        if override.points is not None:
+            row["points"] = override.points
+        row["override"] = override.describe(computed)
     return row
 
 
@@ -1965,7 +2004,7 @@ def _grade_one(grader: Grader, who: str, key: str, path: Path, reference: str, s
         return [dict(student=who, notebook=reference, assignment=n, passed=0,
                      total=case_count(n, grader.extras.get(n)), cases=[], seed=seeds[n],
                      status="grader error", reason=f"{type(err).__name__}: {err}", sha256="")
-                for n in grader.references[reference]]
+                for n in seeds]
 
 
 def _raise_interrupt(signum, frame):
@@ -1980,7 +2019,6 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     references = reference_assignments(reference)
     misnamed: dict[tuple[str, str], str] = {}
     found, ignored = find_submissions(submissions, references, misnamed)
-    every = dict(references)
     if course.assignments:  # a course file: only its assignments are graded and exported (issue 37)
         outside = {nb for nb, names in references.items() if not set(names) & set(course.assignments)}
         for sub in [s for s in found if s.reference in outside]:
@@ -2005,6 +2043,14 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                        "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
                        "login": info.login if info and info.login else display_name(k),
                        "section": info.section if info else "", "email": info.email if info else ""}
+    try:  # an override for a student the class does not have changes nobody: refused, with the near name
+        check_override_students(course, set(keys) | set(by_roster.values()))
+    except CourseError as err:
+        raise GradeError(str(err)) from None
+    # an override may name the roster's folder of a student whose files came under another name (Canvas's
+    # smithjohn_103): it applies to the rows of that name
+    handed_as = {v: k for k, v in by_roster.items()}
+    course.overrides = {(handed_as.get(who, who), n): o for (who, n), o in course.overrides.items()}
     # every student who handed something in (graded or misnamed) but whom the roster does not name
     unmatched = sorted(k for k in keys if roster is not None and k not in by_roster
                        and unicodedata.normalize("NFC", k) not in roster and k not in refused)
@@ -2046,13 +2092,16 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             content = read_regular(sub.path, NOTEBOOK_LIMIT)
         except (OSError, ValueError):
             content = b""  # graded "unreadable" without running
+        # only the course file's assignments run (issue 37: chapter 4's masked_cross_entropy was run, blocked
+        # and journalled while the course named only bleu)
         seeds = {n: seed if seed is not None else derive_seed(key, n, sub.key, content)
-                 for n in every[sub.reference]}  # the grader runs all of a notebook's: rows are kept below
+                 for n in references[sub.reference]}
         todo.append((who, sub.key, sub.path, sub.reference, seeds))
     if regrade is not None:
         before = {(r["key"], r["assignment"]): r for rs in previous.values() for r in rs}
     sandbox_note = _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times,
-                        key_id, resume or regrade is not None, fallback_user)
+                        key_id, resume or regrade is not None, fallback_user,
+                        sorted(course.assignments) if course.assignments else None)
     partial = sandbox_note.pop("interrupted", False)
     rows = [r for r in rows if "key" in r and (not course.assignments or r["assignment"] in course.assignments)]
     # every student × assignment without a row: not submitted
@@ -2099,7 +2148,18 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         if when is None and course.assignment(r["assignment"]).due is not None and r["points"]:
             r["no_time"] = True  # never silently on time: said in the summary and the gradebook
             no_time.append(r)
+    # Canvas's bulk download puts _LATE_ in a late file's name; without a times file that is all the grader
+    # knows: said, never silently on time (a fresh instructor, issue 37: "_LATE_ ... is ignored")
+    canvas_late = []
+    if not times and not submitted and course.late_source != "mtime":
+        marked = {(s.key, s.reference) for s in found if CANVAS_LATE.match(Path(s.rel).name)}
+        for r in rows:
+            if (r["key"], r["notebook"]) in marked and r["status"] not in ("not submitted", "misnamed file") \
+                    and course.assignment(r["assignment"]).due is not None:
+                r["canvas_late"] = True
+                canvas_late.append(r)
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
+    uploaded = earlier_grades(out_csv) if not partial else {}  # before this run replaces them
     write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
                   submissions)
     for rel, why in ignored:
@@ -2118,6 +2178,15 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for r in no_time:
             print(f"  no submission time: {clean(display_name(r['student']), 160)} {r['assignment']}")
         print("=" * 78)
+    if canvas_late:
+        print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
+              "name), with no times file to count the days: no late policy was applied to them (a times file "
+              "gives the days; book/instructors.md, 'The course file', times):")
+        for r in canvas_late:
+            print(f"  Canvas marked late: {clean(display_name(r['student']), 160)} {r['assignment']}")
+    if uploaded and regrade is None:
+        for line in grade_changes(uploaded, rows):
+            print(line)
     if regrade is not None:
         for r in rows:
             if regrade in (r["key"], r["student"]) and r["status"] != "not submitted":
@@ -2146,6 +2215,44 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     return rows
 
 
+CANVAS_LATE = re.compile(r"^[^_/]+_LATE_\d+_\d+_")  # Canvas's bulk-download name of a late file
+
+
+def earlier_grades(out_csv: Path) -> dict[tuple[str, str], tuple[str, str]]:
+    """``{(student, assignment): (points, status)}`` of the grades.csv an earlier run wrote at ``out_csv``
+    (what may already be uploaded); {} when there is none or it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, KeyError, csv.Error):
+        with open(out_csv, newline="", encoding="utf-8") as f:
+            return {(r["student"], r["assignment"]): (r["points"], r["status"]) for r in csv.DictReader(f)}
+    return {}
+
+
+def grade_changes(before: dict, rows: list[dict]) -> list[str]:
+    """What a run into a folder graded before changed, per student and assignment ("was X, now Y"), then one
+    line that counts them and says what to upload again: an extra case, a weight or a resubmission changes
+    grades an earlier upload put in the LMS (a fresh instructor, issue 37: every grade silently replaced)."""
+    lines = []
+    for r in rows:
+        now = ("" if r.get("points") is None else f"{r['points']:g}", r["status"])
+        was = before.get((safe(r["student"]), r["assignment"]))
+        if was is None:
+            was_text = "no earlier grade"
+        else:
+            with contextlib.suppress(ValueError):
+                was = (f"{float(was[0]):g}" if was[0] else "", was[1])
+            if was == now:
+                continue
+            was_text = f"was {was[0] or 'no points'} ({was[1]})"
+        lines.append(f"changed: {clean(display_name(r['student']), 120)} {r['assignment']}: {was_text}, now "
+                     f"{now[0] or 'no points'} ({now[1]})")
+    if lines:
+        lines.append(f"{counted(len(lines), 'grade')} changed since the last run into this folder: upload "
+                     "canvas.csv or moodle.csv (and the feedback zip) again (book/instructors.md, 'Grading again')")
+    else:
+        lines.append("no grade changed since the last run into this folder")
+    return lines
+
+
 def _mtime(path):
     import datetime as dt
 
@@ -2155,7 +2262,7 @@ def _mtime(path):
 
 
 def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journal, course, times, key_id,
-         append, fallback_user=None) -> dict:
+         append, fallback_user=None, only=None) -> dict:
     """Grade ``todo`` (one process, or a pool of ``jobs``), appending each notebook's rows to ``rows`` and to
     the journal as it finishes. Ctrl-C or SIGTERM stops it: what was graded stays."""
     note: dict = {}
@@ -2187,7 +2294,7 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
             if not todo:  # nothing to run (every notebook graded before, or none handed in): no sandbox needed
                 note.update(kind="not needed, no notebook to run", missing=set())
             elif jobs <= 1 or len(todo) <= 1:
-                grader = Grader(reference, timeout, memory_gb, disk_mb, extras, fallback_user)
+                grader = Grader(reference, timeout, memory_gb, disk_mb, extras, fallback_user, only)
                 note.update(kind=grader.sandbox.kind, missing=grader.missing)
                 _announce(grader)
                 try:
@@ -2211,7 +2318,7 @@ def _run(todo, rows, reference, timeout, memory_gb, disk_mb, extras, jobs, journ
                 pool = cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
                                               initializer=_pool_init,
                                               initargs=((reference, timeout, memory_gb, disk_mb, extras,
-                                                         fallback_user),))
+                                                         fallback_user, only),))
                 finished = False
                 try:
                     futures = {pool.submit(_pool_grade, task): task for task in todo}
@@ -2352,7 +2459,10 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                       + (f"; {r['late_days']} day(s) late, {100 * r['penalty']:g} % of the points taken"
                          if r.get("late_days") else "")
                       + (f"; {len(r['files'][1])} other file(s) handed in, not graded (see the feedback)"
-                         if r.get("files") else "")]
+                         if r.get("files") else "")
+                      + ("; Canvas marked it late (no times file)"
+                         if r.get("canvas_late") else "")
+                      + (f"; {r['override']}" if r.get("override") else "")]
         book_rows.append(cells)
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:

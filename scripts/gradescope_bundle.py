@@ -53,7 +53,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = "2.13.0"  # the version the grader is tested with; a course file's [gradescope] torch replaces it
-SCRIPTS = ("grade.py", "course.py", "lms_export.py", "gradescope_bundle.py")
+SCRIPTS = ("grade.py", "course.py", "lms_export.py", "gradescope_bundle.py", "editions.py")
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, when the autograder image is built.
@@ -204,14 +204,15 @@ def _without_roster_and_times(text: str, keep: set[str] | None = None, declared:
         key = head.split("=", 1)[0].strip()
         assignment = table[len("[assignments."):-1].strip().strip("\"'") if table.startswith("[assignments.") else ""
         other = keep is not None and table.startswith("[assignments.") and assignment not in keep
-        if table == "[roster]" or (table == "[late]" and key in ("times", "source")) or other:
+        # [overrides]: Gradescope's own extensions and grade changes apply there (its file names the class)
+        if table in ("[roster]", "[overrides]") or (table == "[late]" and key in ("times", "source")) or other:
             continue
         if key == "extra_cases" and assignment in extras:
             line = f'extra_cases = "{extras[assignment]}"'
         out.append(line)
     result = "\n".join(out) + "\n"
     parsed = tomllib.loads(result)
-    if "roster" in parsed or {"times", "source"} & set(parsed.get("late", {})):
+    if "roster" in parsed or "overrides" in parsed or {"times", "source"} & set(parsed.get("late", {})):
         raise SystemExit("gradescope_bundle: could not take the roster out of the course file")
     if declared is None and keep is not None:
         declared = set(tomllib.loads(text).get("assignments", {}))

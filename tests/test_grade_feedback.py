@@ -502,4 +502,6 @@ def test_a_write_in_place_on_every_case_says_the_results_were_not_judged():
     assert ("Your function changed its input in place in all 10 cases, so its results were not judged; "
             "fix that first:") in text, text
     assert "Apart from that, its results were right in 2 of 10 cases (not scored)." in text, text
-    assert "### Hidden" not in text and "the write named above first" in text.rstrip().splitlines()[-1], text
+    assert "### Hidden" not in text and "the write named above first" not in text, text
+    assert ("first stop your function writing into its input (above), then fix the failed cases it shows, and "
+            "hand the notebook in again") in text.rstrip().splitlines()[-1], text
