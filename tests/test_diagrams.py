@@ -200,3 +200,23 @@ def test_each_chapter_draws_its_architecture(chapter, function):
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     assert any(c["cell_type"] == "code" and f"ab.{function}(" in "".join(c["source"]) for c in cells), \
         f"{chapter} should show its architecture with ab.{function}(...)"
+
+
+@pytest.mark.parametrize("name", DIAGRAMS)
+def test_a_phone_drawing_keeps_its_text_apart_and_9_px_high_at_every_size(name):
+    """Issue 36: a diagram drawn again in one column for a phone (``_Sketch.done(phone=...)``) keeps
+    its labels apart and inside their boxes, and every text, subscripts at mathtext's 0.7, 9 px high
+    at the phone's 100 dpi, for the chapters' other sizes too (many pairs, 30 steps, one head)."""
+    from attention_book.core import plot
+
+    draw, kwargs = DIAGRAMS[name]
+    fig = draw(**kwargs)
+    drawing = getattr(fig, "_ab_phone_drawing", None)
+    plt.close(fig)
+    if drawing is None:
+        pytest.skip("no phone drawing: its phone copy is the desktop drawing, enlarged")
+    copy = drawing()
+    copy.set_dpi(plot.PHONE_DPI)
+    assert plot._overlapping_texts(copy) == [] and plot._texts_outside_boxes(copy) == []
+    assert plot.smallest_glyph_px(copy) >= plot.MIN_TEXT_PX
+    assert copy.get_figwidth() * plot.PHONE_DPI <= plot.PHONE_MAX_PX

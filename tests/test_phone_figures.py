@@ -375,11 +375,12 @@ def test_diagrams_get_a_phone_copy_whose_labels_stay_apart(name):
     assert image.text[plot.ALT_TEXT_KEY] == plot.figure_alt_text(fig)
 
 
-# Diagrams whose phone copy is still their desktop drawing with its labels enlarged (plot._diagram_png):
-# their labels reach 9 px on a phone, but a sub- or superscript (mathtext's at 0.7 of its label, or a
-# Unicode "d²") about 6.5 px (issue 36); enlarged as well, chapter 6's "O(k n d²)" ran into its row's name. Each needs a drawing in one column (book/diagrams.py: `phone=` of _Sketch.done);
-# remove a name once it has one (strict: the test then fails until it is removed).
-SMALL_SCRIPTS_ON_A_PHONE = {"attention_pooling_diagram", "bahdanau_diagram"}
+# Diagrams whose phone copy is still their desktop drawing with its labels enlarged (plot._diagram_png)
+# and shows a sub- or superscript (mathtext's at 0.7 of its label, or a Unicode "d²") under 9 px on a
+# phone: chapters 1 and 4's showed them at about 6.5 px until each got a drawing in one column
+# (book/diagrams.py: `phone=` of _Sketch.done), the last of them (issue 36). A new diagram listed here
+# is a strict xfail: remove its name once it has a phone drawing.
+SMALL_SCRIPTS_ON_A_PHONE: set[str] = set()
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="subscripts under "

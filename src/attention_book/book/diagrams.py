@@ -250,18 +250,27 @@ def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
     """
     m = check_positive_int("num_pairs", num_pairs)
     d_v = check_positive_int("value_size", value_size)
+    return _attention_pooling(m, d_v)
+
+
+def _attention_pooling(m: int, d_v: int, phone: bool = False):
+    """:func:`attention_pooling_diagram`'s drawing: the query on the left of each panel and the output on
+    the right, or, for a phone (``phone``), in one column: at most four pairs (1, 2, ⋯, m), each
+    output under its panel and the titles and sums on two lines."""
     match = min(2, m)
     scores = torch.tensor([1.8 * math.cos(1.1 * (i - match)) for i in range(1, m + 1)])
     weights = torch.softmax(scores, dim=0).tolist()
-    shown = _shown(m, 6)
-    s = _Sketch(6.6, 5.85)
-    xs = _columns(len(shown), 1.85, 4.85)
-    bw = min(0.62, 0.8 * (xs[1] - xs[0])) if len(xs) > 1 else 0.62
+    shown = _shown(m, 4 if phone else 6)
+    s = _Sketch(3.3, 8.45, phone=True) if phone else _Sketch(6.6, 5.85)
+    xs = _columns(len(shown), 1.3, 2.95) if phone else _columns(len(shown), 1.85, 4.85)
+    widest = 0.44 if phone else 0.62
+    bw = min(widest, 0.8 * (xs[1] - xs[0])) if len(xs) > 1 else widest
     out_x = 5.95
+    left = 0.5 if phone else 0.7  # the query and the notes on the left
 
     def database(y_keys: float, y_vals: float, marks: bool):
         """q, the keys and the values; q reaches every key through a line above them."""
-        q = s.box(0.7, y_keys, 0.62, 0.42, r"$\mathbf{q}$", role="attention")
+        q = s.box(left, y_keys, 0.62, 0.42, r"$\mathbf{q}$", role="attention")
         bus = y_keys + 0.5
         s.ax.plot([q.cx, q.cx, xs[-1]], [q.top, bus, bus], color=INK, lw=1.1, zorder=3)
         keys, vals = {}, {}
@@ -278,24 +287,43 @@ def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
             if marks:
                 s.text(x + 0.08, (bus + keys[i].top) / 2, "=" if hit else "≠", size=FONT, ha="left",
                        color=_ROLES["match"] if hit else MUTED, bold=hit)
-        s.text(0.7, y_vals, f"$m = {m}$ pairs\n" + rf"$\mathbf{{v}}_i \in \mathbb{{R}}^{{{d_v}}}$", size=SMALL)
+        s.text(left, y_vals, f"$m = {m}$ pairs\n" + rf"$\mathbf{{v}}_i \in \mathbb{{R}}^{{{d_v}}}$", size=SMALL)
         return keys, vals
 
-    # Exact lookup.
-    s.text(0.15, 5.6, "Exact lookup: only a key equal to the query answers", size=TITLE, ha="left", bold=True)
-    keys, vals = database(4.65, 3.8, marks=True)
+    # Exact lookup (on a phone, above: the panels are placed from the bottom up).
+    y0 = 4.95 if phone else 0.0
+    if phone:
+        s.text(0.1, y0 + 3.2, "Exact lookup: only a key\nequal to the query answers", size=TITLE, ha="left",
+               bold=True)
+        keys, vals = database(y0 + 2.3, y0 + 1.45, marks=True)
+    else:
+        s.text(0.15, 5.6, "Exact lookup: only a key equal to the query answers", size=TITLE, ha="left", bold=True)
+        keys, vals = database(4.65, 3.8, marks=True)
     s.arrow(keys[match].at("bottom"), vals[match].at("top"), color=_ROLES["match"])
     hit = vals[match]
-    out = s.box(out_x, 3.8, 0.95, 0.42, rf"$\mathbf{{v}}_{{{match}}}$", role="output")
-    s.path([hit.at("bottom"), (hit.cx, 3.38), (out_x, 3.38), out.at("bottom")], color=_ROLES["match"])
-    s.text(out_x, 4.38, rf"$\mathbf{{q}} = \mathbf{{k}}_{{{match}}}$ returns it;" + "\nno equal key:\nno answer", size=SMALL,
-           color=MUTED)
+    if phone:  # the answer under the values, on the left; the note under it
+        out = s.box(left, y0 + 0.8, 0.62, 0.42, rf"$\mathbf{{v}}_{{{match}}}$", role="output")
+        s.path([hit.at("bottom"), (hit.cx, out.cy), out.at("right")], color=_ROLES["match"])
+        s.text(0.1, y0 + 0.25, rf"$\mathbf{{q}} = \mathbf{{k}}_{{{match}}}$ returns it;" + "\nno equal key: no answer",
+               size=SMALL, ha="left", color=MUTED)
+    else:
+        out = s.box(out_x, 3.8, 0.95, 0.42, rf"$\mathbf{{v}}_{{{match}}}$", role="output")
+        s.path([hit.at("bottom"), (hit.cx, 3.38), (out_x, 3.38), out.at("bottom")], color=_ROLES["match"])
+        s.text(out_x, 4.38, rf"$\mathbf{{q}} = \mathbf{{k}}_{{{match}}}$ returns it;" + "\nno equal key:\nno answer",
+               size=SMALL, color=MUTED)
 
     # Attention pooling.
-    s.text(0.15, 3.0, r"Attention pooling: every key gets a weight $\alpha(\mathbf{q}, \mathbf{k}_i)$",
-           size=TITLE, ha="left", bold=True)
-    keys, vals = database(2.05, 0.9, marks=False)
-    base, tallest = 1.25, 0.36
+    if phone:
+        s.text(0.1, 4.4, "Attention pooling: every key\n" + r"gets a weight $\alpha(\mathbf{q}, \mathbf{k}_i)$",
+               size=TITLE, ha="left", bold=True)
+        keys, vals = database(3.3, 2.15, marks=False)
+        base = 2.5
+    else:
+        s.text(0.15, 3.0, r"Attention pooling: every key gets a weight $\alpha(\mathbf{q}, \mathbf{k}_i)$",
+               size=TITLE, ha="left", bold=True)
+        keys, vals = database(2.05, 0.9, marks=False)
+        base = 1.25
+    tallest = 0.36
     for i, k in keys.items():
         a = weights[i - 1]
         s.ax.add_patch(Rectangle((k.cx - 0.14, base), 0.28, max(tallest * a / max(weights), 0.01),
@@ -303,16 +331,27 @@ def attention_pooling_diagram(num_pairs: int = 4, value_size: int = 2):
                                  zorder=2))
         s.text(k.cx, base + max(tallest * a / max(weights), 0.01) + 0.03, f"{a:.2f}", size=SMALL, va="bottom",
                color=MUTED)
-    s.text(0.7, base + 0.2, r"$\alpha(\mathbf{q}, \mathbf{k}_i)$", size=FONT)
-    bus = 0.45
+    s.text(left, base + 0.2, r"$\alpha(\mathbf{q}, \mathbf{k}_i)$", size=FONT)
+    bus = 1.7 if phone else 0.45
     for v in vals.values():
         s.ax.plot([v.cx, v.cx], [v.bottom, bus], color=INK, lw=1.1, zorder=3)
-    out = s.box(out_x, 0.9, 0.95, 0.42, rf"$\in \mathbb{{R}}^{{{d_v}}}$", role="output")
-    s.path([(min(v.cx for v in vals.values()), bus), (out_x, bus), out.at("bottom")])
-    s.text(out_x, 1.5, "weighted\nsum", size=SMALL, color=MUTED)
-    s.text((xs[0] + out_x) / 2, 0.16, r"output $= \sum_{i=1}^{m} \alpha(\mathbf{q}, \mathbf{k}_i)\,\mathbf{v}_i$,"
-           r"  with $\sum_i \alpha(\mathbf{q}, \mathbf{k}_i) = 1$", size=FONT)
-    return s.done(f"Diagram: an exact lookup, where a query returns the value of the one equal key among {num_pairs} key-value pairs, above attention pooling, where every key gets a weight from its similarity to the query, the weights sum to one, and the output is the weighted sum of all {num_pairs} values of size {value_size}")
+    total = r"output $= \sum_{i=1}^{m} \alpha(\mathbf{q}, \mathbf{k}_i)\,\mathbf{v}_i$,"
+    if phone:  # the weighted sum under the values; the output's formula on two lines under it
+        out_x = (xs[0] + xs[-1]) / 2
+        out = s.box(out_x, 1.2, 1.4, 0.42, rf"output $\in \mathbb{{R}}^{{{d_v}}}$", role="output", size=SMALL)
+        s.ax.plot([xs[0], xs[-1]], [bus, bus], color=INK, lw=1.1, zorder=3)
+        s.arrow((out_x, bus), out.at("top"))
+        s.text(left, 1.2, "weighted\nsum", size=SMALL, color=MUTED)
+        # two texts: in one, the second line's sum ran into the first's (mathtext sets its limits under it)
+        s.text(1.65, 0.62, total, size=FONT)
+        s.text(1.65, 0.17, r"with $\sum_i \alpha(\mathbf{q}, \mathbf{k}_i) = 1$", size=FONT)
+    else:
+        out = s.box(out_x, 0.9, 0.95, 0.42, rf"$\in \mathbb{{R}}^{{{d_v}}}$", role="output")
+        s.path([(min(v.cx for v in vals.values()), bus), (out_x, bus), out.at("bottom")])
+        s.text(out_x, 1.5, "weighted\nsum", size=SMALL, color=MUTED)
+        s.text((xs[0] + out_x) / 2, 0.16, total + r"  with $\sum_i \alpha(\mathbf{q}, \mathbf{k}_i) = 1$", size=FONT)
+    return s.done(f"Diagram: an exact lookup, where a query returns the value of the one equal key among {m} key-value pairs, above attention pooling, where every key gets a weight from its similarity to the query, the weights sum to one, and the output is the weighted sum of all {m} values of size {d_v}",
+                  phone=None if phone else functools.partial(_attention_pooling, m, d_v, phone=True))
 
 
 # --------------------------------------------------------------------------------------
@@ -337,89 +376,142 @@ def bahdanau_diagram(embed_size: int = 256, num_hiddens: int = 256, num_layers: 
     layers = check_positive_int("num_layers", num_layers)
     T = check_positive_int("num_steps", num_steps)
     vocab = r"|V|" if tgt_vocab_size is None else _fmt(check_positive_int("tgt_vocab_size", tgt_vocab_size))
-    s = _Sketch(6.6, 6.0)
-    shown = _shown(T, 5)
-    xs = _columns(len(shown), 0.5, 2.9)
-    bw = 0.5
+    return _bahdanau(e, h, layers, T, vocab)
+
+
+def _bahdanau(e: int, h: int, layers: int, T: int, vocab: str, phone: bool = False):
+    """:func:`bahdanau_diagram`'s drawing: the encoder and the attention on the left, the decoder on the
+    right, or, for a phone (``phone``), in one column read upwards: the encoder (four of its T steps at
+    most), the attention, then the decoder, its query and state beside it; s_0 named in the
+    encoder's note instead of drawn as a path."""
+    s = _Sketch(3.3, 11.0, phone=True) if phone else _Sketch(6.6, 6.0)
+    shown = _shown(T, 4 if phone else 5)
+    xs = _columns(len(shown), 0.35, 1.85) if phone else _columns(len(shown), 0.5, 2.9)
+    bw = 0.42 if phone else 0.5
+    note_x = 2.15 if phone else 3.2  # the encoder's notes, right of it
 
     # Encoder: tokens, embedding, GRU chain, states.
-    s.text(1.7, 0.12, "encoder", size=TITLE, bold=True)
+    s.text(1.1 if phone else 1.7, 0.12, "encoder", size=TITLE, bold=True)
     cells, states = [], []
-    emb = s.box(1.7, 1.25, 3.0, 0.42, f"embedding, {e} per token", role="embed", size=SMALL)
+    if phone:  # on two lines: on one it is wider than the encoder's four columns
+        emb = s.box(1.1, 1.25, 1.95, 0.5, f"embedding,\n{e} per token", role="embed", size=SMALL)
+    else:
+        emb = s.box(1.7, 1.25, 3.0, 0.42, f"embedding, {e} per token", role="embed", size=SMALL)
+    y_cell, y_state = (2.1, 2.9) if phone else (2.0, 2.8)
     for i, x in zip(shown, xs):
         if i is None:
-            for y in (0.55, 2.0, 2.8):
+            for y in (0.55, y_cell, y_state):
                 s.text(x, y, "⋯", size=FONT)
             cells.append(None)
             continue
         name = "T" if i == T and T > 1 else str(i)
         tok = s.box(x, 0.55, bw, 0.4, f"$x_{{{name}}}$")
         s.arrow(tok.at("top"), (x, emb.bottom))
-        cell = s.box(x, 2.0, bw, 0.4, "GRU", role="rnn", size=SMALL - 1)
+        cell = s.box(x, y_cell, bw, 0.4, "GRU", role="rnn", size=SMALL - 1)
         s.arrow((x, emb.top), cell.at("bottom"))
-        state = s.box(x, 2.8, bw, 0.4, rf"$\mathbf{{h}}_{{{name}}}$")
+        state = s.box(x, y_state, bw, 0.4, rf"$\mathbf{{h}}_{{{name}}}$")
         s.arrow(cell.at("top"), state.at("bottom"))
         cells.append(cell)
         states.append(state)
     for a, b in zip(cells, cells[1:]):
         if a is not None and b is not None:
             s.arrow(a.at("right"), b.at("left"))
-    s.text(3.2, 0.55, f"$T = {T}$\nsource tokens", size=SMALL, ha="left")
-    s.text(3.2, 1.66, f"GRU: {layers} layer{'s' if layers > 1 else ''},\n{h} units", size=SMALL, ha="left")
-    s.text(3.2, 2.8, rf"$\mathbf{{h}}_t \in \mathbb{{R}}^{{{h}}}$" + "\n(last layer)", size=SMALL, ha="left")
+    s.text(note_x, 0.55, f"$T = {T}$\nsource tokens", size=SMALL, ha="left")
+    gru_note = f"GRU: {layers} layer{'s' if layers > 1 else ''},\n{h} units"
+    if phone:  # s_0, the decoder's first state, named here (a path to the decoder would cross the attention)
+        s.text(note_x, y_cell, gru_note + ";\nlast step's\n" + r"states: $\mathbf{s}_0$", size=SMALL, ha="left")
+    else:
+        s.text(note_x, 1.66, gru_note, size=SMALL, ha="left")
+    s.text(note_x, y_state + (0.3 if phone else 0.0), rf"$\mathbf{{h}}_t \in \mathbb{{R}}^{{{h}}}$" + "\n(last layer)",
+           size=SMALL, ha="left")
 
     # Additive attention: keys and values h_t, query s_{t'-1}.
-    att = s.box(1.9, 4.25, 3.5, 1.35, "", role="attention")
-    s.text(att.cx, 4.72, "additive attention", size=FONT, bold=True)
-    s.text(att.cx, 4.43, r"$a(\mathbf{s}, \mathbf{h}) = \mathbf{w}_v^\top \tanh(\mathbf{W}_q \mathbf{s}"
-           r" + \mathbf{W}_k \mathbf{h})$", size=SMALL)
-    s.text(att.cx, 4.1, rf"$\mathbf{{W}}_q, \mathbf{{W}}_k \in \mathbb{{R}}^{{{h} \times {h}}}$,"
-           rf" $\mathbf{{w}}_v \in \mathbb{{R}}^{{{h}}}$", size=SMALL)
-    s.text(att.cx, 3.77, r"$\mathbf{c}_{t'} = \sum_t \alpha(\mathbf{s}_{t'-1}, \mathbf{h}_t)\, \mathbf{h}_t$",
-           size=SMALL)
+    score = r"$a(\mathbf{s}, \mathbf{h}) = \mathbf{w}_v^\top \tanh(\mathbf{W}_q \mathbf{s} + \mathbf{W}_k \mathbf{h})$"
+    sizes = (rf"$\mathbf{{W}}_q, \mathbf{{W}}_k \in \mathbb{{R}}^{{{h} \times {h}}}$,",
+             rf"$\mathbf{{w}}_v \in \mathbb{{R}}^{{{h}}}$")
+    context = r"$\mathbf{c}_{t'} = \sum_t \alpha(\mathbf{s}_{t'-1}, \mathbf{h}_t)\, \mathbf{h}_t$"
+    if phone:  # the parameters' sizes on two lines
+        att = s.box(1.65, 4.8, 3.1, 1.75, "", role="attention")
+        s.text(att.cx, 5.45, "additive attention", size=FONT, bold=True)
+        for y, line in ((5.13, score), (4.83, sizes[0]), (4.53, sizes[1]), (4.2, context)):
+            s.text(att.cx, y, line, size=SMALL)
+        s.text(note_x, 3.65, "keys = values\n" + r"$= \mathbf{h}_1, \ldots, \mathbf{h}_T$", size=SMALL, ha="left",
+               color=MUTED)
+    else:
+        att = s.box(1.9, 4.25, 3.5, 1.35, "", role="attention")
+        s.text(att.cx, 4.72, "additive attention", size=FONT, bold=True)
+        s.text(att.cx, 4.43, score, size=SMALL)
+        s.text(att.cx, 4.1, sizes[0] + " " + sizes[1], size=SMALL)
+        s.text(att.cx, 3.77, context, size=SMALL)
     for state in states:
         s.arrow(state.at("top"), (state.cx, att.bottom))
-    query = s.box(att.cx, 5.6, 1.1, 0.42, r"$\mathbf{s}_{t'-1}$", role="rnn")
-    s.arrow(query.at("bottom"), att.at("top"))
-    s.text(att.cx + 0.12, (query.bottom + att.top) / 2, "query", size=SMALL, ha="left", color=MUTED)
-    s.text(0.05, 5.6, "keys = values\n" + r"$= \mathbf{h}_1, \ldots, \mathbf{h}_T$", size=SMALL, ha="left",
-           color=MUTED)
 
     # Decoder: previous token, embedding, [c; e], GRU, s_t', output layer.
-    dx, dw = 5.6, 1.75
-    s.text(dx, 0.12, "decoder, step $t'$", size=TITLE, bold=True)
+    if phone:  # above the attention, its query beside its first box
+        dx, dw, y = 1.45, 1.65, att.top + 0.75
+        query = s.box(2.8, y, 0.8, 0.42, r"$\mathbf{s}_{t'-1}$", role="rnn")
+        s.arrow(query.at("bottom"), (query.cx, att.top))
+        s.text(query.cx - 0.08, (query.bottom + att.top) / 2, "query", size=SMALL, ha="right", color=MUTED)
+        s.text(0.45, (query.bottom + att.top) / 2, "decoder, step $t'$", size=TITLE, ha="left", bold=True)
+        ys = [y + 0.05 + k * 0.75 for k in range(7)]
+    else:
+        query = s.box(att.cx, 5.6, 1.1, 0.42, r"$\mathbf{s}_{t'-1}$", role="rnn")
+        s.arrow(query.at("bottom"), att.at("top"))
+        s.text(att.cx + 0.12, (query.bottom + att.top) / 2, "query", size=SMALL, ha="left", color=MUTED)
+        s.text(0.05, 5.6, "keys = values\n" + r"$= \mathbf{h}_1, \ldots, \mathbf{h}_T$", size=SMALL, ha="left",
+               color=MUTED)
+        dx, dw = 5.6, 1.75
+        s.text(dx, 0.12, "decoder, step $t'$", size=TITLE, bold=True)
+        ys = [0.6, 1.25, 2.05, 2.85, 3.6, 4.4, 5.2]
     # two lines: on one, enlarged for a phone (core/plot.py's fit_page), it ran over its box
-    prev = s.box(dx, 0.6, dw, 0.52, "previous token\n" + r"$y_{t'-1}$", size=SMALL)
-    demb = s.box(dx, 1.25, dw, 0.42, rf"$\mathbf{{e}}(y_{{t'-1}}) \in \mathbb{{R}}^{{{e}}}$", role="embed",
+    prev = s.box(dx, ys[0], dw, 0.52, "previous token\n" + r"$y_{t'-1}$", size=SMALL)
+    demb = s.box(dx, ys[1], dw, 0.42, rf"$\mathbf{{e}}(y_{{t'-1}}) \in \mathbb{{R}}^{{{e}}}$", role="embed",
                  size=SMALL)
-    cat = s.box(dx, 2.05, dw, 0.5, "", size=SMALL)
-    s.text(dx, 2.05, r"$[\mathbf{c}_{t'};\, \mathbf{e}(y_{t'-1})]$" + "\n" + rf"$\in \mathbb{{R}}^{{{h + e}}}$",
+    cat = s.box(dx, ys[2], dw, 0.5, "", size=SMALL)
+    s.text(dx, ys[2], r"$[\mathbf{c}_{t'};\, \mathbf{e}(y_{t'-1})]$" + "\n" + rf"$\in \mathbb{{R}}^{{{h + e}}}$",
            size=SMALL)
-    gru = s.box(dx, 2.85, dw, 0.42, f"GRU: {layers} × {h}", role="rnn", size=SMALL)
-    new = s.box(dx, 3.6, dw, 0.42, rf"$\mathbf{{s}}_{{t'}} \in \mathbb{{R}}^{{{h}}}$", role="rnn", size=SMALL)
-    dense = s.box(dx, 4.4, dw, 0.42, f"dense: {h} → {vocab}", role="ffn", size=SMALL)
-    out = s.box(dx, 5.2, dw, 0.42, "next-token scores", role="output", size=SMALL)
+    gru = s.box(dx, ys[3], dw, 0.42, f"GRU: {layers} × {h}", role="rnn", size=SMALL)
+    new = s.box(dx, ys[4], dw, 0.42, rf"$\mathbf{{s}}_{{t'}} \in \mathbb{{R}}^{{{h}}}$", role="rnn", size=SMALL)
+    # on a phone on two lines: "dense: 1024 → 37,000" is wider than its column
+    dense = s.box(dx, ys[5], dw, 0.52 if phone else 0.42, ("dense:\n" if phone else "dense: ") + f"{h} → {vocab}",
+                  role="ffn", size=SMALL)
+    out = s.box(dx, ys[6], dw, 0.42, "next-token scores", role="output", size=SMALL)
     for a, b in ((prev, demb), (demb, cat), (cat, gru), (gru, new), (new, dense), (dense, out)):
         s.arrow(a.at("top"), b.at("bottom"))
-    # The context goes down to the concatenation.
-    cx = 4.45
-    s.path([att.at("right", 0.25), (cx, att.cy + 0.25), (cx, cat.cy), cat.at("left")], color=_ROLES["attention"])
-    s.text(cx - 0.06, 3.3, r"$\mathbf{c}_{t'}$", size=FONT, ha="right", color=_ROLES["attention"])
-    # s_{t'-1} is also the GRU's recurrent state; at the first step it is s_0, the encoder's final states.
-    sx = 4.6
-    s.path([query.at("right"), (sx, query.cy), (sx, gru.cy + 0.08), gru.at("left", 0.08)], color=_ROLES["rnn"])
-    s.text(sx - 0.06, 5.72, "state", size=SMALL, ha="right", color=_ROLES["rnn"])
-    last = next(c for c in reversed(cells) if c is not None)
-    s.path([last.at("right", 0.1), (3.3, last.cy + 0.1), (3.3, 2.42), (4.55, 2.42), (4.55, gru.cy - 0.1),
-            gru.at("left", -0.1)], dashed=True, color=_ROLES["rnn"])
-    s.text(3.36, 2.35, r"$\mathbf{s}_0$, all layers", size=SMALL, ha="left", va="top", color=_ROLES["rnn"])
-    # s_t' becomes the next step's s_{t'-1}.
-    top = 6.12
-    s.path([new.at("right"), (6.54, new.cy), (6.54, top), (query.cx, top), query.at("top")],
-           dashed=True, color=_ROLES["rnn"])
-    s.text(3.6, top + 0.12, "next step", size=SMALL, color=_ROLES["rnn"])
-    s.fit_height(6.4)
-    return s.done(f"Diagram: one decoding step of the GRU encoder-decoder with additive attention: embeddings of size {embed_size}, a {num_layers}-layer GRU of {num_hiddens} units, the decoder state as query scores all {num_steps} encoder states, their weighted sum (the context) enters the decoder GRU, and a dense layer gives the next token's scores")
+    if phone:
+        # The context goes up the left side to the concatenation.
+        cx = 0.3
+        s.path([(cx, att.top), (cx, cat.cy), cat.at("left")], color=_ROLES["attention"])
+        s.text(cx - 0.06, demb.cy, r"$\mathbf{c}_{t'}$", size=FONT, ha="right", color=_ROLES["attention"])
+        # s_{t'-1} is also the GRU's recurrent state; s_{t'} becomes the next step's s_{t'-1}.
+        sx, top = 2.5, 3.1
+        s.path([(sx, query.top), (sx, gru.cy), gru.at("right")], color=_ROLES["rnn"])
+        s.text(sx + 0.06, cat.cy, "state", size=SMALL, ha="left", color=_ROLES["rnn"])
+        s.path([new.at("right"), (top, new.cy), (top, query.top)], dashed=True, color=_ROLES["rnn"])
+        s.text(dx + dw / 2 + 0.06, new.cy + 0.08, "next step", size=SMALL, ha="left", va="bottom",
+               color=_ROLES["rnn"])
+        s.fit_height(out.top + 0.1)
+    else:
+        # The context goes down to the concatenation.
+        cx = 4.45
+        s.path([att.at("right", 0.25), (cx, att.cy + 0.25), (cx, cat.cy), cat.at("left")], color=_ROLES["attention"])
+        s.text(cx - 0.06, 3.3, r"$\mathbf{c}_{t'}$", size=FONT, ha="right", color=_ROLES["attention"])
+        # s_{t'-1} is also the GRU's recurrent state; at the first step it is s_0, the encoder's final states.
+        sx = 4.6
+        s.path([query.at("right"), (sx, query.cy), (sx, gru.cy + 0.08), gru.at("left", 0.08)], color=_ROLES["rnn"])
+        s.text(sx - 0.06, 5.72, "state", size=SMALL, ha="right", color=_ROLES["rnn"])
+        last = next(c for c in reversed(cells) if c is not None)
+        s.path([last.at("right", 0.1), (3.3, last.cy + 0.1), (3.3, 2.42), (4.55, 2.42), (4.55, gru.cy - 0.1),
+                gru.at("left", -0.1)], dashed=True, color=_ROLES["rnn"])
+        s.text(3.36, 2.35, r"$\mathbf{s}_0$, all layers", size=SMALL, ha="left", va="top", color=_ROLES["rnn"])
+        # s_t' becomes the next step's s_{t'-1}.
+        top = 6.12
+        s.path([new.at("right"), (6.54, new.cy), (6.54, top), (query.cx, top), query.at("top")],
+               dashed=True, color=_ROLES["rnn"])
+        s.text(3.6, top + 0.12, "next step", size=SMALL, color=_ROLES["rnn"])
+        s.fit_height(6.4)
+    return s.done(f"Diagram: one decoding step of the GRU encoder-decoder with additive attention: embeddings of size {e}, a {layers}-layer GRU of {h} units, the decoder state as query scores all {T} encoder states, their weighted sum (the context) enters the decoder GRU, and a dense layer gives the next token's scores",
+                  phone=None if phone else functools.partial(_bahdanau, e, h, layers, T, vocab, phone=True))
 
 
 # --------------------------------------------------------------------------------------
