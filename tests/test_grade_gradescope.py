@@ -120,6 +120,10 @@ def test_the_bundles_course_file_keeps_only_its_notebooks_assignments():
         (ROOT / "course.example.toml").read_text(encoding="utf-8"), {"masked_softmax"}).decode()
     assert "[assignments.masked_softmax]" in shipped and "bleu" not in shipped and "[roster]" not in shipped
     assert "extra_cases" in shipped and "[late]" in shipped
+    # the instructor's overrides name the class: Gradescope's own extensions and grade edits apply there
+    with_overrides = (ROOT / "course.example.toml").read_text(encoding="utf-8") + '\n[overrides]\nfile = "o.csv"\n'
+    shipped = gradescope_bundle._without_roster_and_times(with_overrides, {"masked_softmax"}).decode()
+    assert "[overrides]" not in shipped and "o.csv" not in shipped, shipped
 
 
 def test_extra_cases_outside_the_course_folder_go_into_the_bundle_under_course(tmp_path):
