@@ -418,8 +418,11 @@ def _bahdanau(e: int, h: int, layers: int, T: int, vocab: str, phone: bool = Fal
             s.arrow(a.at("right"), b.at("left"))
     s.text(note_x, 0.55, f"$T = {T}$\nsource tokens", size=SMALL, ha="left")
     gru_note = f"GRU: {layers} layer{'s' if layers > 1 else ''},\n{h} units"
-    if phone:  # s_0, the decoder's first state, named here (a path to the decoder would cross the attention)
-        s.text(note_x, y_cell, gru_note + ";\nlast step's\n" + r"states: $\mathbf{s}_0$", size=SMALL, ha="left")
+    if phone:  # s_0, the decoder's first state, named here in the state's colour (a path to the decoder
+        # would cross the attention, which spans the column)
+        s.text(note_x, y_cell + 0.23, gru_note, size=SMALL, ha="left")
+        s.text(note_x, y_cell - 0.23, "last step's\n" + r"states: $\mathbf{s}_0$", size=SMALL, ha="left",
+               color=_ROLES["rnn"])
     else:
         s.text(note_x, 1.66, gru_note, size=SMALL, ha="left")
     s.text(note_x, y_state + (0.3 if phone else 0.0), rf"$\mathbf{{h}}_t \in \mathbb{{R}}^{{{h}}}$" + "\n(last layer)",
