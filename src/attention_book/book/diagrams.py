@@ -987,55 +987,122 @@ def pretraining_modes_diagram(config=None, seq_len: int = 6, target_len: int = 4
     if n > config.max_len or T > config.max_len:
         raise ValueError(f"seq_len={n} and target_len={T} must fit the models' max_len={config.max_len}")
     masks = _pretraining_masks(config, n, T)
+    return _pretraining_modes(config, vocab, n, T, masks)
+
+
+_PRETRAINING_CAPTIONS = {"bert": "every token sees\nevery token",
+                         "t5": "encoder: all inputs;\ndecoder: its past + all inputs",
+                         "gpt": "every token sees\nits past only"}
+
+
+def _pretraining_stack(s: _Sketch, key: str, cx: float, width: float, N: int, d: int, vocab: str,
+                       rise: float = 0.0) -> None:
+    """One model's stack, embedding to output head, centred at ``cx`` (T5: its two stacks side by
+    side), its embedding at height 3.33 + ``rise``."""
+    if key == "t5":
+        ex, dx, w = cx - 0.6, cx + 0.6, 1.05
+        for x, what in ((ex, "inputs"), (dx, "targets")):
+            # on two lines: side by side, one line each ran together in a phone's larger text
+            s.box(x, 3.33 + rise, w, 0.5, f"embed\n{what}", role="embed", size=SMALL - 1)
+        # "block × N" on the second line: "N × encoder" on one ran over its box on a phone
+        enc = s.box(ex, 4.05 + rise, w, 0.6, f"encoder\nblock × {N}", role="attention", size=SMALL - 1)
+        dec = s.box(dx, 4.05 + rise, w, 0.6, f"decoder\nblock × {N}", role="attention", size=SMALL - 1)
+        for x, box in ((ex, enc), (dx, dec)):
+            s.arrow((x, 3.58 + rise), box.at("bottom"))
+        s.arrow(enc.at("right"), dec.at("left"), color=_ROLES["attention"])
+        # the task and the projection on two lines: on one they ran over the box on a phone
+        head = s.box(dx, 4.78 + rise, w, 0.5, f"spans:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
+        s.arrow(dec.at("top"), head.at("bottom"))
+    else:
+        emb = s.box(cx, 3.35 + rise, width, 0.4, "embed tokens", role="embed", size=SMALL - 1)
+        kind = "encoder" if key == "bert" else "decoder"
+        detail = "bidirectional" if key == "bert" else "causal"
+        block = s.box(cx, 4.05 + rise, width, 0.6, f"{N} × {kind} block\n{detail}", role="attention",
+                      size=SMALL - 1)
+        s.arrow(emb.at("top"), block.at("bottom"))
+        task = "masked" if key == "bert" else "next token"
+        head = s.box(cx, 4.78 + rise, width, 0.5, f"{task}:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
+        s.arrow(block.at("top"), head.at("bottom"))
+
+
+def _pretraining_mask(s: _Sketch, key: str, mask, cx: float, top: float, cell: float, n: int, T: int) -> _Box:
+    """One model's mask, centred at ``cx`` under ``top`` (T5's split into inputs and targets)."""
+    rows, cols = mask.shape
+    grid = s.matrix(cx - cols * cell / 2, top - rows * cell, mask, cell)
+    if key == "t5":
+        split = grid.left + n * cell
+        s.ax.plot([split, split], [grid.bottom, grid.top], color=INK, lw=1.2, zorder=4)
+        s.ax.plot([grid.left, grid.right], [grid.top - n * cell] * 2, color=INK, lw=1.2, zorder=4)
+        s.text(grid.left + n * cell / 2, grid.top + 0.12, "inputs", size=SMALL - 1.5, color=MUTED)
+        s.text(split + T * cell / 2, grid.top + 0.12, "targets", size=SMALL - 1.5, color=MUTED)
+        s.text(grid.left - 0.12, grid.top - n * cell / 2, "inputs", size=SMALL - 1.5, color=MUTED, rotation=90)
+        s.text(grid.left - 0.12, grid.bottom + T * cell / 2, "targets", size=SMALL - 1.5, color=MUTED,
+               rotation=90)
+    return grid
+
+
+def _pretraining_modes(config, vocab: str, n: int, T: int, masks: dict, phone: bool = False):
+    """:func:`pretraining_modes_diagram`'s drawing: BERT, T5 and GPT side by side, or, for a phone
+    (``phone``), one under another, BERT's and GPT's masks beside their stacks, T5's under its two."""
     d, N = config.num_hiddens, config.num_blks
-    s = _Sketch(6.6, 6.0)
     norm = "pre-norm" if config.norm_first else "post-norm"
-    s.text(3.3, 5.85, f"shared sizes: $d = {d}$, $h = {config.num_heads}$ heads, FFN {config.ffn_hiddens}, "
-           f"{N} block{'s' if N > 1 else ''} per stack, {norm}", size=SMALL, color=MUTED)
     cell = min(0.16, 1.6 / (n + T))  # T5's matrix, (n + T) cells a side, fits in 1.6 inches
+    blocks = f"{N} block{'s' if N > 1 else ''} per stack"
+    sizes = (f"shared sizes: $d = {d}$, $h = {config.num_heads}$ heads,", f"FFN {config.ffn_hiddens}, {blocks}, {norm}")
+    legend = ("mask: row = query, column = key;", "a filled cell = may attend")
+    alt = f"Diagram of three pretraining modes side by side with their attention masks: BERT, encoder-only, every token attends to every token; T5, encoder-decoder, with cross-attention and a causal decoder; GPT, decoder-only, each token attends to itself and earlier tokens; width {d}, {N} blocks"
+    if phone:
+        return _pretraining_modes_phone(masks, d, N, vocab, n, T, cell, sizes, legend, alt)
+    s = _Sketch(6.6, 6.0)
+    s.text(3.3, 5.85, " ".join(sizes), size=SMALL, color=MUTED)
     columns = [("bert", 1.05, 1.8, "BERT", "encoder-only"), ("t5", 3.35, 2.3, "T5", "encoder–decoder"),
                ("gpt", 5.65, 1.8, "GPT", "decoder-only")]
-    captions = {"bert": "every token sees\nevery token", "t5": "encoder: all inputs;\ndecoder: its past + all inputs",
-                "gpt": "every token sees\nits past only"}
     matrix_top = 2.75
     for key, cx, width, name, mode in columns:
         s.text(cx, 5.45, name, size=TITLE, bold=True)
         s.text(cx, 5.15, mode, size=SMALL, va="baseline")
-        if key == "t5":
-            ex, dx, w = cx - 0.6, cx + 0.6, 1.05
-            for x, what in ((ex, "inputs"), (dx, "targets")):
-                # on two lines: side by side, one line each ran together in a phone's larger text
-                emb = s.box(x, 3.33, w, 0.5, f"embed\n{what}", role="embed", size=SMALL - 1)
-            # "block × N" on the second line: "N × encoder" on one ran over its box on a phone
-            enc = s.box(ex, 4.05, w, 0.6, f"encoder\nblock × {N}", role="attention", size=SMALL - 1)
-            dec = s.box(dx, 4.05, w, 0.6, f"decoder\nblock × {N}", role="attention", size=SMALL - 1)
-            for x, box in ((ex, enc), (dx, dec)):
-                s.arrow((x, 3.58), box.at("bottom"))
-            s.arrow(enc.at("right"), dec.at("left"), color=_ROLES["attention"])
-            # the task and the projection on two lines: on one they ran over the box on a phone
-            head = s.box(dx, 4.78, w, 0.5, f"spans:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
-            s.arrow(dec.at("top"), head.at("bottom"))
-        else:
-            emb = s.box(cx, 3.35, width, 0.4, "embed tokens", role="embed", size=SMALL - 1)
-            kind = "encoder" if key == "bert" else "decoder"
-            detail = "bidirectional" if key == "bert" else "causal"
-            block = s.box(cx, 4.05, width, 0.6, f"{N} × {kind} block\n{detail}", role="attention", size=SMALL - 1)
-            s.arrow(emb.at("top"), block.at("bottom"))
-            task = "masked" if key == "bert" else "next token"
-            head = s.box(cx, 4.78, width, 0.5, f"{task}:\n${d} \\to$ {vocab}", role="output", size=SMALL - 1)
-            s.arrow(block.at("top"), head.at("bottom"))
-        mask = masks[key]
-        rows, cols = mask.shape
-        grid = s.matrix(cx - cols * cell / 2, matrix_top - rows * cell, mask, cell)
-        if key == "t5":
-            split = grid.left + n * cell
-            s.ax.plot([split, split], [grid.bottom, grid.top], color=INK, lw=1.2, zorder=4)
-            s.ax.plot([grid.left, grid.right], [grid.top - n * cell] * 2, color=INK, lw=1.2, zorder=4)
-            s.text(grid.left + n * cell / 2, grid.top + 0.12, "inputs", size=SMALL - 1.5, color=MUTED)
-            s.text(split + T * cell / 2, grid.top + 0.12, "targets", size=SMALL - 1.5, color=MUTED)
-            s.text(grid.left - 0.12, grid.top - n * cell / 2, "inputs", size=SMALL - 1.5, color=MUTED, rotation=90)
-            s.text(grid.left - 0.12, grid.bottom + T * cell / 2, "targets", size=SMALL - 1.5, color=MUTED,
-                   rotation=90)
-        s.text(cx, matrix_top - 1.72, captions[key], size=SMALL - 1, va="top")
-    s.text(3.3, 0.3, "mask: row = query, column = key; a filled cell = may attend", size=SMALL, color=MUTED)
-    return s.done(f"Diagram of three pretraining modes side by side with their attention masks: BERT, encoder-only, every token attends to every token; T5, encoder-decoder, with cross-attention and a causal decoder; GPT, decoder-only, each token attends to itself and earlier tokens; width {d}, {N} blocks")
+        _pretraining_stack(s, key, cx, width, N, d, vocab)
+        _pretraining_mask(s, key, masks[key], cx, matrix_top, cell, n, T)
+        s.text(cx, matrix_top - 1.72, _PRETRAINING_CAPTIONS[key], size=SMALL - 1, va="top")
+    s.text(3.3, 0.3, " ".join(legend), size=SMALL, color=MUTED)
+    return s.done(alt, phone=functools.partial(_pretraining_modes, config, vocab, n, T, masks, phone=True))
+
+
+def _pretraining_modes_phone(masks: dict, d: int, N: int, vocab: str, n: int, T: int, cell: float,
+                             sizes: tuple, legend: tuple, alt: str):
+    """The phone's drawing, 3.3 inches wide, placed from the bottom up: the mask's legend, GPT, T5,
+    BERT, the shared sizes; each text as large in points as on the desktop."""
+    s = _Sketch(3.3, 14.0, phone=True)
+    s.text(0.1, 0.1, "\n".join(legend), size=SMALL, color=MUTED, ha="left", va="bottom")
+    y = 0.75  # the bottom of the next panel
+
+    def side_by_side(key: str, name: str, mode: str) -> None:
+        """BERT or GPT: the stack on the left, the mask and its caption on the right."""
+        nonlocal y
+        rows = masks[key].shape[0]
+        # the stack's embedding at y, its head's top 1.68 above it; the mask's caption under the mask
+        rise = y + 0.2 - 3.15
+        _pretraining_stack(s, key, 0.95, 1.7, N, d, vocab, rise=rise)
+        stack_top = 4.78 + rise + 0.25
+        top = max(stack_top, y + 0.55 + rows * cell)
+        _pretraining_mask(s, key, masks[key], 2.6, top, cell, n, T)
+        s.text(2.6, top - rows * cell - 0.08, _PRETRAINING_CAPTIONS[key], size=SMALL - 1, va="top")
+        s.text(0.1, top + 0.3, name, size=TITLE, bold=True, ha="left", va="baseline")
+        s.text(0.85, top + 0.3, mode, size=SMALL, ha="left", va="baseline")
+        y = top + 0.75
+
+    side_by_side("gpt", "GPT", "decoder-only")
+    # T5: its caption, its mask (labels on its left and top), then its two stacks above
+    s.text(1.65, y, _PRETRAINING_CAPTIONS["t5"], size=SMALL - 1, va="bottom")
+    top = y + 0.5 + (n + T) * cell
+    _pretraining_mask(s, "t5", masks["t5"], 1.75, top, cell, n, T)
+    rise = top + 0.45 - 3.08
+    _pretraining_stack(s, "t5", 1.65, 2.3, N, d, vocab, rise=rise)
+    top = 4.78 + rise + 0.25
+    s.text(0.1, top + 0.3, "T5", size=TITLE, bold=True, ha="left", va="baseline")
+    s.text(0.55, top + 0.3, "encoder–decoder", size=SMALL, ha="left", va="baseline")
+    y = top + 0.75
+    side_by_side("bert", "BERT", "encoder-only")
+    s.text(0.1, y - 0.05, "\n".join(sizes), size=SMALL, color=MUTED, ha="left", va="bottom")
+    s.fit_height(y + 0.55)
+    return s.done(alt)
