@@ -130,6 +130,7 @@ def test_figures_say_what_they_show_in_their_png():
 
     import attention_book as ab
     from attention_book.core.plot import (
+        ALT_TEXT_CHARS,
         ALT_TEXT_KEY,
         figure_alt_text,
         page_png_metadata,
@@ -149,6 +150,11 @@ def test_figures_say_what_they_show_in_their_png():
     assert figure_alt_text(maps) == ("2 heatmaps of 3 by 4 values, darker is larger (colour scale 0 to 0.25): "
                                      "head 1, head 2; x: Keys; y: Queries")
     assert figure_alt_text(set_alt_text(fig, "A falling  line")) == "A falling line"
+    # a long text equivalent is cut between words, with an ellipsis: chapter 9's explorer's was cut
+    # mid-word, "...should it was weena co" (issue 36)
+    long = figure_alt_text(set_alt_text(fig, "the time traveller " * 40))
+    assert len(long) <= ALT_TEXT_CHARS and long.endswith("…") and long[:-1].split()[-1] in {"the", "time", "traveller"}
+    assert not long[:-1].endswith(" ")
 
 
 def test_figures_get_the_width_their_text_needs(tmp_path):

@@ -452,7 +452,9 @@ def test_generate_reproducible_and_greedy(tok):
     red = [bar.get_height() for bar in ax.containers[1]]
     best = int(np.argmax(red))
     # tokens quoted, punctuation named, "▸" said as "then" (accessibility reader, issue 38)
-    spoken = ab.models.decoding.spoken_token(ax.get_xticklabels()[best].get_text())
+    named = {name: token for token, name in ab.models.decoding.PUNCTUATION_NAMES.items()}
+    label = ax.get_xticklabels()[best].get_text()
+    spoken = ab.models.decoding.spoken_token(named.get(label, label))
     assert f"top-k 3: most likely {spoken} {red[best]:.3f}" in alt, alt
     said = ab.models.decoding.spoken_text(fig.generated_text)
     assert f"Sample (seed 4): the time, then: {said}"[:60] in alt and "▸" not in alt, alt
@@ -491,6 +493,48 @@ def test_sampling_figure_phone_copy_keeps_its_bars_and_label_clear(tok):
     assert ax.get_window_extent(renderer).height >= 80
     plt.close(copy)
     plt.close(fig)
+
+
+def test_sampling_figure_names_punctuation_under_its_bars(tok):
+    """Chapter 9's explorer (reader s11, issue 36): the tick labels of its two likeliest tokens,
+    "." and ",", were single-pixel specks; punctuation is labelled by name."""
+    import matplotlib.pyplot as plt
+
+    torch.manual_seed(0)
+    gpt = ab.DecoderOnlyLM(tok.vocab_size, num_hiddens=16, num_heads=2, num_blks=1, max_len=12, pad_id=tok.pad_id)
+    fig = ab.sampling_figure(gpt, tok, "the time traveller", show=tok.vocab_size)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert {"period", "comma"} <= set(labels) and not {".", ","} & set(labels), labels
+    plt.close(fig)
+
+
+def test_pretraining_curves_keep_the_title_on_one_or_two_lines_on_a_phone():
+    """Chapter 9's learning curves at 390 px (reader s11, issue 36): with the legend beside the
+    plot the phone copy's title "BERT: masked language modelling" wrapped onto three lines over a
+    narrow plot. The legend is under the plot, the baseline a dotted line named in it."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from attention_book.core.plot import MIN_TEXT_PX, PHONE_MAX_PX, phone_figure, phone_png
+    from attention_book.core.train import History
+
+    history = History(train_loss=[5.4, 5.2, 5.1, 5.0], metrics={"val loss": [5.1, 4.9, 4.9, 4.8]})
+    for title, baseline in (("BERT: masked language modelling", 5.3), ("T5 fine-tuned on two prefixed tasks", None)):
+        if baseline is None:  # the fine-tuning run's two long names
+            history.metrics = {"val loss <copy>": [5.1, 4.9], "val loss <reverse>": [5.2, 5.0]}
+        fig = ab.experiments.lm_tasks.pretraining_curves(history, title, baseline)
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert ("unigram baseline" in labels) == (baseline is not None) and fig.axes[0].get_legend() is None
+        assert ab.core.plot.figure_alt_text(fig).endswith("lines: " + ", ".join(labels))
+        png = phone_png(fig)
+        assert png is not None and Image.open(io.BytesIO(png)).width <= PHONE_MAX_PX
+        copy = phone_figure(fig)
+        assert copy.axes[0].get_title().count("\n") <= 1, copy.axes[0].get_title()
+        assert float(Image.open(io.BytesIO(png)).text["ab-min-text-px"]) >= MIN_TEXT_PX
+        plt.close(copy)
+        plt.close(fig)
 
 
 def test_sampling_and_prompts_follow_the_book_seed(tok, monkeypatch):
@@ -570,6 +614,32 @@ def _fake_scaling_runs():
     return [ab.experiments.scaling.ScalingRun(d, blks, n, 10 * n, [6.0 * n * t for t in (100, 200, 300)],
                                               loss)
             for (d, blks, n), loss in zip(sizes, losses)]
+
+
+def test_scaling_figure_is_drawn_again_for_a_phone_with_tall_labelled_panels():
+    """Chapter 9's scaling figure at 390 px (reader s11, issue 36): re-laid out from the desktop
+    figure, its top panel was about 60 px tall and one y label stood by the lower panel only. Its
+    phone copy is drawn again at the column's width: each panel 200 px tall or more, each with its
+    y label, every text 9 px or more, the PNG 350 px wide at most."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from attention_book.core.plot import MIN_TEXT_PX, PHONE_DPI, PHONE_MAX_PX, phone_png
+
+    runs = _fake_scaling_runs()
+    fig = ab.experiments.scaling.scaling_law_figure(runs, baseline=2.5)
+    png = Image.open(io.BytesIO(phone_png(fig)))
+    assert png.width <= PHONE_MAX_PX and float(png.text["ab-min-text-px"]) >= MIN_TEXT_PX
+    copy = fig._ab_phone_drawing()
+    copy.set_dpi(PHONE_DPI)
+    copy.draw_without_rendering()
+    renderer = copy.canvas.get_renderer()
+    for ax in copy.axes:
+        assert ax.get_window_extent(renderer).height >= 200 and ax.get_ylabel()
+    plt.close(copy)
+    plt.close(fig)
 
 
 def test_larger_wins_at_equal_compute_on_a_frontier_known_by_construction():
@@ -752,6 +822,18 @@ def test_label_efficiency_averages_pairs_and_draws_a_figure():
     assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "64"]
     means = [line.get_ydata().tolist() for line in ax.get_lines()[:2]]
     assert means[0] == pytest.approx([65.0, 90.0]) and means[1] == pytest.approx([48.333333, 85.0])
+    # on a 390 px phone (no copy of its own) its smallest text shows at 9 px or more: 4.4 inches wide
+    # with a one-line title, its PNG was 499 px and its ticks 8.5 px (issue 36)
+    import io
+
+    from PIL import Image
+
+    from attention_book.core.plot import MIN_TEXT_PX, PHONE_COLUMN_PX, phone_png, smallest_text_px
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    width = Image.open(buf).width
+    assert phone_png(fig) is None and smallest_text_px(fig) * min(1, PHONE_COLUMN_PX / width) >= MIN_TEXT_PX
     plt.close(fig)
 
 

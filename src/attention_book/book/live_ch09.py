@@ -233,7 +233,7 @@ class GenerateView(LiveView):
             self.num_tokens,
             self.show,
         )
-        img = figure_img(fig, "next-token distribution after the example prompt", dpi=60)
+        img = figure_img(fig, "next-token distribution after the example prompt", dpi=92)
         return (
             f"<p>Next token after “{html.escape(self.prompt)}” at temperature 1 "
             f"(drawn when the book was built):</p>{img}"

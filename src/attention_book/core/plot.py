@@ -122,9 +122,13 @@ def figure_alt_text(fig) -> str:
     """A figure's short text equivalent: the one :func:`set_alt_text` gave it, else one made
     from what it shows in words: its title, its plots' titles, axis labels and legend entries
     ("Figure: <titles>; x: <xlabel>; y: <ylabel>; lines: <legend>")."""
-    own = getattr(fig, "_ab_alt_text", None)
-    if own:
-        return own[:ALT_TEXT_CHARS]
+    text = getattr(fig, "_ab_alt_text", None) or _described(fig)
+    # cut between words, with an ellipsis ("...should it was weena co" was cut mid-word, issue 36)
+    return text if len(text) <= ALT_TEXT_CHARS else text[: ALT_TEXT_CHARS - 1].rsplit(" ", 1)[0] + "…"
+
+
+def _described(fig) -> str:
+    """:func:`figure_alt_text` made from what ``fig`` shows in words."""
     axes = [ax for ax in fig.get_axes() if ax.get_visible() and not hasattr(ax, "_colorbar")]
     suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
     titles = _unique([suptitle] + [ax.get_title(loc) for ax in axes for loc in ("left", "center", "right")])
@@ -139,8 +143,7 @@ def figure_alt_text(fig) -> str:
         parts.append("y: " + ", ".join(ylabels))
     if legends:
         parts.append("lines: " + ", ".join(legends))
-    text = "; ".join(parts)
-    return text if len(text) <= ALT_TEXT_CHARS else text[: ALT_TEXT_CHARS - 1] + "…"
+    return "; ".join(parts)
 
 
 def page_png_metadata(fig, dpi: float | None = None) -> dict[str, str]:

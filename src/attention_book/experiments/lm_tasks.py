@@ -194,14 +194,34 @@ def label_efficiency_figure(result: LabelEfficiency):
     from .data_size import seed_spread
 
     ensure_style()
-    # narrow, so that its text stays legible when a phone shrinks the figure to its width
-    fig, ax = plt.subplots(figsize=(4.4, 3.6), layout="constrained")
+    # narrow, so that its text stays legible when a phone shrinks the figure to its width: 4.4 inches
+    # with a one-line title came out 499 px wide, its ticks at 8.5 px in a 390 px phone's column (issue 36)
+    fig, ax = plt.subplots(figsize=(3.8, 3.8), layout="constrained")
     seed_spread(ax, result.counts, {name: result.accuracy[name] for name in ("pretrained", "from scratch")})
     chance_line(ax, 50)
     ax.set_xlabel("labelled examples for fine-tuning")
     ax.set_ylabel("held-out accuracy (%)")
-    ax.set_title("The same encoder, with and without pretraining")
+    ax.set_title("The same encoder,\nwith and without pretraining")
     fig.legend(loc="outside lower center", ncols=1, frameon=False)
+    return fig
+
+
+def pretraining_curves(history, title: str, baseline: float | None = None):
+    """A training run's learning curves (``history.plot``) with the unigram ``baseline``, when
+    given, as a dotted line, and the legend under the plot (beside it, a phone's copy had
+    a narrow plot and its title on three lines, issue 36). Returns the figure."""
+    from ..core.plot import chance_line, figure_alt_text, set_alt_text
+
+    fig = history.plot(title=title)
+    ax = fig.axes[0]
+    if baseline is not None:
+        chance_line(ax, baseline, label="unigram baseline")
+        ax.legend()
+    set_alt_text(fig, figure_alt_text(fig))  # its lines named, as the plot's own legend has them
+    ax.get_legend().remove()
+    handles, labels = ax.get_legend_handles_labels()
+    ncols = 2 if max(map(len, labels)) <= 16 else 1  # two long names side by side: too wide for a phone
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, frameon=False)
     return fig
 
 

@@ -174,14 +174,25 @@ def scaling_law_figure(runs: Sequence[ScalingRun], baseline: float | None = None
     """Loss against parameters (final checkpoint, top) and against compute (every checkpoint, below),
     log–log, each with a fitted power law. Drawn at the width of the page's column, one panel above the
     other, so its text is read at full size. Returns the figure; the fits are in ``fig.fits``."""
-    import matplotlib.pyplot as plt
-
-    from ..core.plot import ensure_style, readable_log_axis
+    from ..core.plot import ensure_style
 
     if len(runs) < 2:
         raise ValueError(f"a scaling figure needs at least two runs, got {len(runs)}")
     ensure_style()
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.2, 7.0), layout="constrained")
+    fig = _scaling_axes(runs, baseline, figsize=(6.2, 7.0))
+    # a phone's copy drawn again, as wide as its column at 100 dpi and tall, each panel with its y label:
+    # re-laid out from this figure, the top panel came out about 60 px high, one y label for both (issue 36)
+    fig._ab_phone_drawing = lambda: _scaling_axes(runs, baseline, figsize=(3.3, 8.6))
+    return fig
+
+
+def _scaling_axes(runs: Sequence[ScalingRun], baseline: float | None, figsize: tuple[float, float]):
+    """:func:`scaling_law_figure` drawn at ``figsize`` (inches)."""
+    import matplotlib.pyplot as plt
+
+    from ..core.plot import readable_log_axis
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=figsize, layout="constrained")
     params = [r.params for r in runs]
     final = [r.val_loss[-1] for r in runs]
     law_n = fit_power_law(params, final)

@@ -153,7 +153,8 @@ def sampling_figure(model: nn.Module, tok: Tokenizer, prompt: str = "the time tr
     raw = next_token_distribution(logits, 1.0)
     adjusted = next_token_distribution(logits, temperature, top_k or None)
     order = torch.argsort(raw, descending=True)[:show]
-    labels = [tok.vocab.to_tokens(int(i)) for i in order]
+    # punctuation by name: a bare "." or "," under its bar drew as a speck (issue 36)
+    labels = [PUNCTUATION_NAMES.get(t, t) for t in map(tok.vocab.to_tokens, order.tolist())]
     text = generate(model, tok, prompt, num_tokens, temperature, top_k or None, seed)
     # 5.2 in tall: the phone copy keeps this shape (core/plot.py), and at 3.6 in its bars were ~80 px
     # tall under the legend and title, with the y label running into the sample (issue 36)
