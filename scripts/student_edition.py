@@ -144,22 +144,57 @@ BOOKS_RUN = "*The numbers in this text are from the book's own run, as on {page}
 
 
 @functools.lru_cache(maxsize=None)
-def cite_labels(bib: Path | None = None) -> dict[str, tuple[str, str]]:
-    """key -> (who, year) of every entry in book/references.bib (``bib``); empty when it or
-    pybtex is missing (a role then reads "[key]"). Parsed once per process: a parse takes about
-    5 s, and each of the 20 notebooks of ``make student`` asks (a diff reviewer timed it)."""
+def _bibliography(bib: Path | None = None):
+    """The parsed book/references.bib (``bib``), or None when it or pybtex is missing. Parsed once
+    per process: a parse takes about 5 s, and each of the 20 notebooks of ``make student`` asks (a
+    diff reviewer timed it)."""
     bib = bib or Path(__file__).resolve().parent.parent / "book" / "references.bib"
     try:
         ext = str(bib.parent / "_ext")
         if ext not in sys.path:
             sys.path.insert(0, ext)
-        from book_site import author_year  # the website's own author-year label
         from pybtex.database import parse_file
 
-        entries = parse_file(str(bib)).entries
-    except Exception:  # noqa: BLE001 (no pybtex, no bib: "[key]")
+        return parse_file(str(bib))
+    except Exception:  # noqa: BLE001 (no pybtex, no bib)
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def cite_labels(bib: Path | None = None) -> dict[str, tuple[str, str]]:
+    """key -> (who, year) of every entry in book/references.bib (``bib``); empty when it or
+    pybtex is missing (a role then reads "[key]")."""
+    data = _bibliography(bib)
+    if data is None:
         return {}
-    return {key: tuple(author_year(e).rsplit(", ", 1)) for key, e in entries.items()}
+    from book_site import author_year  # the website's own author-year label
+
+    return {key: tuple(author_year(e).rsplit(", ", 1)) for key, e in data.entries.items()}
+
+
+CITED = re.compile(r"\{cite(?::[tp])?\}`(?P<keys>[^`]*)`")
+
+
+def references_cell(texts: list[str], bib: Path | None = None) -> dict | None:
+    """A markdown cell "References" listing, as the website's bibliography writes them (its style,
+    book_site.AuthorYearStyle), the works cited in ``texts`` (markdown with {cite} roles), each under
+    the label its citations read ("Shaw et al., 2018"); None when nothing is cited or the entries
+    cannot be had. A practice notebook cited "(Shaw et al., 2018)" with no list to look it up in
+    (a fresh learner, issue 36)."""
+    keys = list(dict.fromkeys(k.strip() for t in texts for m in CITED.finditer(t)
+                              for k in m.group("keys").split(",") if k.strip()))
+    data = _bibliography(bib)
+    if not keys or data is None or not all(k in data.entries for k in keys):
+        return None
+    from book_site import AuthorYearStyle, author_year
+    from pybtex.database import BibliographyData
+
+    cited = BibliographyData({k: data.entries[k] for k in keys})
+    lines = ["## References", ""]
+    for entry in AuthorYearStyle().format_bibliography(cited):
+        text = " ".join(entry.text.render_as("markdown").split())
+        lines.append(f"* **{author_year(data.entries[entry.key])}.** {text}")
+    return {"cell_type": "markdown", "id": "references", "metadata": {}, "source": "\n".join(lines)}
 
 
 def render_roles(text: str, labels: dict[str, tuple[str, str]], glued: dict | None = None,
@@ -305,6 +340,9 @@ def practice_edition(original: dict, name: str = "", glued: dict | None = None) 
     student = make_edition(original, "student")
     student["cells"] = drop_checks(student["cells"])
     labels = cite_labels()
+    references = references_cell([source(c) for c in student["cells"] if c.get("cell_type") == "markdown"])
+    if references is not None:
+        student["cells"].append(references)
     site = site_addresses()
     page = site[0] + "notebooks/" + name.rsplit(".", 1)[0] + ".html" if site[0] and name else ""
     for cell in student["cells"]:

@@ -566,3 +566,17 @@ def test_the_values_of_an_executed_notebook_are_read_under_their_scrapbook_prefi
          "metadata": {"scrapbook": {"mime_prefix": prefix, "name": "res_slows_held"}}},
         {"output_type": "stream", "name": "stdout", "text": "printed\n"}]}]}
     assert student_edition.glued_values(executed) == {"sim_input": 0.24695803225040436, "res_slows_held": 5}
+
+
+def test_a_practice_notebook_lists_the_works_it_cites():
+    """ch06's practice notebook read "(Zhang et al., 2023)" and "(Shaw et al., 2018)" with no list
+    to look them up in (a fresh learner, issue 36): it ends with a References cell, its entries as
+    the website's bibliography writes them; a notebook citing nothing gets none."""
+    nb = json.loads((ROOT / "notebooks" / "ch06_exercises.ipynb").read_text(encoding="utf-8"))
+    cells = student_edition.practice_edition(nb, "ch06_exercises.ipynb")["cells"]
+    last = editions.source(cells[-1])
+    assert last.startswith("## References")
+    entries = [line for line in last.split("\n") if line.startswith("* ")]
+    assert [e.split("**")[1] for e in entries] == ["Shaw et al., 2018.", "Zhang et al., 2023."]
+    assert "Self\\-attention with relative position representations" in entries[0]
+    assert student_edition.references_cell(["no citation here"]) is None

@@ -2,7 +2,8 @@
 
 A fresh learner found that 11.6.3 had no check of the layer: one that reads the bias at i - j
 instead of j - i trains about as well and passed unnoticed. The page now calls
-``ab.assignments.ch06.verify_relative_attention(RelativeSelfAttention)`` right after the class.
+``ab.assignments.ch06.verify_relative_attention(RelativeSelfAttention)`` in the cell after the class,
+and 11.6.2 ``verify_learned_positions(LearnedPositions)`` (the starting scale too).
 Checked here, at the visible seed and at four others:
 
 - the page's own solution passes every case;
@@ -120,12 +121,26 @@ def test_the_exercise_check_is_not_a_graded_assignment():
     assert not hasattr(ab.assignments, "check_relative_attention")
 
 
-def test_the_student_edition_checks_right_after_the_stub():
-    student = editions.make_edition(json.loads(NOTEBOOK.read_text(encoding="utf-8")), "student")
-    (cell,) = [editions.source(c) for c in student["cells"] if f"class {CLASS}(" in editions.source(c)]
-    stub = cell.index("raise NotImplementedError")
-    call = cell.index(f"ab.assignments.ch06.verify_relative_attention({CLASS})")
-    assert stub < call and "BEGIN SOLUTION" not in cell
+def _cell_after_the_class(edition: str, name: str = CLASS) -> tuple[str, dict]:
+    """(the class's cell, the cell after it) in ``edition`` of the page."""
+    cells = editions.make_edition(json.loads(NOTEBOOK.read_text(encoding="utf-8")), edition)["cells"]
+    # the public edition shows the scaffold (a markdown block) above the folded solution
+    (k,) = [k for k, c in enumerate(cells) if f"class {name}(" in editions.source(c) and c["cell_type"] == "code"]
+    return editions.source(cells[k]), cells[k + 1]
+
+
+@pytest.mark.parametrize("name, check", [(CLASS, "verify_relative_attention"),
+                                         ("LearnedPositions", "verify_learned_positions")])
+def test_the_check_is_the_visible_cell_after_the_class(name, check):
+    """The prose says "the cell after the class": on the website the check is no longer folded
+    with the solution under "Show solution" (a fresh learner found it only there, issue 36)."""
+    stub, after = _cell_after_the_class("student", name)
+    assert "raise NotImplementedError" in stub and "BEGIN SOLUTION" not in stub and check not in stub
+    assert f"ab.assignments.ch06.{check}({name})" in editions.source(after)
+    solution, after = _cell_after_the_class("public", name)
+    assert check not in solution
+    assert f"ab.assignments.ch06.{check}({name})" in editions.source(after)
+    assert not {"hide-cell", "remove-cell", "solution"} & set(editions.tags(after))
 
 
 def test_the_check_leaves_the_random_numbers_alone():
@@ -136,3 +151,53 @@ def test_the_check_leaves_the_random_numbers_alone():
     after = torch.rand(3)
     torch.manual_seed(0)
     assert torch.equal(after, torch.rand(3))
+
+
+# --------------------------------------------------------------------------- exercise 11.6.2
+POSITIONS = "LearnedPositions"
+
+
+def _positions_class(std=None, parameter=True):
+    """The page's LearnedPositions, or one whose table starts at ``std`` / is a plain tensor."""
+    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
+    (cell,) = [editions.source(c) for c in nb["cells"] if f"class {POSITIONS}(" in editions.source(c)]
+    if std is not None:
+        cell = cell.replace("torch.randn(max_len, num_hiddens)", f"{std} * torch.randn(max_len, num_hiddens)")
+    if not parameter:
+        cell = cell.replace("nn.Parameter(", "(")
+    namespace = {"torch": torch, "nn": nn}
+    exec(cell, namespace)  # noqa: S102
+    return namespace[POSITIONS]
+
+
+def test_the_pages_learned_positions_pass(capsys):
+    report = ch06.verify_learned_positions(_positions_class())
+    assert report and report.total == 5
+    out = capsys.readouterr().out
+    assert "✔" in out and "✘" not in out
+
+
+@pytest.mark.parametrize("std", [0.02, 0.1])
+def test_a_small_starting_table_fails_on_its_scale(std):
+    """A fresh learner's table at std 0.02 matched the package exactly (difference 0.0) and trained
+    to 0.272, the score without positions (std 0.1: 0.316; std 1: 1.000; issue 36)."""
+    report = ch06.verify_learned_positions(_positions_class(std), verbose=False)
+    failed = [(n, why) for n, ok, why in report.results if not ok]
+    assert len(failed) == 1 and "std" in failed[0][0]
+    assert "torch.randn(max_len, num_hiddens)" in failed[0][1] and "std 1" in failed[0][1]
+
+
+def test_a_table_that_is_not_a_parameter_fails():
+    report = ch06.verify_learned_positions(_positions_class(parameter=False), verbose=False)
+    failed = [why for _, ok, why in report.results if not ok]
+    assert failed == [ch06.POSITIONS_NOT_TRAINED]
+
+
+def test_an_unfinished_learned_positions_is_not_done_yet(capsys):
+    stub, _ = _cell_after_the_class("student", POSITIONS)
+    namespace = {"torch": torch, "nn": nn}
+    exec(stub, namespace)  # noqa: S102
+    report = ch06.verify_learned_positions(namespace[POSITIONS])
+    assert report.not_implemented and report.passed == 0
+    assert f"Not done yet: {POSITIONS} is not implemented yet" in capsys.readouterr().out
+    assert POSITIONS not in ab.assignments.assignment_names()

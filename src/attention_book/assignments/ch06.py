@@ -13,7 +13,9 @@ sines and cosines swapped or in two halves, …) so the feedback names the mista
 Exercise 11.6.3 (a worked exercise, its solution public) has its own checker,
 :func:`verify_relative_attention`: it loads weights drawn from the case seed into the learner's
 relative self-attention layer and names the common slips (the offset i - j for j - i, the table
-read without its shift, one head's biases for all, no clipping, ...).
+read without its shift, one head's biases for all, no clipping, ...). Exercise 11.6.2's,
+:func:`verify_learned_positions`, compares the learner's learned position table with the package's
+and checks that a fresh table starts at the token embeddings' scale (std 1).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 
 from . import Case, Diagnosis, case_generator, compare, draw, run_checks
 
-__all__ = ["check_encode_positions", "verify_relative_attention"]
+__all__ = ["check_encode_positions", "verify_learned_positions", "verify_relative_attention"]
 
 
 def _table(positions, num_hiddens: int, base: float, exponent=lambda columns: columns - columns % 2,
@@ -316,3 +318,103 @@ def verify_relative_attention(layer_class, verbose: bool = True):
     name = getattr(layer_class, "__name__", "")
     return run_checks(name if name.isidentifier() else "relative_attention",
                       functools.partial(_run_layer, layer_class), cases, verbose=verbose)
+
+
+# --------------------------------------------------------------------------- exercise 11.6.2's checker
+# A worked exercise too (``verify_*``). A fresh learner's LearnedPositions started its table at
+# std 0.02 (the package's default): it matched the package exactly, yet the offset-task model
+# trained to 0.272, the score without positions (std 0.1: 0.316, std 1: 1.000), and the check
+# printed only "largest difference from the package: 0.0e+00", no verdict (issue 36).
+
+POSITIONS_SCALE = (0.5, 2.0)  # a fresh table's std: about 1, the token embeddings' (nn.Embedding: N(0, 1))
+POSITIONS_SMALL = (
+    "a fresh module's table has std {std:.3g}: start it at std 1, as nn.Embedding starts the token "
+    "vectors, nn.Parameter(torch.randn(max_len, num_hiddens)); the attention scores depend on two "
+    "positions through the product of their vectors, so a small table is barely felt and grows slowly "
+    "(at std 0.02 the offset-task model stays at the score of a model without positions)")
+POSITIONS_LARGE = ("a fresh module's table has std {std:.3g}: start it at std 1, "
+                   "nn.Parameter(torch.randn(max_len, num_hiddens)), the scale of the token embeddings")
+POSITIONS_NOT_ADDED = ("the output is not X plus one vector per position: forward(X) returns X + "
+                       "table[:length], the table's first X.shape[1] rows, broadcast over the batch")
+POSITIONS_SAME_ROWS = ("every position gets the same vector: the table needs one row per position, "
+                       "(max_len, num_hiddens), each drawn on its own")
+POSITIONS_NOT_TRAINED = ("the table is not trained: wrap it in nn.Parameter (a plain tensor attribute is "
+                         "not among module.parameters(), so the optimiser never changes it)")
+POSITIONS_SIZE = ("the module should train max_len * num_hiddens numbers, one vector per position, and "
+                  "no others")
+
+
+def _run_positions(module_class, X, max_len):
+    """Build the learner's module (its own random numbers left alone), read its table off what it
+    adds to zeros, run it on X: (output, table, trainable numbers, grad of the table's sum)."""
+    num_hiddens = X.shape[-1]
+    with torch.random.fork_rng(devices=[]):
+        module = module_class(num_hiddens, max_len=max_len)
+    table = module(torch.zeros(1, max_len, num_hiddens))[0]
+    trained = [p for p in module.parameters() if p.requires_grad]
+    reaches = table.requires_grad and bool(trained)
+    if reaches:
+        grads = torch.autograd.grad(table.sum(), trained, allow_unused=True)
+        reaches = any(g is not None and bool(g.abs().sum() > 0) for g in grads)
+    return module(X), table.detach(), sum(p.numel() for p in trained), reaches
+
+
+def _positions_check(X, max_len, what):
+    """The check of one case of :func:`verify_learned_positions`: ``what`` says which."""
+
+    def check(got):
+        out, table, numbers, reaches = got
+        if what == "scale":
+            std = float(table.double().std())
+            low, high = POSITIONS_SCALE
+            if not low <= std <= high:
+                text = (POSITIONS_SMALL if std < low else POSITIONS_LARGE).format(std=std)
+                return Diagnosis(text, text)
+            return None
+        if what == "trained":
+            if not reaches:
+                return Diagnosis(POSITIONS_NOT_TRAINED, POSITIONS_NOT_TRAINED)
+            if numbers != table.numel():
+                why = f"{numbers} trainable numbers, not {table.numel()}: {POSITIONS_SIZE}"
+                return Diagnosis(why, POSITIONS_SIZE)
+            return None
+        if what == "rows" and torch.allclose(table, table[:1].expand_as(table)):
+            return Diagnosis(POSITIONS_SAME_ROWS, POSITIONS_SAME_ROWS)
+        # the package's layer given the learner's table must add the same vectors
+        from ..models.positional import LearnedPositionalEmbedding
+
+        package = LearnedPositionalEmbedding(X.shape[-1], max_len=max_len)
+        with torch.no_grad():
+            package.P.weight.copy_(table)
+            want = package(X)
+        why = compare(want, atol=1e-5, rtol=1e-4)(out)
+        return None if why is None else Diagnosis(f"{why} — {POSITIONS_NOT_ADDED}", POSITIONS_NOT_ADDED)
+
+    return check
+
+
+def verify_learned_positions(module_class, verbose: bool = True):
+    """Exercise 11.6.2: check the class ``module_class(num_hiddens, max_len)``, whose
+    ``forward(X)`` adds one trained vector per position to X (batch, length, num_hiddens), against
+    ``ab.LearnedPositionalEmbedding`` given the same table (read off what the module adds to
+    zeros): shorter and full-length sequences, one row per position, a trained table of
+    max_len * num_hiddens numbers, and a fresh table's scale (std about 1, the token embeddings').
+    Prints a line per case and returns the :class:`Report`."""
+    g = case_generator(62)
+
+    def case(name, what, num_hiddens, max_len, n):
+        X = torch.randn(draw(g, 2, 3), n, num_hiddens, generator=g)
+        return Case(name, (X, max_len), _positions_check(X, max_len, what))
+
+    width, max_len = 2 * draw(g, 4, 10), draw(g, 8, 12)
+    # names of 36 characters at most: a line "  ✔ name" fits a 390 px phone's column (issue 38)
+    cases = [
+        case("adds its table to a short sequence", "adds", width, max_len, draw(g, 2, max_len - 1)),
+        case("a sequence of max_len positions", "adds", width, max_len, max_len),
+        case("one vector per position", "rows", width, max_len, max_len),
+        case("the table is trained", "trained", width, max_len, 4),
+        case("a fresh table's std is about 1", "scale", width, 100, 4),
+    ]
+    name = getattr(module_class, "__name__", "")
+    return run_checks(name if name.isidentifier() else "learned_positions",
+                      functools.partial(_run_positions, module_class), cases, verbose=verbose)

@@ -322,8 +322,16 @@ def seed_everything(seed: int | None = None) -> int:
     return seed
 
 
+class _PrintedLine(str):
+    """A line already printed: a notebook cell ending with the call shows it once, not again as
+    the cell's value (a fresh learner saw ch06's practice notebook print it twice, issue 36)."""
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
 def describe_run() -> str:
-    """One line a chapter prints at its top: size, device and torch version."""
+    """One line a chapter prints at its top: size, device and torch version (also returned)."""
     size = experiment_size()
     dev = device(verbose=False)
     how = "small CPU-friendly sizes" if size == "ci" else "the original chapter's full sizes"
@@ -335,7 +343,7 @@ def describe_run() -> str:
         f"| seed: {book_seed()} ({SEED_ENV}) | device: {where} | torch {torch.__version__}"
     )
     print(line)
-    return line
+    return _PrintedLine(line)
 
 
 @contextlib.contextmanager
