@@ -45,23 +45,100 @@ JS_FOCUSED = """() => { const el = document.activeElement, s = getComputedStyle(
           seen: (s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0) || s.boxShadow !== 'none'}; }"""
 
 
-def test_the_buttons_above_the_article_show_keyboard_focus(browser, site):  # noqa: F811
-    docname = "notebooks/ch01_queries_keys_values"
+def _open(browser, site, docname: str):  # noqa: F811
+    """A new page at ``docname`` (skips the test when the site lacks it); the caller closes it."""
     if not (HTML / f"{docname}.html").is_file():
         pytest.skip(f"{docname}.html is not built in {HTML}: run `make book` first")
     page = browser.new_page(viewport=DESKTOP)
+    page.goto(f"{site}{docname}.html")
+    return page
+
+
+def _tab_through(browser, site, docname: str, js: str, where: str) -> list[dict]:  # noqa: F811
+    """Press Tab from the page's top until the focus has been in, then left, the part of the page
+    that ``js``'s ``where`` flag marks; the states of ``js`` met there."""
+    page = _open(browser, site, docname)
+    met = []
     try:
-        page.goto(f"{site}{docname}.html")
-        met = []
-        for _ in range(80):  # past the skip link and the left sidebar, into the article's header
+        for _ in range(80):
             page.keyboard.press("Tab")
-            state = page.evaluate(JS_FOCUSED)
-            if state["header"]:
+            state = page.evaluate(js)
+            if state[where]:
                 met.append(state)
             elif met:
                 break
     finally:
         page.close()
+    return met
+
+
+def test_the_buttons_above_the_article_show_keyboard_focus(browser, site):  # noqa: F811
+    # past the skip link and the left sidebar, into the article's header
+    met = _tab_through(browser, site, "notebooks/ch01_queries_keys_values", JS_FOCUSED, "header")
     assert len(met) >= 4, f"only {len(met)} header buttons reached by Tab: {met}"
     unseen = [m["name"] for m in met if not m["seen"]]
     assert not unseen, f"header buttons with no visible focus: {unseen}"
+
+
+JS_STOP = """() => { const el = document.activeElement, s = getComputedStyle(el), r = el.getBoundingClientRect();
+  const shadow = s.boxShadow !== 'none' && !/^rgba\\(0, 0, 0, 0\\)/.test(s.boxShadow);
+  return {name: el.getAttribute('aria-label') || el.textContent.trim().slice(0, 50), tag: el.tagName,
+          side: !!el.closest('.bd-sidebar-primary'), width: r.width, height: r.height,
+          seen: (s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0) || shadow}; }"""
+
+
+def test_every_sidebar_stop_is_seen_when_focused(browser, site):  # noqa: F811
+    """A keyboard reader (issue 38) met ten Tab stops in chapter 2's sidebar that showed nothing:
+    the folding controls ("Sections of 1. Queries, Keys, and Values"), 239 x 0 px with no outline
+    (the theme draws its ring on the chevron inside). Every stop of the sidebar has a size and
+    shows its focus."""
+    stops = _tab_through(browser, site, "notebooks/ch02_attention_pooling", JS_STOP, "side")
+    folds = [s for s in stops if s["tag"] == "SUMMARY"]
+    assert len(folds) >= 5, f"only {len(folds)} folding controls met: {stops}"
+    flat = [f"{s['name']} ({s['width']:.0f}x{s['height']:.0f})" for s in stops
+            if s["width"] < 24 or s["height"] < 24]
+    assert not flat, f"sidebar stops under 24 px: {flat}"
+    unseen = [s["name"] for s in stops if not s["seen"]]
+    assert not unseen, f"sidebar stops with no visible focus: {unseen}"
+
+
+def test_copy_buttons_say_what_they_copy(browser, site):  # noqa: F811
+    """A keyboard reader (issue 38) met every code cell's copy button as a Tab stop with no name
+    (sphinx-copybutton's "Copy" is a CSS tooltip): each says "Copy code: <its first line>"."""
+    page = _open(browser, site, "notebooks/ch02_attention_pooling")
+    try:
+        page.wait_for_function("() => document.querySelector('button.copybtn[aria-label]')")
+        names = page.evaluate(
+            """() => Array.from(document.querySelectorAll('button.copybtn')).map(b => {
+              const code = document.querySelector(b.getAttribute('data-clipboard-target'));
+              return [b.getAttribute('aria-label'), code.textContent.trim().split('\\n')[0].trim()]; })"""
+        )
+    finally:
+        page.close()
+    assert len(names) >= 5, names
+    for name, first in names:
+        assert name and name.startswith("Copy code: "), (name, first)
+        assert first.startswith(name.removeprefix("Copy code: ").rstrip("…")), (name, first)
+
+
+def test_skip_link_to_the_live_view(browser, site):  # noqa: F811
+    """A keyboard reader (issue 38) pressed Tab 70 to 238 times to reach a live view. A chapter with
+    one has "Skip to the live view" after "Skip to main content": Enter moves the focus to the view,
+    and the next Tab lands on its first control. A page without a live view has no such link."""
+    page = _open(browser, site, "notebooks/ch07_transformer")
+    try:
+        page.wait_for_function("() => document.getElementById('ab-skip-live')")
+        page.keyboard.press("Tab")
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.textContent") == "Skip to the live view"
+        page.keyboard.press("Enter")
+        assert page.evaluate("() => document.activeElement.classList.contains('ab-live')")
+        page.wait_for_function("() => document.querySelector('.ab-live input[type=text]')", timeout=60_000)
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => !!document.activeElement.closest('.ab-live')")
+        page.goto(f"{site}notebooks/ch03_scoring_functions.html")
+        page.wait_for_function("() => document.readyState === 'complete'")
+        page.wait_for_timeout(200)
+        assert page.evaluate("() => document.getElementById('ab-skip-live')") is None
+    finally:
+        page.close()

@@ -221,6 +221,10 @@ def test_each_move_is_said_first(browser, site):
         live.page.wait_for_function(
             "(sel) => document.querySelector(sel).textContent.startsWith('At x = 2.50 ')", arg=readout
         )
+        # the query slider says its value as σ's does (it had no aria-valuetext: 17 digits read)
+        slider = live.page.locator(f"{live.root} [name=query]")
+        assert slider.get_attribute("aria-valuetext") == "x = 2.50"
+        assert live.page.locator(f"{live.root} [name=sigma]").get_attribute("aria-valuetext") == "σ = 0.500"
         assert live.events == [], "\n".join(live.events)
 
 

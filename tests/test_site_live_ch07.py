@@ -62,6 +62,12 @@ def _translate(live: LivePage, sentence: str) -> dict:
     return json.loads(live.dataset()["result"])
 
 
+# What the page shows of a live region: all but the names said in place of <bos>, <eos>, <unk>.
+SHOWN = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('.ab-sr-only').forEach((e) => e.remove());
+  return copy.textContent; }"""
+
+
 def _fits(view) -> bool:
     heatmap = view.locator("svg.ab-live-heatmap")
     heatmap.wait_for(state="visible")  # laid out (a loaded machine may lag a frame)
@@ -108,7 +114,7 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
                 np.array(got["cross"]), np.array(want["cross"]), atol=TOL
             )
             # what the reader sees: the French, what the model read, one cell per weight
-            said = view.locator(".ab-live-output").inner_text()
+            said = view.locator(".ab-live-output").evaluate(SHOWN)
             assert " ".join(want["tokens"]) in said
             assert "<unk>" in view.locator(".ab-live-reads").inner_text()
             cells = view.locator("svg.ab-live-heatmap rect").count()
@@ -125,7 +131,7 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
         assert (shown["layer"], shown["head"]) == (1, 2)
         cross = torch.tensor(want["cross"])
         np.testing.assert_allclose(shown["weights"], pick_map(cross, 1, 2), atol=TOL)
-        words = view.locator(".ab-live-words").inner_text()
+        words = view.locator(".ab-live-words").evaluate(SHOWN)
         assert words.startswith(
             "Where each step looks most, layer 1, head 2: after <bos>, "
         )
@@ -162,3 +168,54 @@ def test_file_url_keeps_the_translations_and_says_how_to_serve(browser):  # noqa
     assert shown["state"] == "file"
     assert shown["fallback_shown"]
     assert "python -m http.server" in shown["note"]
+
+
+HEARD = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
+  return copy.textContent; }"""
+
+
+def _status_has(live: LivePage, text: str) -> str:
+    live.page.wait_for_function(
+        "([root, t]) => document.querySelector(root).querySelector('.ab-live-status').textContent.includes(t)",
+        arg=[live.root, text],
+    )
+    return live.page.text_content(f"{live.root} .ab-live-status")
+
+
+def test_again_only_when_asked_again_and_tokens_said_by_name(browser, site):  # noqa: F811
+    """An accessibility reader (issue 38) typed "they are happy ." and pressed Enter once: the status
+    said "The same sentence again (2 times): the model has no chance in it" (typing had translated
+    it). Enter after typing says it is the same translation as before; "again" comes with a second
+    Enter; each changes the status line, so a screen reader hears something. The live regions say
+    <bos> as "start of sentence" (it was read "less than bos greater than"); the page shows <bos>."""
+    sentence = "they are happy ."
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        box = live.page.locator(f"{live.root} input[type=text]")
+        box.fill("")
+        box.press_sequentially(sentence)
+        live.page.wait_for_function(
+            """([root, s]) => { const r = document.querySelector(root).dataset.result;
+                 return r && JSON.parse(r).sentence === s; }""",
+            arg=[live.root, sentence],
+        )
+        typed = _status_has(live, "decoder steps")
+        assert "again" not in typed and "sampling" not in typed, typed
+        box.press("Enter")
+        first = _status_has(
+            live, "The same translation as before: the model does no sampling"
+        )
+        assert "again" not in first.lower() and "chance" not in first, first
+        box.press("Enter")
+        second = _status_has(
+            live,
+            "Asked again (2 times): the model does no sampling, so the same "
+            "sentence always gets the same translation.",
+        )
+        assert second != first
+        words = live.page.locator(f"{live.root} .ab-live-words")
+        assert "after <bos>, writing" in words.evaluate(SHOWN)
+        heard = words.evaluate(HEARD)
+        assert "after start of sentence, writing" in heard and "<" not in heard, heard
+        assert live.events == []

@@ -82,6 +82,15 @@ def draw(live, strokes) -> None:
         live.wait_for_result(before)
 
 
+# What a screen reader reads of a live region (all but aria-hidden), and what the page shows.
+HEARD = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
+  return copy.textContent; }"""
+SHOWN = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('.ab-sr-only').forEach((e) => e.remove());
+  return copy.textContent; }"""
+
+
 def message(live) -> str:
     return live.page.inner_text(f"{live.root} .ab-live-message")
 
@@ -98,6 +107,15 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
         intro = live.page.inner_text(f"{live.root} .ab-live-intro")
         assert "next to the box (below it on a narrow screen)" in intro
         assert f"learnt from {manifest['data']['train_size']:,} scanned digits" in intro
+        # The first answer says <cls> as "class token" (issue 38: read "less than cls greater
+        # than"); the page shows <cls> as the chapter writes it.
+        live.page.wait_for_function(
+            "(root) => document.querySelector(root + ' .ab-live-message').textContent.includes('Now draw')",
+            arg=live.root,
+        )
+        heard = live.page.eval_on_selector(f"{live.root} .ab-live-message", HEARD)
+        assert "Its class token looks" in heard and "<cls>" not in heard, heard
+        assert "Its <cls> token looks" in live.page.eval_on_selector(f"{live.root} .ab-live-message", SHOWN)
 
         # The view opens on the first of the page's examples: the notebook's numbers for it.
         first = shown(live)

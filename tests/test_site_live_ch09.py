@@ -232,6 +232,9 @@ def test_chapter9_live_view_wraps_and_says_what_it_cuts(site, browser, reference
                 assert over <= 1, f"{size['width']} px, {text[:30]!r}: {over:.0f} px past the column"
         message = live.page.inner_text(f"{root} .ab-message")
         assert "cut" in message and str(data["max_len"]) in message, message
+        # said with <bos> named (issue 38: read "less than bos greater than"), shown as written
+        heard = live.page.eval_on_selector(f"{root} .ab-message", HEARD)
+        assert "start of sentence" in heard and "<bos>" not in heard and "<bos>" in message, heard
         struck = live.page.locator(f"{root} .ab-tokens .ab-cut").count()
         assert struck == n_long - data["max_len"]
 
@@ -320,6 +323,10 @@ def test_tokens_are_said_apart(site, browser, reference):  # noqa: F811
         assert live.page.eval_on_selector(f"{root} .ab-text", HEARD) == want
         assert live.page.text_content(f"{root} .ab-text .ab-sr") == want
         assert "▸" in live.page.inner_text(f"{root} .ab-text [aria-hidden=true]")
+        # The accessibility tree (what a screen reader reads and the live region announces) holds
+        # the spoken text alone: the reader's probe heard the visible copy too (issue 38).
+        tree = live.page.locator(f"{root} .ab-text").aria_snapshot()
+        assert "▸" not in tree and "sampled with seed" not in tree, tree
         # Nor does the region's whole text (the hidden "prompt ▸ continuation" after the spoken one).
         region = live.page.text_content(f"{root} .ab-text")
         assert region.startswith(want) and not re.search(r"[\w.)][A-Z]", region), region

@@ -78,6 +78,7 @@ export async function mount(root, ctx) {
   const countOut = control(form, "points n", count, `${uid}-n`);
   const query = range(0, data.x_max, "any", d.query);
   const queryOut = control(form, "query x", query, `${uid}-query`);
+  query.setAttribute("aria-valuetext", `x = ${d.query.toFixed(2)}`);
   view.appendChild(form);
 
   const svg = el("svg", { viewBox: `0 0 ${W} 362`, class: "ab-live-plot", role: "img" });
@@ -211,6 +212,8 @@ export async function mount(root, ctx) {
     sigma.setAttribute("aria-valuetext", `σ = ${s.sigma.toPrecision(3)}`);
     countOut.textContent = String(s.n);
     queryOut.textContent = s.query.toFixed(2);
+    // As σ's: the slider's raw value has up to 17 digits (accessibility reader, issue 38).
+    query.setAttribute("aria-valuetext", `x = ${s.query.toFixed(2)}`);
     curve.setAttribute("d", pathOf(curveX, r.curve, sx, sy));
     const largest = Math.max(...r.weights);
     const wMax = Math.max(largest, 1e-12);

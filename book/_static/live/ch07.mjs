@@ -9,6 +9,7 @@
 // as in the chapter's static figures: each row's query (decoder input), <bos> first.
 
 import { encodeSource, heatmap } from "./ch04.mjs";
+import { say } from "./live.mjs";
 
 function argmax(values) {
   let best = 0; // the first of equal maxima, as torch.argmax
@@ -203,7 +204,11 @@ export function mount(root, ctx) {
   let latest = 0;
   // The same sentence translated again gives the same words: say so, so that the line under the
   // view changes and a screen reader reads it again (it had only the time, which can repeat too).
-  let lastSentence = null;
+  // "Again" only when the reader asks again (Enter, an example) for what they last asked for: typing
+  // "they are happy ." translates it, and the first Enter after it is the reader's first request
+  // (accessibility reader, issue 38, heard "The same sentence again (2 times)" there).
+  let lastSentence = null; // the sentence last translated, typed or asked for
+  let lastAsked = null; // the sentence last asked for (Enter, an example)
   let repeats = 0;
 
   function draw() {
@@ -219,7 +224,7 @@ export function mount(root, ctx) {
       `next token); the darkest cell: ${Math.max(...map.flat()).toFixed(2)}.`;
     figure.replaceChildren(drawn);
     legibleText(drawn.querySelector("svg"));
-    words.textContent = describe(shown, map, choice.label);
+    say(words, describe(shown, map, choice.label));
     root.dataset.map = JSON.stringify({ layer: choice.layer, head: choice.head, weights: map });
   }
 
@@ -234,7 +239,7 @@ export function mount(root, ctx) {
     return { enc: await Promise.all(enc), dec: await Promise.all(dec) };
   }
 
-  async function run(text) {
+  async function run(text, asked) {
     if (!text.trim()) {
       shown = null;
       root.dataset.result = "";
@@ -255,23 +260,26 @@ export function mount(root, ctx) {
     const ms = performance.now() - start;
     reads.textContent = `The model reads: ${result.reads.join(" ")}` + (result.cut ?
       ` (cut to the first ${data.num_steps} tokens: the model reads no more, as in training)` : "");
-    french.textContent = result.tokens.length ? `French: ${result.tokens.join(" ")}` :
-      "French: (the model wrote <eos> at once: an empty translation)";
+    say(french, result.tokens.length ? `French: ${result.tokens.join(" ")}` :
+      "French: (the model wrote <eos> at once: an empty translation)");
     shown = result;
     draw();
     root.dataset.result = JSON.stringify({ sentence: text, ...result, ms });
     ctx.result(ms);
-    repeats = text === lastSentence ? repeats + 1 : 0;
+    const same = text === lastSentence;
+    repeats = asked && same && text === lastAsked ? repeats + 1 : 0;
+    lastAsked = asked ? text : text === lastAsked ? lastAsked : null;
     lastSentence = text;
-    const again = repeats === 0 ? "" :
-      ` The same sentence again (${repeats + 1} times): the model has no chance in it, so the same translation.`;
+    const why = "the model does no sampling, so the same sentence always gets the same translation.";
+    const again = repeats > 0 ? ` Asked again (${repeats + 1} times): ${why}` :
+      asked && same ? ` The same translation as before: ${why}` : "";
     ctx.status(`Translated in your browser: ${result.steps} decoder steps in ${ms.toFixed(0)} ms.${again}`);
   }
 
-  function request(text) {
+  function request(text, asked = false) {
     const ticket = ++latest;
     // one translation at a time; one typed over by a newer sentence is skipped
-    queue = queue.then(() => (ticket === latest ? run(text) : null)).catch((err) => {
+    queue = queue.then(() => (ticket === latest ? run(text, asked) : null)).catch((err) => {
       ctx.status(`The translator failed: ${err && err.message ? err.message : err}`);
     });
     return queue;
@@ -281,7 +289,7 @@ export function mount(root, ctx) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     clearTimeout(timer); // Enter translates now: the typing's pending translation is not run again after it
-    request(input.value);
+    request(input.value, true);
   });
   input.addEventListener("input", () => {
     clearTimeout(timer);
@@ -304,7 +312,7 @@ export function mount(root, ctx) {
     const b = el("button", { type: "button", class: "ab-live-example" }, sentence);
     b.addEventListener("click", () => {
       input.value = sentence;
-      request(sentence);
+      request(sentence, true);
     });
     examples.append(b, " ");
   }

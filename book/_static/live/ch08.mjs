@@ -14,6 +14,7 @@
 //
 // The root element carries what it computed, for the browser test and the curious:
 // data-pixels (h*w values, row by row), data-probs, data-cls-attention, data-rollout (JSON).
+import { say } from "./live.mjs";
 
 const INK_WIDTH = 0.12; // stroke width in the bitmap, as a fraction of its side (about 4 of 32)
 const DRAW_WIDTH = 18; // stroke width on the drawing canvas, in canvas pixels
@@ -295,7 +296,7 @@ export async function mount(root, ctx) {
       value.textContent = `${(100 * p).toFixed(1)}%`;
       line.classList.toggle("ab-live-best", k === best);
     });
-    map.setAttribute("aria-label", `the model's input with the <cls> attention (${key === "rollout" ? "rollout" : "last layer"}): ` +
+    map.setAttribute("aria-label", `the model's input with the class token's attention (${key === "rollout" ? "rollout" : "last layer"}): ` +
       whereClsLooks(shown[key], data.grid));
   }
   // The map in words for the radio buttons' choice (empty while no result is shown).
@@ -331,7 +332,7 @@ export async function mount(root, ctx) {
     root.dataset.rollout = JSON.stringify(roll);
     const best = probs.indexOf(Math.max(...probs));
     render();
-    message.textContent = `${what}: the model says ${classes[best]} (${(100 * probs[best]).toFixed(1)}%).` + mapInWords();
+    say(message, `${what}: the model says ${classes[best]} (${(100 * probs[best]).toFixed(1)}%).` + mapInWords());
   }
 
   // One forward pass at a time; strokes that arrive meanwhile are classified right after it.
@@ -445,8 +446,8 @@ export async function mount(root, ctx) {
     r.addEventListener("change", () => {
       render();
       const name = kinds.find(([key]) => key === r.value)[1];
-      penSays.textContent = `The map now shows the <cls> attention of the ${name === "rollout" ? "rollout" : "last layer"}:` +
-        (shown ? ` ${whereClsLooks(shown[r.value], data.grid)}.` : " draw a digit first.");
+      say(penSays, `The map now shows the <cls> attention of the ${name === "rollout" ? "rollout" : "last layer"}:` +
+        (shown ? ` ${whereClsLooks(shown[r.value], data.grid)}.` : " draw a digit first."));
     });
   }
 
@@ -456,7 +457,7 @@ export async function mount(root, ctx) {
   if (examples.length) {
     const [, ex] = examples[0];
     await classify(ex.pixels, `Test image of a ${ex.label}`);
-    message.textContent += " Now draw your own in the box.";
+    message.append(" Now draw your own in the box.");
   }
   ctx.status("");
 }

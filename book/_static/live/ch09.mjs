@@ -8,6 +8,7 @@
 // <eos>). Only the random numbers differ: the page draws from its own seeded generator,
 // so a sampled continuation repeats under a seed here but is not the notebook's sample.
 // Temperature 0 draws nothing at random, and there the page equals ab.generate token for token.
+import { say, spokenTokens } from "./live.mjs";
 
 const WORD = /<[a-z0-9_]+>|\p{L}[\p{L}\p{M}]*(?:'\p{L}[\p{L}\p{M}]*)?|[.,;:!?]/gu;
 
@@ -76,8 +77,8 @@ export function spokenText(text, names) {
 export function spokenContinuation(prompt, words, stopped, how, again, names) {
   const continued = [words.length ? spokenText(decode(words), names) : "", stopped ? "end of text" : ""];
   const sentence = (s) => s && `${s[0].toUpperCase()}${s.slice(1)}${/[.!?]$/.test(s) ? "" : "."}`;
-  return [`${prompt.trim()}, then: ${continued.filter(Boolean).join(", ")}.`, sentence(how), again]
-    .filter(Boolean).join(" ") + " ";
+  return spokenTokens([`${prompt.trim()}, then: ${continued.filter(Boolean).join(", ")}.`, sentence(how), again]
+    .filter(Boolean).join(" ") + " ");
 }
 
 /** "1 new word", "3 new words". */
@@ -271,7 +272,8 @@ export async function mount(root, ctx) {
   const session = await ctx.session("next");
   let stream = null; // the seeded random numbers of Step, restarted when the seed changes
   let busy = Promise.resolve();
-  let lastShown = "", repeats = 0; // the last continuation shown, and how many times in a row
+  // the last continuation shown, whether the reader asked for it, and how many times in a row
+  let lastShown = "", lastAsked = false, repeats = 0;
 
   function settings() {
     const t = Math.min(2, Math.max(0, Number(temperature.value) || 0));
@@ -306,8 +308,8 @@ export async function mount(root, ctx) {
       rows.push(element("code", {}, data.tokens[i]), bar, element("span", {}, adjusted[i].toFixed(3)));
     }
     bars.replaceChildren(...rows);
-    bars.setAttribute("aria-label",
-      order.map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", "));
+    bars.setAttribute("aria-label", spokenTokens(
+      order.map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", ")));
     caption.textContent = `next token: grey at temperature 1 with all tokens, red at temperature ${t.toFixed(2)}` +
       `, top-k ${k || "all"} (the ${data.show} most likely at temperature 1)`;
   }
@@ -328,19 +330,19 @@ export async function mount(root, ctx) {
       return null;
     }
     const cut = cutCount(ids.length);
-    message.textContent = ids.length + 1 > data.max_len
+    say(message, ids.length + 1 > data.max_len
       ? `The prompt has ${ids.length} tokens, more than the model reads: its context is ${data.max_len} tokens ` +
         `with <bos>, so ${cut ? `its first ${cut} (struck through) and <bos> are` : "<bos> is"} cut.`
-      : "";
+      : "");
     const started = performance.now();
     const scores = banned(await nextScores(ort, session, context(data, ids)), data.banned);
     const ms = performance.now() - started;
     const raw = nextTokenDistribution(scores, 1, 0);
     const adjusted = nextTokenDistribution(scores, t, k);
     showBars(raw, adjusted, t, k);
-    said.textContent = `Next word at temperature ${t.toFixed(2)}, top-k ${k || "all"}: ` +
+    said.textContent = spokenTokens(`Next word at temperature ${t.toFixed(2)}, top-k ${k || "all"}: ` +
       topIds(adjusted, 3).filter((i) => adjusted[i] > 0)
-        .map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", ") + ".";
+        .map((i) => `${spokenToken(data.tokens[i], data.punctuation)} ${adjusted[i].toFixed(3)}`).join(", ") + ".");
     const top = topIds(adjusted, Math.max(data.show, k || 0)).filter((i) => adjusted[i] > 0);
     root.dataset.distribution = JSON.stringify({
       prompt: prompt.value, ids, temperature: t, top_k: k,
@@ -351,7 +353,7 @@ export async function mount(root, ctx) {
     return ids;
   }
 
-  async function generate() {
+  async function generate(asked = false) {
     const ids = await update();
     if (!ids) return;
     const { temperature: t, topK: k, seed: s, count: n } = settings();
@@ -363,10 +365,16 @@ export async function mount(root, ctx) {
     const written = `${decode(words)}${out.stopped ? " <eos>" : ""}`;
     const shown = `${prompt.value.trim()} ▸ ${written}\n(${how})`;
     // The same settings write the same text: say so, so the live region changes and is read again.
-    repeats = shown === lastShown ? repeats + 1 : 0;
+    // "Again" only when the reader asked (Generate, Enter) for the text they last asked for: the
+    // text written as the page opened is not one they asked for (as chapter 7's translator).
+    const same = shown === lastShown;
+    repeats = asked && same && lastAsked ? repeats + 1 : 0;
+    lastAsked = asked;
     lastShown = shown;
-    const again = repeats === 0 ? "" : `The same text again (${repeats + 1} times): ` +
-      (t === 0 ? "greedy decoding has no chance in it." : `seed ${s} draws the same words; change the seed for others.`);
+    const why = t === 0 ? "greedy decoding does no sampling, so it always writes the same words."
+      : `seed ${s} draws the same words; change the seed for others.`;
+    const again = repeats > 0 ? `The same text again (${repeats + 1} times): ${why}`
+      : asked && same ? `The same text as before: ${why}` : "";
     text.replaceChildren(element("span", { class: "ab-sr" }, spokenContinuation(prompt.value, words, out.stopped, how, again,
       data.punctuation)), element("span", { "aria-hidden": "true" }, again ? `${shown}\n${again}` : shown));
     root.dataset.continuation = JSON.stringify({
@@ -382,14 +390,14 @@ export async function mount(root, ctx) {
     if (!stream || stream.seed !== s) stream = { seed: s, uniform: randomStream(s) };
     const out = await continueIds(ort, session, data, ids, 1, t, k, stream.uniform);
     if (out.stopped) {
-      text.textContent = "The model chose <eos>: the text ends here.";
+      say(text, "The model chose <eos>: the text ends here.");
       return;
     }
     const word = data.tokens[out.ids[0]];
     prompt.value = `${prompt.value.trimEnd()} ${word}`;
     root.dataset.continuation = "";
     await update();
-    text.textContent = `Step added ${spokenToken(word, data.punctuation)} to the prompt ` +
+    text.textContent = spokenTokens(`Step added ${spokenToken(word, data.punctuation)} to the prompt `) +
       `(${t === 0 ? "greedy" : `sampled with seed ${s}`}): ` +
       "press Step for one more word, or Generate to continue from here.";
   }
@@ -418,7 +426,7 @@ export async function mount(root, ctx) {
   prompt.addEventListener("input", () => { stale(); queue(update); });
   // Enter in the prompt writes the continuation, as the Generate button does.
   prompt.addEventListener("keydown", (event) => {
-    if (event.key === "Enter") { event.preventDefault(); queue(generate); }
+    if (event.key === "Enter") { event.preventDefault(); queue(() => generate(true)); }
   });
   examples.addEventListener("change", () => { prompt.value = examples.value; stale(); queue(update); });
   temperature.addEventListener("input", () => queue(update));
@@ -431,7 +439,7 @@ export async function mount(root, ctx) {
     const n = settings().count;
     said.textContent = `${counted(n, "new word")}: press Generate to write ${n === 1 ? "it" : "them"}.`;
   });
-  generateButton.addEventListener("click", () => queue(generate));
+  generateButton.addEventListener("click", () => queue(() => generate(true)));
   stepButton.addEventListener("click", () => queue(step));
   await queue(generate);
   if (ctx.status) ctx.status("The model runs in your browser: every number above is computed in this page.");

@@ -69,9 +69,7 @@ export function boot(root) {
   if (root.dataset.booted) return;
   root.dataset.booted = "1";
   const line = statusLine(root);
-  const status = (text) => {
-    line.textContent = text;
-  };
+  const status = (text) => say(line, text);
   if (location.protocol === "file:") {
     root.dataset.state = "file";
     status(root.dataset.fileNote || FILE_NOTE);
@@ -163,4 +161,50 @@ async function run(root, status, arrived) {
   } finally {
     root.removeAttribute("aria-busy");
   }
+}
+
+// ---------------------------------------------------------------------------- spoken tokens
+
+// A screen reader reads "<unk>" as "less than unk greater than" (accessibility reader, issue 38).
+// What the live regions say instead; the page still shows the tokens as the chapters write them.
+export const SPOKEN_TOKENS = {
+  "<unk>": "unknown word", "<eos>": "end of sentence", "<bos>": "start of sentence",
+  "<cls>": "class token", "<pad>": "padding",
+};
+const SPECIAL = /<(?:unk|eos|bos|cls|pad)>/g;
+// "the <cls> token looks" is said "the class token looks", not "class token token".
+const nameOf = (token, text, end) =>
+  token === "<cls>" && text.startsWith(" token", end) ? "class" : SPOKEN_TOKENS[token];
+
+/** `text` with each special token named: "after <bos>" -> "after start of sentence". */
+export function spokenTokens(text) {
+  const s = String(text);
+  return s.replace(SPECIAL, (t, at) => nameOf(t, s, at + t.length));
+}
+
+/**
+ * `text` as nodes for a live region: each special token shown as written but aria-hidden, its
+ * name beside it out of sight (class ab-sr-only, book.css), so the region is heard with names.
+ */
+export function sayable(text) {
+  const nodes = [];
+  let at = 0;
+  for (const m of String(text).matchAll(SPECIAL)) {
+    if (m.index > at) nodes.push(document.createTextNode(text.slice(at, m.index)));
+    const shown = document.createElement("span");
+    shown.setAttribute("aria-hidden", "true");
+    shown.textContent = m[0];
+    const said = document.createElement("span");
+    said.className = "ab-sr-only";
+    said.textContent = nameOf(m[0], String(text), m.index + m[0].length);
+    nodes.push(shown, said);
+    at = m.index + m[0].length;
+  }
+  if (at < String(text).length) nodes.push(document.createTextNode(String(text).slice(at)));
+  return nodes;
+}
+
+/** Show `text` in `el` (a live region), its special tokens said by name. */
+export function say(el, text) {
+  el.replaceChildren(...sayable(text));
 }
