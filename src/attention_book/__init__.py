@@ -23,7 +23,7 @@ Each name is defined once, in the module named after its concept.
 
 from . import assignments, book, core, data, experiments, models
 
-# core: settings, figures' style, the training loop, the memory yardstick
+# core: settings, figures' style, the training loop, the memory yardstick, printed tables
 from .core.config import (
     experiment_size,
     is_full_size,
@@ -52,6 +52,7 @@ from .core.train import (
     schedule_figure,
 )
 from .core.memory import PeakMemory, peak_memory
+from .core.table import print_table
 
 # data: downloads, the translation pairs, the tokenizer and corpus
 from .data.images import load_image_data
@@ -197,7 +198,6 @@ from .models.tiled import (
     merge_softmax,
     finish_softmax,
     tiled_attention,
-    tiled_forward,
     tile_counts,
     tile_figure,
 )

@@ -1,4 +1,4 @@
 """What every chapter shares: settings (config), argument checks, the figure style (plot),
-the training loop (train) and the memory yardstick (memory).
+the training loop (train), the memory yardstick (memory) and printed tables (table).
 
 Imports nothing from the other layers of the package."""
