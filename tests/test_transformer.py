@@ -469,3 +469,36 @@ def test_warmup_cosine_checker_accepts_reference_and_rejects_wrong_ones(capsys):
 
     report = ch07.check_warmup_cosine(todo)
     assert report.not_implemented and report.score == 0
+
+
+@pytest.mark.parametrize("warmup, max_steps", [(10, 1000), (50, 1000), (250, 1000), (500, 1000), (50, 200)])
+def test_schedule_figure_keeps_its_label_off_the_curve(warmup, max_steps):
+    """At the page's default (warm-up 50 of 1000 steps) "end of warm-up" sat on the curve (issue 36)."""
+    import matplotlib.pyplot as plt
+
+    fig = ab.schedule_figure(warmup=warmup, max_steps=max_steps, base_lr=3e-3)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    fig.draw(renderer)
+    label = next(t for t in ax.texts if t.get_text() == "end of warm-up")
+    box = label.get_window_extent(renderer)
+    assert box.y0 > ax.transData.transform((0, max(ax.lines[0].get_ydata())))[1]  # above the peak
+    assert ax.get_window_extent(renderer).contains(box.x1, box.y1)  # inside the plot
+    plt.close(fig)
+
+
+def test_reversal_attention_figure_draws_a_phone_copy_at_full_size():
+    """A 390 px phone showed the 16 x 16 map at 76%, its position:digit ticks about 9 px (issue 36)."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from attention_book.core.plot import MIN_TEXT_PX, PHONE_MAX_PX, phone_png
+
+    ab.seed_everything()
+    model = ab.experiments.reversal.SequencePredictor(10, 16, 1, 1)
+    fig = ab.experiments.reversal.reversal_attention_figure(model, torch.randint(0, 10, (1, 16)))
+    png = Image.open(io.BytesIO(phone_png(fig)))
+    assert png.width <= PHONE_MAX_PX and float(png.text["ab-min-text-px"]) >= max(MIN_TEXT_PX, 12)
+    plt.close(fig)

@@ -566,8 +566,11 @@ def schedule_figure(warmup: int = 50, max_steps: int = 500, base_lr: float = 5e-
     ax.plot(range(max_steps + 1), lrs)
     if warmup:
         ax.axvline(warmup, color="0.6", linestyle="--", linewidth=1)
-        ax.annotate("end of warm-up", (warmup, base_lr), xytext=(4, -12), textcoords="offset points", fontsize=8)
-    ax.set_ylim(0.0, 1.1 * base_lr)  # the same scale for every warm-up length
+        # in the band above the peak, which the curve never enters (it sat on the curve at warm-up
+        # 50 of 1000, where the peak is just right of the line; issue 36)
+        ax.annotate("end of warm-up", (warmup, 1.1 * base_lr), xytext=(4, 0), textcoords="offset points",
+                    fontsize=8, va="center", ha="left")
+    ax.set_ylim(0.0, 1.2 * base_lr)  # the same scale for every warm-up length
     ax.set_xlabel("optimisation step")
     ax.set_ylabel("learning rate")
     ax.set_title(f"warm-up {warmup} of {max_steps} steps")  # one line at 390 px

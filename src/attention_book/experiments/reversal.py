@@ -106,11 +106,13 @@ class SequencePredictor(nn.Module):
         return [m.float().cpu() for m in maps.tensors()]
 
 
-def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: int = 0, figsize=(4.6, 4.0)):
+def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: int = 0, figsize=(5.4, 4.7)):
     """The attention map of example ``index`` of ``X`` (batch, length), one plot per layer and head.
 
     Rows are query positions, columns key positions; the ticks show the
-    position and the digit there (``position:digit``).
+    position and the digit there (``position:digit``). A phone gets the map drawn again at the
+    width of its column, ticks at their desktop size (a 390 px phone showed this figure at 76%,
+    its 16 ``position:digit`` ticks about 9 px high; issue 36).
     """
     from ..core.plot import heatmaps_figure
 
@@ -118,10 +120,21 @@ def reversal_attention_figure(model: SequencePredictor, X: torch.Tensor, index: 
         raise ValueError(f"index must lie in 0..{X.shape[0] - 1}, got {index}")
     maps = torch.stack([m[0] for m in model.attention_maps(X[index:index + 1])])  # (layers, heads, n, n)
     ticks = [f"{i}:{d}" for i, d in enumerate(X[index].tolist())]
-    return heatmaps_figure(maps, xlabel="key position : digit", ylabel="query position : digit",
-                         titles=[f"head {h + 1}" for h in range(maps.shape[1])],
-                         row_titles=[f"layer {i + 1}" for i in range(maps.shape[0])] if maps.shape[0] > 1 else None,
-                         xticklabels=ticks, yticklabels=ticks, figsize=figsize, vmin=0.0)
+
+    def draw(size):
+        return heatmaps_figure(maps, xlabel="key position : digit", ylabel="query position : digit",
+                               titles=[f"head {h + 1}" for h in range(maps.shape[1])],
+                               row_titles=[f"layer {i + 1}" for i in range(maps.shape[0])] if maps.shape[0] > 1
+                               else None,
+                               xticklabels=ticks, yticklabels=ticks, figsize=size, vmin=0.0)
+
+    fig = draw(figsize)
+    if maps.shape[0] * maps.shape[1] == 1:  # one map: a phone's column holds it at full size
+        fig._ab_phone_drawing = lambda: draw(PHONE_MAP_SIZE)
+    return fig
+
+
+PHONE_MAP_SIZE = (3.35, 3.7)  # inches, at the phone's 100 dpi: one map as wide as a 390 px phone's column
 
 
 @torch.no_grad()
