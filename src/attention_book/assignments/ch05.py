@@ -336,7 +336,7 @@ def verify_head_weights(fn, verbose: bool = True):
     # widths of 8 or more, above the 7 keys at most, and 2 heads or more but in one case: no wrong shape
     # (the output, the heads flattened into the batch) is the shape of another mistake
     cases = [
-        case("5 heads of 20 (the exercise)", 5, 20, 4, 6),
+        case("5 heads of 20 units each", 5, 20, 4, 6),
         case("every key valid (valid_lens None)", draw(g, 2, 4), draw(g, 4, 6), draw(g, 2, 5), draw(g, 3, 7),
              lens=False),
         case("one head", 1, draw(g, 8, 12), draw(g, 2, 4), draw(g, 4, 7)),
@@ -479,6 +479,6 @@ def verify_gate_importance(fn, verbose: bool = True):
                 model.attention.W_o.weight[:, h * d_head:(h + 1) * d_head] *= -1
         return Case(name, (run,), _gate_check(run), hint=GATE_RECIPE)
 
-    cases = [case("the chapter's model (4 heads)", 4), case("two heads", 2),
+    cases = [case("4 heads (the chapter's setting)", 4), case("two heads", 2),
              case("eight heads of 4 units", 8), case("four heads of 16 units", 4, num_hiddens=64)]
     return run_checks("gate_importance", fn, cases, verbose=verbose)
