@@ -22,10 +22,13 @@
     var view = document.querySelector(".ab-live");
     var skip = document.getElementById("pst-skip-link");
     if (!view || !skip || document.getElementById("ab-skip-live")) return;
-    if (!view.id) view.id = "ab-live-view";
+    // The link names the section that holds the view (an anchor the built page has, which the
+    // site's link check finds); Enter goes to the view itself.
+    var section = view.closest("section[id]");
+    if (!section && !view.id) view.id = "ab-live-view";
     var link = document.createElement("a");
     link.id = "ab-skip-live";
-    link.href = "#" + view.id;
+    link.href = "#" + (section ? section.id : view.id);
     link.textContent = "Skip to the live view";
     link.addEventListener("click", function (event) {
       event.preventDefault();
