@@ -462,8 +462,9 @@ def instructor_answers(docname: str) -> int:
 
 
 JS_ANSWERS = """() => Array.from(document.querySelectorAll('details.sd-dropdown')).filter(d =>
-    d.querySelector('summary') && d.querySelector('summary').textContent.includes('Show answer'))
-  .map(d => ({open: d.open, text: d.textContent.trim().length}))"""
+    d.querySelector('summary') && /(Show|Hide) answer/.test(d.querySelector('summary').textContent))
+  .map(d => ({open: d.open, text: d.textContent.trim().length,
+              label: d.querySelector('summary').textContent.trim()}))"""
 
 
 @pytest.mark.parametrize("docname", by_page([p for p in PAGES if EXERCISES.match(p)]))
@@ -477,9 +478,18 @@ def test_worked_answers_are_folded_under_show_answer(crawler, docname):
     assert len(answers) == instructor_answers(docname), (
         f"{visit.url}: {len(answers)} 'Show answer' boxes for {instructor_answers(docname)} worked answers")
     assert not any(a["open"] for a in answers), f"{visit.url}: an answer is open before the reader asks"
+    assert all(a["label"] == "Show answer" for a in answers), f"{visit.url}: {answers}"
     if answers:
         page.locator("details.sd-dropdown summary", has_text="Show answer").first.click()
-        assert page.evaluate(JS_ANSWERS)[0]["open"], f"{visit.url}: clicking 'Show answer' does not open it"
+        # an open answer's fold says what a press does next, as a solution's "Hide solution" (a learner);
+        # the label follows the fold's toggle event, which the browser fires after the click returns
+        try:
+            page.wait_for_function(f"() => ({JS_ANSWERS})()[0].label === 'Hide answer'", timeout=5000)
+        except Exception:  # noqa: BLE001 (the assertions below say what the page shows)
+            pass
+        first = page.evaluate(JS_ANSWERS)[0]
+        assert first["open"], f"{visit.url}: clicking 'Show answer' does not open it"
+        assert first["label"] == "Hide answer", f"{visit.url}: an open answer's fold reads {first['label']!r}"
 
 
 def shown_sources(docname: str) -> list[str]:

@@ -40,9 +40,23 @@
     skip.appendChild(link);
   }
 
+  // 3. An answer's fold (a sphinx-design dropdown, scripts/editions.py ANSWER_LABEL) kept saying
+  //    "Show answer" once open, where a solution's fold says "Hide solution" (a learner on the
+  //    chapter 10 exercises): its label follows its state, so it names what a press will do.
+  function labelAnswerFolds() {
+    document.querySelectorAll("details.sd-dropdown").forEach(function (fold) {
+      var text = fold.querySelector(":scope > summary .sd-summary-text");
+      if (!text || !/^(Show|Hide) answer$/.test(text.textContent.trim())) return;
+      var update = function () { text.textContent = fold.open ? "Hide answer" : "Show answer"; };
+      fold.addEventListener("toggle", update);
+      update();
+    });
+  }
+
   function run() {
     nameCopyButtons();
     addLiveSkipLink();
+    labelAnswerFolds();
   }
   // copybutton.js adds its buttons on DOMContentLoaded, from a listener added before this one.
   if (document.readyState === "loading") {
