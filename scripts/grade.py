@@ -1203,8 +1203,50 @@ def reference_assignments(reference: Path, only=None) -> dict[str, list[str]]:
 
 # --------------------------------------------------------------------------- who handed in what
 
-LMS_PREFIX = re.compile(r"^(?P<login>[^_/]+)_(?:LATE_|late_)?(?P<uid>\d+)_(?P<sub>\d+)_(?P<rest>.+)$")
-RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>\d+)\)|-(?P<again>\d+))?$")
+# [0-9], not \d: Canvas's ids are ASCII digits (\d also takes Arabic-Indic or fullwidth ones) (issue 37)
+LMS_PREFIX = re.compile(r"^(?P<login>[^_/]+)_(?:LATE_|late_)?(?P<uid>[0-9]+)_(?P<sub>[0-9]+)_(?P<rest>.+)$")
+
+
+def canvas_ids(name: str) -> tuple[str, str] | None:
+    """``(user id, attachment id)`` as Canvas's Re-Upload Submissions reads a file name
+    (app/models/assignment.rb, infer_comment_context_from_filename): the first two parts between "_"
+    that are all ASCII digits; None without two."""
+    ids = [p for p in name.split("_") if p and all("0" <= c <= "9" for c in p)]
+    return (ids[0], ids[1]) if len(ids) > 1 else None
+
+
+def inner_ids(stem: str) -> tuple[str, str] | None:
+    """``(user id, attachment id)`` of the LMS prefix just before the file name a student gave (the name
+    matched to a reference): the innermost of a name's prefixes, parsed from the right. A sortable name
+    with "_" and digits in it (``A_102._999._B`` gives ``a_102_999_b_300_9007_ch03_exercises``) puts
+    other numbers first, which are not the student's (issue 37)."""
+    lms, ids = LMS_PREFIX.match(stem), None
+    while lms:
+        ids = (lms.group("uid"), lms.group("sub"))
+        lms = LMS_PREFIX.match(lms.group("rest"))
+    return ids
+
+
+def lms_ids_problem(stem: str) -> str:
+    """Why an LMS-named file's name (``stem``, without .ipynb) is refused, or '': its ids parsed from the
+    left (Canvas's reading) and from the right (those just before the file name) differ, so the grader cannot
+    tell whose it is, and Canvas would attach its feedback to the ids it reads first."""
+    lms = LMS_PREFIX.match(stem)
+    if lms is None:
+        return ""
+    left, right, canvas = (lms.group("uid"), lms.group("sub")), inner_ids(stem), canvas_ids(stem)
+    if canvas != left or right[0] != left[0]:
+        return (f"REFUSED: its name holds the user IDs {left[0]} and {right[0]} (Canvas reads "
+                f"{canvas[0] if canvas else 'none'}): a name key with '_' and digits in it cannot be told from "
+                "another student's; not graded, not matched to a roster row. Grade it by hand")
+    return ""
+
+
+def lms_uid(key: str) -> str:
+    """The LMS user id of a student key ``<namekey>_<user id>`` (Canvas's bulk download), or ''."""
+    uid = key.rpartition("_")[2]
+    return uid if uid and all("0" <= c <= "9" for c in uid) else ""
+RESUBMISSION = re.compile(r"^(?P<stem>.+?)(?:\s*\((?P<copy>[0-9]+)\)|-(?P<again>[0-9]+))?$")
 
 
 def handed_name(rel: str, key: str | None = None) -> str:
@@ -1215,7 +1257,9 @@ def handed_name(rel: str, key: str | None = None) -> str:
     is that key's (``wumei_107``); otherwise only a file at the top of SUBMISSIONS has one."""
     name = Path(rel).name
     lms = LMS_PREFIX.match(name)
-    ours = lms and (key == f"{lms.group('login')}_{lms.group('uid')}" if key is not None else "/" not in rel)
+    # one user id is one student, whatever name key a file of theirs has (issue 37: a renamed student)
+    ours = lms and (key == f"{lms.group('login')}_{lms.group('uid')}" or "/" not in rel and lms_uid(key) ==
+                    lms.group("uid") if key is not None else "/" not in rel)
     return lms.group("rest") if ours else name
 
 
@@ -1293,6 +1337,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     # a student's notebook-like file deeper in their folder or hidden: listed in their feedback, never graded
     deeper: dict[str, list[tuple[str, str]]] = {}
     ignored = []
+    latest: dict[str, tuple[int, str]] = {}  # LMS user id -> (highest submission id, its file's student key)
+    lms_keys: set[str] = set()  # the student keys of LMS-named files at the top level
     for path in sorted(submissions.rglob("*")):
         rel = path.relative_to(submissions)
         hidden = next((p for p in rel.parts if p.startswith(".")), None)
@@ -1321,6 +1367,13 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             continue
         match = match_reference(rel.parts[-1], references)
         lms = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb")) if len(rel.parts) == 1 else None
+        if len(rel.parts) == 1 and lms and lms_ids_problem(lms.group(0)):
+            ignored.append((rel, lms_ids_problem(lms.group(0))))
+            continue
+        if lms and len(rel.parts) == 1:  # the latest file of a user id names them (below)
+            lms_keys.add(f"{lms.group('login')}_{lms.group('uid')}")
+            latest[lms.group("uid")] = max(latest.get(lms.group("uid"), (-1, "")),
+                                           (int(lms.group("sub")), f"{lms.group('login')}_{lms.group('uid')}"))
         if len(rel.parts) == 1:
             loose = near_reference(lms.group("rest"), references) if lms and match is None else None
             if loose is not None:  # an LMS name, a notebook renamed: as in a student's folder
@@ -1328,7 +1381,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                     (str(rel), int(lms.group("sub"))))
                 continue
             inner = match_reference(lms.group("rest") + ".ipynb", references) if lms and match is None else None
-            if inner is not None:  # two LMS prefixes (a download renamed again): the first is the student's
+            if inner is not None:  # two LMS prefixes of one user id (a download renamed again;
+                # two user ids were refused above): the student's
                 near.setdefault((f"{lms.group('login')}_{lms.group('uid')}", inner[0]), []).append(
                     (str(rel), int(lms.group("sub"))))
                 continue
@@ -1359,6 +1413,18 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             continue
         found.setdefault((key, match[0]), []).append(
             (match[1], Submission(key, path, match[0], str(rel), lms_id, order)))
+    # one Canvas user id is one student (issue 37: a student renamed between two downloads graded together got
+    # two rows, jonesbob_102 and smithbob_102): every key of a user id becomes the key of their latest file
+    same = lambda key: latest[lms_uid(key)][1] if key in lms_keys else key
+    merged: dict[tuple[str, str], list] = {}
+    for (key, ref), versions in found.items():
+        merged.setdefault((same(key), ref), []).extend(
+            (n, Submission(same(key), s.path, s.reference, s.rel, s.lms_id, s.order)) for n, s in versions)
+    found = merged
+    near_merged: dict[tuple[str, str], list] = {}
+    for (key, ref), files in near.items():
+        near_merged.setdefault((same(key), ref), []).extend(files)
+    near = near_merged
     graded = []
     for (key, ref), versions in sorted(found.items()):
         # an LMS submission id decides first (Canvas: the highest is the latest, whatever the file's "-N"), then
@@ -1422,8 +1488,10 @@ def several_files(sub: Submission) -> dict:
 def roster_keys(lms_ids: dict[str, str], roster) -> dict[str, str]:
     """``{student key: roster folder}`` for the LMS-named students (``lms_ids``: key -> LMS user id,
     '' for a folder): the roster row whose ``id`` is the user id; else the row whose folder is the whole
-    key (``namekey_userid``); else the row whose folder is the name key, when only one user id came
-    with that name key and the row names no other id. Students not listed keep their own key."""
+    key (``namekey_userid``), when it names no other id; else, only for a roster without ids, the row whose
+    folder is the name key, when only one user id came with that name key. With ids in the roster, a name key
+    alone never takes a row (issue 37: a student renamed to a classmate's name key took the row of the
+    classmate who handed nothing in). Students not listed keep their own key."""
     out: dict[str, str] = {}
     if not roster:
         return out
@@ -1439,9 +1507,10 @@ def roster_keys(lms_ids: dict[str, str], roster) -> dict[str, str]:
         row = roster.get(namekey)
         if uid in by_id:
             out[key] = by_id[uid]
-        elif unicodedata.normalize("NFC", key) in roster:
+        elif unicodedata.normalize("NFC", key) in roster and str(
+                roster[unicodedata.normalize("NFC", key)].id).strip() in ("", uid):
             out[key] = unicodedata.normalize("NFC", key)
-        elif row is not None and len(uids_of[key[: -len(uid) - 1]]) == 1 and str(row.id).strip() in ("", uid):
+        elif row is not None and not by_id and len(uids_of[key[: -len(uid) - 1]]) == 1:
             out[key] = namekey
     return out
 
@@ -2215,7 +2284,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     return rows
 
 
-CANVAS_LATE = re.compile(r"^[^_/]+_LATE_\d+_\d+_")  # Canvas's bulk-download name of a late file
+CANVAS_LATE = re.compile(r"^[^_/]+_LATE_[0-9]+_[0-9]+_")  # Canvas's bulk-download name of a late file
 
 
 def earlier_grades(out_csv: Path) -> dict[tuple[str, str], tuple[str, str]]:
@@ -2365,7 +2434,7 @@ NO_ROSTER = ("canvas.csv not written: no roster ([roster] in the course file, --
 # Its "Upload multiple feedback files in a zip" reads a name back as this: split at "_" into at most five
 # parts, the second the participant id (mod/assign/feedback/file/importziplib.php), so a full name with
 # "_" in it is not one.
-MOODLE_FOLDER = re.compile(r"^[^_/]+_(?P<pid>\d+)_assignsubmission_file_?$")
+MOODLE_FOLDER = re.compile(r"^[^_/]+_(?P<pid>[0-9]+)_assignsubmission_file_?$")
 # The feedback files the LMSs take back, and the file each student's feedback is in (book/instructors.md,
 # "Return feedback")
 FEEDBACK_ZIPS = ("canvas_feedback.zip", "moodle_feedback.zip")
@@ -2406,11 +2475,16 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
         if rel is None:
             continue
         lms = LMS_PREFIX.match(rel.name.removesuffix(".ipynb")) if len(rel.parts) == 1 else None
-        if lms and r["key"] == f"{lms.group('login')}_{lms.group('uid')}":
+        if lms and (r["key"] == f"{lms.group('login')}_{lms.group('uid')}" or lms_uid(r["key"]) == lms.group("uid")):
             name = rel.name[: lms.start("rest")] + FEEDBACK_FILE
             if lms.group("login").isdigit():  # Canvas would take it for the user id
                 refused.append((FEEDBACK_ZIPS[0], name, "its name key is a number, which Canvas would read as "
                                                         "the user id"))
+                continue
+            if canvas_ids(name) != (lms.group("uid"), lms.group("sub")) or lms_ids_problem(
+                    rel.name.removesuffix(".ipynb")):  # Canvas would attach it to other ids than ours (issue 37)
+                refused.append((FEEDBACK_ZIPS[0], name, ("Canvas would read other IDs from this name than the "
+                                                         "grader's")))
                 continue
             zips[FEEDBACK_ZIPS[0]].setdefault(name, []).append(r)
         elif len(rel.parts) == 2 and MOODLE_FOLDER.match(rel.parts[0]) and r["key"] == rel.parts[0]:

@@ -231,15 +231,21 @@ def test_which_file_of_a_students_folder_is_graded(tmp_path, files, graded, why)
     assert [w for _, w in found[0].others] == [why], found[0].others
 
 
-def test_a_file_with_two_lms_prefixes_is_the_first_students_and_listed(tmp_path):
-    """A fresh attacker (issue 37, 7/10): ``eve_300_900_bob_102_999_ch03_exercises.ipynb`` was ignored "at the
-    top level without an LMS name" and missing from eve's several-files note: it is eve's, listed there."""
-    for name in ("eve_300_900_ch03_exercises.ipynb", "eve_300_900_bob_102_999_ch03_exercises.ipynb"):
+def test_a_file_with_two_lms_prefixes_of_one_user_id_is_the_students_and_listed(tmp_path):
+    """A fresh attacker (issue 37, 7/10): ``eve_300_900_eve_300_800_ch03_exercises.ipynb`` (a download renamed
+    again) was ignored "at the top level without an LMS name" and missing from eve's several-files note: it is
+    eve's, listed there. Two prefixes of two user ids (``eve_300_900_bob_102_999_…``) cannot be told from a
+    crafted sortable name (8/10, test_grade_canvas_ids.py): refused, listed, no one's."""
+    for name in ("eve_300_900_ch03_exercises.ipynb", "eve_300_900_eve_300_800_ch03_exercises.ipynb",
+                 "eve_300_900_bob_102_999_ch03_exercises.ipynb"):
         (tmp_path / name).write_text("{}")
     found, ignored = grade.find_submissions(tmp_path, {REFERENCE: ["masked_softmax"]})
     assert [(s.key, s.rel) for s in found] == [("eve_300", "eve_300_900_ch03_exercises.ipynb")], ignored
     note = grade.several_files(found[0])["note"]
-    assert "'bob_102_999_ch03_exercises.ipynb' (its name is not ch03_exercises.ipynb)" in note, note
+    assert "'eve_300_800_ch03_exercises.ipynb' (its name is not ch03_exercises.ipynb)" in note, note
+    assert "bob" not in note, note
+    why = dict((str(rel), w) for rel, w in ignored)["eve_300_900_bob_102_999_ch03_exercises.ipynb"]
+    assert why.startswith("REFUSED: its name holds the user IDs 300 and 102"), why
 
 
 def test_a_course_file_grades_and_exports_only_its_assignments(tmp_path, monkeypatch):
