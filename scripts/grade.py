@@ -1191,7 +1191,9 @@ def case_title(c: dict) -> str:
 def reference_assignments(reference: Path, only=None) -> dict[str, list[str]]:
     """``{reference notebook name: [assignment, ...]}`` for the notebooks of ``reference`` with checkers;
     with ``only`` (a course file's assignments), only those, and only the notebooks that have one."""
-    known = set(assignment_names()) & set(assignment_names() if only is None else only)
+    known = set(assignment_names())
+    if only is not None:
+        known &= set(only)
     found = {}
     for path in sorted(reference.glob("*.ipynb")):
         with contextlib.suppress(OSError, ValueError):
@@ -1367,8 +1369,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             continue
         match = match_reference(rel.parts[-1], references)
         lms = LMS_PREFIX.match(rel.parts[-1].removesuffix(".ipynb")) if len(rel.parts) == 1 else None
-        if len(rel.parts) == 1 and lms and lms_ids_problem(lms.group(0)):
-            ignored.append((rel, lms_ids_problem(lms.group(0))))
+        if len(rel.parts) == 1 and lms and (why := lms_ids_problem(lms.group(0))):
+            ignored.append((rel, why))
             continue
         if lms and len(rel.parts) == 1:  # the latest file of a user id names them (below)
             lms_keys.add(f"{lms.group('login')}_{lms.group('uid')}")
@@ -2475,7 +2477,7 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
         if rel is None:
             continue
         lms = LMS_PREFIX.match(rel.name.removesuffix(".ipynb")) if len(rel.parts) == 1 else None
-        if lms and (r["key"] == f"{lms.group('login')}_{lms.group('uid')}" or lms_uid(r["key"]) == lms.group("uid")):
+        if lms and lms_uid(r["key"]) == lms.group("uid"):  # the student's key carries the file's user id
             name = rel.name[: lms.start("rest")] + FEEDBACK_FILE
             if lms.group("login").isdigit():  # Canvas would take it for the user id
                 refused.append((FEEDBACK_ZIPS[0], name, "its name key is a number, which Canvas would read as "
