@@ -231,6 +231,12 @@ def load_course(path: Path | None) -> Course:
             canvas_id=str(spec.get("canvas_id", "")),
             due=_when(spec["due"], course.timezone, f"[assignments.{name}] due") if "due" in spec else None,
             weights=weights, extra_cases=str((here / extra).resolve()) if extra else "")
+    ids: dict[str, str] = {}  # one Canvas column per assignment: a second "(4720)" column took no grade
+    for name, spec in course.assignments.items():
+        if spec.canvas_id and spec.canvas_id in ids:
+            raise CourseError(f"course file {path}: [assignments.{ids[spec.canvas_id]}] and [assignments.{name}] "
+                              f"have the same canvas_id {spec.canvas_id}: give each its own Canvas assignment")
+        ids.setdefault(spec.canvas_id, name)
     overrides = data.get("overrides", {}).get("file")
     if overrides:
         course.overrides_file = str(here / overrides)

@@ -1939,6 +1939,21 @@ def case_count(name: str, extra: str | None = None) -> int:
         return 0
 
 
+CASES_FILE = "cases.json"  # in the output folder: each assignment's case set when it was graded
+
+
+def case_fingerprints(course, names) -> dict[str, str]:
+    """``{assignment: sha256}`` of the contents of each of ``names``' extra_cases file (b"" without one):
+    what decides which cases a kept row ran. Weights and points are not in it: :func:`score_row`
+    applies the course file's to every row, kept or new, at each run."""
+    out = {}
+    for name in sorted(names):
+        spec = course.assignments.get(name)
+        out[name] = hashlib.sha256(Path(spec.extra_cases).read_bytes() if spec and spec.extra_cases
+                                   else b"").hexdigest()
+    return out
+
+
 def check_weight_keys(course) -> None:
     """Refuse a course file with an ``[assignments.<key>]`` the package does not have, or whose
     ``weights`` name a case that does not exist: every weight's key must be ``visible``, ``hidden``
@@ -2139,6 +2154,22 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             previous.setdefault((k, nb), []).append(r)
     elif regrade is not None:
         raise GradeError(f"--regrade needs the grades of an earlier run in {out_dir} (grades.jsonl)")
+    cases_file = out_dir / CASES_FILE
+    recorded = {}
+    with contextlib.suppress(OSError, ValueError):  # a folder graded before the record: the counts alone
+        recorded = json.loads(cases_file.read_text(encoding="utf-8"))
+    graded = {n for names in references.values() for n in names}
+    kept = [r for rs in previous.values() for r in rs if r["assignment"] in graded]
+    now = case_fingerprints(course, {r["assignment"] for r in kept})
+    counts = {n: case_count(n, extras.get(n)) for n in now}
+    changed = sorted({n for n in now if isinstance(recorded, dict) and n in recorded and recorded[n] != now[n]}
+                     | {r["assignment"] for r in kept if r.get("total") and r["total"] != counts[r["assignment"]]})
+    if changed:  # issue 37: a resume kept 11-case grades beside a new 12-case one, "no grade changed"
+        raise GradeError(f"the cases of {', '.join(changed)} changed since {out_dir} was graded (its "
+                         "extra_cases or the package's cases): run without --resume or --regrade to grade "
+                         "everyone again")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(cases_file, json.dumps(case_fingerprints(course, graded), indent=1, sort_keys=True))
     if regrade is not None and regrade not in keys and regrade not in {students[k]["student"] for k in keys}:
         raise GradeError(f"--regrade {regrade!r}: no such student in {submissions}")
     times = load_times(Path(course.times_file), course.timezone) if course.late_source == "csv" and \
