@@ -43,7 +43,7 @@ SITE_ENV := ATTENTION_BOOK_EXPLORERS=static ATTENTION_BOOK_FRAMES="$(CURDIR)/$(F
 NOTEBOOK_RUN = PYTHONPATH=book/_ext $(PAR_ENV) $(PY) -m pytest -p kernel_poll --nbmake -n $(JOBS) -p no:randomly
 NB_TIMES := $(STAGE)/_notebook_times.json
 
-.PHONY: venv lock publish repository book test test-unit test-notebooks test-site test-smoke lab stage clean student grade gradescope-bundle claims gpu-report times
+.PHONY: venv lock publish repository book test test-unit test-notebooks test-site test-smoke lab stage clean student grade gradescope-bundle claims gpu-report cpu-report times
 
 venv: $(STAMP)
 
@@ -206,6 +206,14 @@ GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
 GPU_NOTEBOOKS ?=
 gpu-report:
 	$(GPU_PYTHON) scripts/gpu_report.py $(GPU_NOTEBOOKS)
+
+## Every chapter at full size on this machine's CPU, as `make publish` executes it there, each notebook
+## stopped after CPU_TIMEOUT seconds: wall time, torch's threads, the cells that took the time (where a
+## notebook was stopped, the cell it was in and its last printed line), the claims
+## -> book/_cpu_report.md, shown on the timings page with the processor named.
+CPU_TIMEOUT ?= 300
+cpu-report: venv
+	$(PY) scripts/gpu_report.py --cpu --timeout $(CPU_TIMEOUT) $(GPU_NOTEBOOKS)
 
 ## JupyterLab on the notebooks, with the package and its kernel ("Python 3 (attention_book)").
 ## As root (containers) JupyterLab needs --allow-root; LAB_ARGS passes more, e.g. LAB_ARGS=--no-browser.

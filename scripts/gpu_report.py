@@ -26,7 +26,11 @@ after each piece ``book/_gpu_report.md`` (one table per chapter) and the timings
 (``scripts/timings.py``) are written again from it.
 
 Without a CUDA GPU the script stops at once with one line and exit status 1 (``--allow-cpu``
-lets the tests run it on a CPU). On a GPU machine with PyTorch for CUDA but nothing else of the
+lets the tests run it on a CPU). ``--cpu`` (``make cpu-report``) measures the full size on this
+machine's CPU instead, as ``make publish`` executes it there (explorers drawn for a static page), into
+``book/_cpu_report.json``: each notebook's wall time up to ``--timeout``, the processor and torch's
+thread count, and the cells that took the time (for a notebook the timeout stopped, the cell it was
+in and that cell's last printed line, so the report shows where the rest of the time would go). On a GPU machine with PyTorch for CUDA but nothing else of the
 book, install the rest into that same Python without touching its torch:
 ``pip install -e ".[dev]"`` (the package asks only ``torch>=2.2``, which the CUDA build meets).
 """
@@ -46,6 +50,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 REPORT_JSON = ROOT / "book" / "_gpu_report.json"
+CPU_REPORT_JSON = ROOT / "book" / "_cpu_report.json"
+SLOW_CELLS = 3  # the cells listed per notebook, longest first
 NEEDED = ("nbclient", "nbformat", "ipykernel", "attention_book")
 MARK = "GPU_REPORT_PROBE "
 TIMED_OUT = "NotebookTimeout"
@@ -61,7 +67,7 @@ print({MARK!r} + _json.dumps({{
     "peak_gpu_mib": _torch.cuda.max_memory_allocated() / 2**20 if _torch.cuda.is_available() else None,
     "device": _torch.cuda.get_device_name() if _torch.cuda.is_available() else "cpu",
     "torch": _torch.__version__, "cuda": _torch.version.cuda,
-    "size": _ab.experiment_size(),
+    "size": _ab.experiment_size(), "threads": _torch.get_num_threads(),
     "precision": _chosen + " -> " + ("float32" if _dtype is None else str(_dtype).replace("torch.", ""))
                  + (" with loss scaling" if _scaled else ""),
 }}))
@@ -180,6 +186,7 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path
                 record = json.loads(line)
                 claims.append({"key": record["key"], "holds": record["holds"], "value": record.get("value"),
                                "statement": record["statement"]})
+    ended = datetime.now(timezone.utc)
     if executed is not None:
         executed.mkdir(parents=True, exist_ok=True)
         nb.cells = nb.cells[:cells]
@@ -188,7 +195,51 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path
              "measured": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), **facts}
     if stopped_at is not None:
         entry["stopped_at_cell"] = stopped_at
+    entry["slowest_cells"] = slowest_cells(nb.cells[:cells], ended, stopped_at)
     return entry
+
+
+def _stamp(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()[:70]
+    return ""
+
+
+def _last_printed(cell) -> str:
+    """The last line a cell printed (a progress line of a training run, say), or ''."""
+    for out in reversed(cell.get("outputs", [])):
+        text = out.get("text") or out.get("data", {}).get("text/plain", "")
+        lines = [ln.strip() for ln in "".join(text).replace("\r", "\n").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1][:120]
+    return ""
+
+
+def slowest_cells(cells: list, ended: datetime, stopped_at: int | None) -> list[dict]:
+    """The longest code cells, longest first, from the times the kernel reported for each cell
+    (nbclient's ``metadata.execution``); the cell a timeout stopped runs until ``ended`` and carries
+    its last printed line."""
+    timed = []
+    for index, cell in enumerate(cells):
+        execution = cell.get("metadata", {}).get("execution", {})
+        if cell.get("cell_type") != "code" or "iopub.execute_input" not in execution:
+            continue
+        start = _stamp(execution["iopub.execute_input"])
+        end = _stamp(execution["shell.execute_reply"]) if "shell.execute_reply" in execution else ended
+        item = {"cell": index, "seconds": round((end - start).total_seconds(), 1), "code": _first_line(cell.source)}
+        if index == stopped_at:
+            item["stopped"] = True
+            item["last_line"] = _last_printed(cell)
+        timed.append(item)
+    timed.sort(key=lambda t: -t["seconds"])
+    kept = timed[:SLOW_CELLS]
+    kept += [t for t in timed[SLOW_CELLS:] if t.get("stopped")]
+    return kept
 
 
 def load(report: Path) -> dict:
@@ -218,11 +269,55 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _where(entry: dict) -> str:
+    """The cells that took the time, for the CPU table."""
+    parts = []
+    for c in entry.get("slowest_cells", []):
+        code = c["code"].replace("`", "'")
+        text = f"cell {c['cell']} `{code}` {_seconds(c['seconds'])}"
+        if c.get("stopped"):
+            text += " (stopped here" + (f"; last printed: {c['last_line']!r}" if c.get("last_line") else "") + ")"
+        parts.append(text)
+    return _cell("; ".join(parts))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value < 600 else f"{value / 60:.1f} min"
+
+
+def render_cpu(data: dict) -> str:
+    """The CPU report as Markdown: one row per notebook (status, wall time, the cells that took the
+    time, claims held), then the claims that did not hold."""
+    entries = data["notebooks"]
+    lines = [str(data["note"]), ""] if data.get("note") else []
+    done = [e for e in entries.values() if e["status"] == "finished"]
+    cut = [e for e in entries.values() if e["status"].startswith("timed out")]
+    lines += [f"{len(done)} of {len(entries)} notebooks finished; their wall times add up to "
+              f"{_seconds(sum(e['wall_s'] for e in done))}"
+              + (f"; {len(cut)} were stopped by the timeout after {_seconds(sum(e['wall_s'] for e in cut))} "
+                 "together (the cell each was in says where the rest of its time goes)" if cut else "") + ".", "",
+              "| notebook | status | wall time | torch threads | where the time went (longest cells) | claims held |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for name in sorted(entries):
+        e = entries[name]
+        held = sum(c["holds"] for c in e["claims"])
+        lines.append(f"| {name} | {_cell(e['status'])} | {_seconds(e['wall_s'])} | {e.get('threads', '?')} | "
+                     f"{_where(e)} | {held} of {len(e['claims'])} |")
+    failing = [c for name in sorted(entries) for c in entries[name]["claims"] if not c["holds"]]
+    if failing:
+        lines += ["", "Claims that did not hold at the full size on this CPU:", "",
+                  "| claim | values | statement |", "| --- | --- | --- |"]
+        lines += [f"| `{c['key']}` | {_cell(_value(c['value']))} | {_cell(c['statement'])} |" for c in failing]
+    return "\n".join(lines) + "\n"
+
+
 def render(data: dict) -> str:
     """The report as Markdown: a table per chapter, then each chapter's claims and values."""
     entries = data["notebooks"]
     if not entries:
         return ""
+    if data.get("processor"):
+        return render_cpu(data)
     lines = [str(data["note"]), ""] if data.get("note") else []
     chapters = sorted({name[:4] for name in entries})
     for chapter in chapters:
@@ -259,7 +354,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="*", help="name prefixes (ch05, ch07_transformer); all by default")
     parser.add_argument("--timeout", type=float, default=570, help="seconds per notebook (default 570)")
-    parser.add_argument("--report", type=Path, default=REPORT_JSON, help="the JSON to add to (default book/_gpu_report.json)")
+    parser.add_argument("--report", type=Path, default=None,
+                        help="the JSON to add to (default book/_gpu_report.json, with --cpu book/_cpu_report.json)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="measure the full size on this machine's CPU, as `make publish` executes it there")
     parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help=argparse.SUPPRESS)
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA (for testing the report itself)")
     parser.add_argument("--executed", type=Path, help="also write each executed notebook (with its outputs) here")
@@ -268,23 +366,38 @@ def main(argv=None) -> int:
     try:
         if args.timeout <= 0:
             raise ReportError(f"gpu-report: --timeout must be positive, got {args.timeout}")
-        check_setup(args.allow_cpu)
+        check_setup(args.allow_cpu or args.cpu)
         chosen = select(args.notebooks, args.notebooks_dir)
-        data = load(args.report)
+        report = args.report or (CPU_REPORT_JSON if args.cpu else REPORT_JSON)
+        data = load(report)
     except ReportError as err:
         print(err, file=sys.stderr)
         return 1
     env = {"ATTENTION_BOOK_SIZE": "full", "ATTENTION_BOOK_EXPLORERS": "live", "MPLBACKEND": "Agg"}
+    drawn = None
+    if args.cpu:
+        # What `make publish` executes on a CPU: every explorer's settings drawn for the static page
+        # (into a folder of this run, thrown away), and no GPU even where one is present.
+        drawn = tempfile.TemporaryDirectory(prefix="cpu-report-")
+        env.update({"ATTENTION_BOOK_EXPLORERS": "static", "CUDA_VISIBLE_DEVICES": "",
+                    "ATTENTION_BOOK_FRAMES": str(Path(drawn.name) / "frames"),
+                    "ATTENTION_BOOK_LIVE": str(Path(drawn.name) / "live")})
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from timings import processor_name
+
+        data["processor"] = processor_name()
     failed = 0
     for path in chosen:
         print(f"gpu-report: {path.stem} ...", flush=True)
         entry = run_notebook(path, args.timeout, env, args.executed)
         data["notebooks"][path.stem] = entry
-        md = write(data, args.report)
+        md = write(data, report)
         failed += entry["status"] != "finished"
         peak = entry.get("peak_gpu_mib")
         print(f"gpu-report: {path.stem}: {entry['status']}, {entry['wall_s']:.0f} s, peak GPU memory "
               f"{'n/a' if peak is None else f'{peak:,.0f} MiB'}, {len(entry['claims'])} claims -> {md}", flush=True)
+    if drawn is not None:
+        drawn.cleanup()
     if not args.no_timings_page:
         sys.path.insert(0, str(ROOT / "scripts"))
         import timings

@@ -11,8 +11,9 @@ Usage::
 run, ``_stage_smoke/_notebook_times.json`` for the full-size smoke run). ``--write`` records them
 in ``book/_timings.json`` with this machine's processor (``benchmarks/interleave.py``), the
 workers and threads of the run and its date, replacing an earlier record of the same processor,
-and writes ``book/_timings.md``: a table per processor, and the GPU report
-(``book/_gpu_report.md``, from ``scripts/gpu_report.py``) when one was measured. ``make times``
+and writes ``book/_timings.md``: a table per processor, the full size on a CPU
+(``book/_cpu_report.md``, from ``scripts/gpu_report.py --cpu``) and the GPU report
+(``book/_gpu_report.md``, from ``scripts/gpu_report.py``) when they were measured. ``make times``
 runs this script on the Makefile's files.
 """
 
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "book" / "_timings.json"
 PAGE = ROOT / "book" / "_timings.md"
 GPU_REPORT = ROOT / "book" / "_gpu_report.md"
+CPU_REPORT = ROOT / "book" / "_cpu_report.md"
 NOTEBOOKS = ROOT / "notebooks"
 _NAME = re.compile(r"^ch(\d\d)_(.+)$")
 
@@ -99,7 +101,7 @@ def _seconds(value: float | None) -> str:
     return f"{value:.0f} s" if value < 600 else f"{value / 60:.1f} min"
 
 
-def render(records: list[dict], gpu_markdown: str, titles: dict[str, str]) -> str:
+def render(records: list[dict], gpu_markdown: str, titles: dict[str, str], cpu_markdown: str = "") -> str:
     out = []
     if not records:
         out.append("**CPU: not measured yet.** `make test` followed by `make times TIMINGS_ARGS=--write` records "
@@ -137,6 +139,9 @@ def render(records: list[dict], gpu_markdown: str, titles: dict[str, str]) -> st
                 row += f" {cell(r['smoke'], False)} | {cell(r['smoke'], True)} |"
             out.append(row)
         out.append("")
+    if cpu_markdown.strip():
+        out += ["**Full size on this machine's CPU** (`make cpu-report`: every notebook at the full size, as "
+                "`make publish` executes it on a CPU, each stopped at a time limit):", "", cpu_markdown]
     if gpu_markdown.strip():
         out += ["**Full size on a GPU** (`make gpu-report`: every notebook at the full size, one notebook per "
                 "piece; the values are those of the claims each notebook states):", "", gpu_markdown]
@@ -148,12 +153,13 @@ def render(records: list[dict], gpu_markdown: str, titles: dict[str, str]) -> st
 
 
 def render_page(record_path: Path = RECORD, page: Path = PAGE, gpu_report: Path = GPU_REPORT,
-                notebooks: Path = NOTEBOOKS) -> Path:
-    """Write the timings page from the recorded runs and the GPU report (if any)."""
+                notebooks: Path = NOTEBOOKS, cpu_report: Path = CPU_REPORT) -> Path:
+    """Write the timings page from the recorded runs and the GPU and CPU full-size reports (if any)."""
     records = json.loads(record_path.read_text(encoding="utf-8"))["runs"] if record_path.exists() else []
     records = sorted(records, key=lambda r: r.get("date") or "", reverse=True)  # the newest first
     gpu = gpu_report.read_text(encoding="utf-8") if gpu_report.exists() else ""
-    page.write_text(render(records, gpu, chapter_titles(notebooks)), encoding="utf-8")
+    cpu = cpu_report.read_text(encoding="utf-8") if cpu_report.exists() else ""
+    page.write_text(render(records, gpu, chapter_titles(notebooks), cpu), encoding="utf-8")
     return page
 
 

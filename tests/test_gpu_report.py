@@ -147,3 +147,41 @@ def test_render_states_the_note_and_keeps_error_text_inside_its_cell():
     assert text.startswith("Run on one GPU, 8 notebooks at a time.\n")
     row = next(line for line in text.splitlines() if line.startswith("| ch07_transformer"))
     assert "a \\| b c" in row and row.count(" | ") == 7  # eight cells, the error's bar escaped
+
+
+def test_cpu_report_names_the_cells_that_took_the_time_and_where_a_timeout_stopped(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    notebook(nbs / "ch04_quick.ipynb", "import os, time",
+             "assert os.environ['ATTENTION_BOOK_EXPLORERS'] == 'static'\nassert os.environ['ATTENTION_BOOK_FRAMES']",
+             "# the slow part\ntime.sleep(1.5)",
+             "import attention_book as ab\nab.claim('ch04.quick', 1 > 2, 'one is more than two', value=0.5)")
+    notebook(nbs / "ch04_stuck.ipynb", "import time",
+             "for step in range(1000):\n    print(f'step {step} of 1000', flush=True)\n    time.sleep(0.5)",
+             "print('never')")
+    report = tmp_path / "cpu.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_report.py"), "ch04", "--cpu", "--timeout", "8",
+                           "--report", str(report), "--notebooks-dir", str(nbs), "--no-timings-page"],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 1, done.stdout + done.stderr  # the stuck notebook did not finish
+    data = json.loads(report.read_text())
+    assert data["processor"] and data["processor"] == timings.processor_name()
+    quick, stuck = data["notebooks"]["ch04_quick"], data["notebooks"]["ch04_stuck"]
+    assert quick["status"] == "finished" and quick["device"] == "cpu" and quick["threads"] >= 1
+    slow = quick["slowest_cells"][0]
+    assert slow["cell"] == 2 and slow["code"] == "time.sleep(1.5)" and 1.4 <= slow["seconds"] < 8
+    assert "stopped" not in slow
+    assert stuck["status"] == "timed out after 8 s"
+    where = next(c for c in stuck["slowest_cells"] if c.get("stopped"))
+    assert where["cell"] == 1 and where["code"] == "for step in range(1000):" and where["seconds"] >= 5
+    assert where["last_line"].startswith("step ") and where["last_line"].endswith(" of 1000")
+    md = report.with_suffix(".md").read_text()
+    assert md.startswith("1 of 2 notebooks finished")
+    row = next(line for line in md.splitlines() if line.startswith("| ch04_stuck"))
+    assert "(stopped here; last printed: 'step " in row and "| 0 of 0 |" in row
+    assert "| `ch04.quick` | 0.5 | one is more than two |" in md  # a claim that did not hold is listed
+    # the timings page shows it, under a heading that says what it is
+    page = tmp_path / "t.md"
+    timings.render_page(tmp_path / "none.json", page, tmp_path / "no_gpu.md", nbs, report.with_suffix(".md"))
+    text = page.read_text()
+    assert "**Full size on this machine's CPU**" in text and "| ch04_stuck |" in text
