@@ -11,8 +11,10 @@ import datetime as dt
 import difflib
 import hashlib
 import hmac
+import io
 import math
 import os
+import re
 import secrets
 try:
     import tomllib
@@ -52,6 +54,7 @@ class Assignment:
     due: dt.datetime | None = None
     weights: dict[str, float] = field(default_factory=dict)  # "visible", "hidden", or a case's label
     extra_cases: str = ""  # a Python file defining cases(name, seed) -> list[Case]
+    moodle_worksheet: str = ""  # Moodle's offline grading worksheet of this assignment (Worksheet)
 
     def weight(self, case: dict) -> float:
         """A case's weight: its label's (or the checker's name for it), else its group's (visible/hidden), else 1."""
@@ -120,6 +123,7 @@ class Course:
     path: Path | None = None
     overrides: dict[tuple[str, str], Override] = field(default_factory=dict)  # (student, assignment) ->
     overrides_file: str = ""
+    worksheets: dict[str, Worksheet] = field(default_factory=dict)  # assignment -> its moodle_worksheet
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
@@ -159,7 +163,7 @@ COURSE_KEYS: dict[str | None, tuple[str, ...]] = {
     "roster": ("file",),
     "overrides": ("file",),
     "gradescope": ("scores", "torch"),
-    "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases"),
+    "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases", "moodle_worksheet"),
 }
 
 
@@ -226,17 +230,31 @@ def load_course(path: Path | None) -> Course:
         extra = spec.get("extra_cases", "")
         if extra and not (here / extra).is_file():
             raise CourseError(f"course file {path}: [assignments.{name}] extra_cases {extra} does not exist")
+        sheet = str(spec.get("moodle_worksheet", ""))
+        if sheet and not (here / sheet).is_file():
+            raise CourseError(f"course file {path}: [assignments.{name}] moodle_worksheet {sheet} does not exist")
         course.assignments[name] = Assignment(
             name, points=float(spec.get("points", 10.0)), title=str(spec.get("title", "")),
             canvas_id=str(spec.get("canvas_id", "")),
             due=_when(spec["due"], course.timezone, f"[assignments.{name}] due") if "due" in spec else None,
-            weights=weights, extra_cases=str((here / extra).resolve()) if extra else "")
+            weights=weights, extra_cases=str((here / extra).resolve()) if extra else "",
+            moodle_worksheet=str((here / sheet).resolve()) if sheet else "")
+        if sheet:
+            course.worksheets[name] = load_worksheet(Path(course.assignments[name].moodle_worksheet))
     ids: dict[str, str] = {}  # one Canvas column per assignment: a second "(4720)" column took no grade
     for name, spec in course.assignments.items():
         if spec.canvas_id and spec.canvas_id in ids:
             raise CourseError(f"course file {path}: [assignments.{ids[spec.canvas_id]}] and [assignments.{name}] "
                               f"have the same canvas_id {spec.canvas_id}: give each its own Canvas assignment")
         ids.setdefault(spec.canvas_id, name)
+    sheets: dict[str, str] = {}  # one worksheet per assignment: Moodle's assignment takes one grade per student
+    for name, spec in course.assignments.items():
+        if spec.moodle_worksheet and spec.moodle_worksheet in sheets:
+            raise CourseError(f"course file {path}: [assignments.{sheets[spec.moodle_worksheet]}] and "
+                              f"[assignments.{name}] have the same moodle_worksheet: a Moodle assignment takes "
+                              "one grade per student, so give each its own Moodle assignment and worksheet")
+        if spec.moodle_worksheet:
+            sheets.setdefault(spec.moodle_worksheet, name)
     overrides = data.get("overrides", {}).get("file")
     if overrides:
         course.overrides_file = str(here / overrides)
@@ -292,6 +310,103 @@ def load_roster(path: Path) -> dict[str, Student]:
             raise CourseError(f"roster {path}, line {n}: folder {key!r} appears twice")
         out[key] = Student(key=key, **{k: v for k, v in values.items() if k != "folder"})
     return out
+
+
+# Moodle's offline grading worksheet (the assignment's *View all submissions*, *Grading action: Download
+# grading worksheet*), read as Moodle's *Upload grading worksheet* reads it back. The download
+# (mod/assign/gradingtable.php) heads its first column ``get_string('recordid', 'assign')`` ("Identifier")
+# and fills it with ``get_string('hiddenuser', 'assign') . $this->assignment->get_uniqueid_for_user(...)``
+# ("Participant 1234567": the participant id of this assignment, the same number as in the folders of its
+# *Download all submissions*). The upload (mod/assign/feedback/offline/importgradeslib.php) finds its columns
+# by their English names and refuses the file without any of the three:
+#     $strgrade = get_string('gradenoun');   $strid = get_string('recordid', 'assign');
+#     $strmodified = get_string('lastmodifiedgrade', 'assign');
+#     if ($this->idindex < 0 || $this->gradeindex < 0 || $this->modifiedindex < 0) { return false; }
+# and takes the participant id back as the Identifier less its prefix:
+#     $id = substr($idstr, strlen(get_string('hiddenuser', 'assign')));
+# Its reader (lib/csvlib.class.php, load_csv_content) drops a UTF-8 BOM and reads \r\n and \r as \n.
+WORKSHEET_ID, WORKSHEET_GRADE, WORKSHEET_MODIFIED = "Identifier", "Grade", "Last modified (grade)"
+WORKSHEET_PARTICIPANT = re.compile(r"Participant ([0-9]+)")  # fullmatch
+
+
+@dataclass
+class Worksheet:
+    """A Moodle grading worksheet as it came: its header and rows (every cell a string, blank lines kept), the
+    line each row starts on, ``{participant id: row index}``, and how it was written (BOM, line ending), so
+    that the grader writes it back the same way with only the Grade (and comment) cells changed."""
+    path: str
+    header: list[str]
+    rows: list[list[str]]
+    lines: list[int]
+    ids: dict[str, int]
+    bom: bool = False
+    newline: str = "\n"
+
+    def column(self, name: str, exact: bool = True) -> int:
+        """The index of the column ``name``, or -1: its exact name, as Moodle's upload compares
+        (``$column == $strgrade``); with ``exact=False`` ignoring case and spaces at the ends."""
+        def key(h: str) -> str:
+            return h if exact else h.strip().casefold()
+        return next((i for i, h in enumerate(self.header) if key(h) == key(name)), -1)
+
+
+def load_worksheet(path: Path) -> Worksheet:
+    """The Moodle grading worksheet at ``path``, checked as strictly as the roster: it must be UTF-8 CSV
+    (Moodle writes it so, and its upload reads it so), have Moodle's Identifier, Grade and Last modified
+    (grade) columns, once each, and on every non-blank line as many cells as the header and an Identifier
+    ``Participant <number>`` that no other line has. A CourseError names the file and the line."""
+    where = f"moodle_worksheet {path}"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise CourseError(f"{where}: {err}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise CourseError(f"{where} is not UTF-8, which Moodle's worksheet is: give the file as Moodle's "
+                          "*Download grading worksheet* wrote it (a spreadsheet that saves it again may change "
+                          "its encoding)") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows, lines = [], []
+    try:
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            rows.append(row)
+            lines.append(start)
+    except csv.Error as err:
+        raise CourseError(f"{where}, line {reader.line_num}: not CSV ({err})") from None
+    if not rows:
+        raise CourseError(f"{where} is empty")
+    header, rows, lines = rows[0], rows[1:], lines[1:]
+    for name in (WORKSHEET_ID, WORKSHEET_GRADE, WORKSHEET_MODIFIED):
+        count = header.count(name)
+        if count != 1:
+            raise CourseError(f"{where}, line 1: " + (f"no {name!r} column" if not count else f"{count} {name!r} "
+                              "columns") + f" (Moodle's upload needs {WORKSHEET_ID}, {WORKSHEET_GRADE} and "
+                              f"{WORKSHEET_MODIFIED}, once each); its columns are {header}: give the worksheet "
+                              "Moodle's *Download grading worksheet* wrote, with Moodle's language English")
+    sheet = Worksheet(str(path), header, rows, lines, {}, bom=data.startswith(b"\xef\xbb\xbf"),
+                      newline="\r\n" if "\r\n" in text else "\n")
+    idcol = sheet.column(WORKSHEET_ID)
+    for i, (row, n) in enumerate(zip(rows, lines)):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise CourseError(f"{where}, line {n}: {len(row)} cells, where the header has {len(header)}")
+        found = WORKSHEET_PARTICIPANT.fullmatch(row[idcol])
+        if not found:
+            raise CourseError(f"{where}, line {n}: the {WORKSHEET_ID} {row[idcol]!r} is not 'Participant "
+                              "<number>', as Moodle writes it")
+        pid = found.group(1)
+        if pid in sheet.ids:
+            raise CourseError(f"{where}, line {n}: {row[idcol]!r} again (first on line {lines[sheet.ids[pid]]}); "
+                              "Moodle writes each participant once")
+        sheet.ids[pid] = i
+    return sheet
 
 
 def _near(value: str, known) -> str:

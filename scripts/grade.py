@@ -2349,7 +2349,8 @@ def grade_changes(before: dict, rows: list[dict]) -> list[str]:
                      f"{now[0] or 'no points'} ({now[1]})")
     if lines:
         lines.append(f"{counted(len(lines), 'grade')} changed since the last run into this folder: upload "
-                     "canvas.csv or moodle.csv (and the feedback zip) again (book/instructors.md, 'Grading again')")
+                     "canvas.csv or moodle.csv (and the feedback zip) again, or a Moodle worksheet filled from a "
+                     "fresh download (book/instructors.md, 'Grading again')")
     else:
         lines.append("no grade changed since the last run into this folder")
     return lines
@@ -2542,8 +2543,8 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
 
 
 def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
-    """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, each written
-    atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
+    """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, the feedback zips
+    and the Moodle worksheets (:func:`moodle_worksheets`), each written atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
     out_dir = out_csv.parent
     # handed_in: the name the student gave the file (a misnamed file's row names the expected notebook in
     # `notebook`, and a fresh instructor looked for the file handed in there); the LMS files are unchanged
@@ -2623,6 +2624,50 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
     for zip_name, name, why in refused:
         print(f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback by "
               "hand, from feedback/)")
+    moodle_worksheets(rows, course, out_dir, partial)
+
+
+WORKSHEET_OUT = "moodle_worksheet_{}.csv"  # in the output folder: an assignment's Moodle grading worksheet, filled
+
+
+def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) -> None:
+    """For each assignment whose course-file entry names a ``moodle_worksheet`` (the file Moodle's *Download
+    grading worksheet* wrote), ``moodle_worksheet_<assignment>.csv``: that worksheet with the grades filled in
+    (:func:`lms_export.moodle_worksheet`), matched by the participant id of each Moodle folder
+    (:data:`MOODLE_FOLDER`), never by name. Not written for an interrupted run, nor when no folder's id is in
+    the worksheet (the submissions came in another layout, or from another Moodle assignment); an earlier run's
+    file that is not written again is removed. Every folder not in the worksheet is listed, on stderr too."""
+    sheets = {} if partial or course is None else getattr(course, "worksheets", {})
+    for old in out_dir.glob(WORKSHEET_OUT.format("*")):
+        if old.name not in {WORKSHEET_OUT.format(name) for name in sheets}:
+            old.unlink()
+    for name, sheet in sorted(sheets.items()):
+        target = out_dir / WORKSHEET_OUT.format(name)
+        mine = [r for r in rows if r["assignment"] == name]
+        participant = {r["key"]: found.group("pid") for r in mine if (found := MOODLE_FOLDER.match(r["key"]))}
+        if not any(pid in sheet.ids for pid in participant.values()):
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            why = (f"it holds none of the participant ids of the {counted(len(participant), 'Moodle folder')}: was "
+                   "it downloaded from the Moodle assignment these submissions came from?") if participant else \
+                "the submissions did not come as Moodle's download in folders, whose participant ids it matches"
+            line = f"WARNING: {target.name} not written for {sheet.path}: {why}"
+            print(line)
+            print(line, file=sys.stderr)
+            continue
+        text, notes, filled = lms_export.moodle_worksheet(sheet, mine, participant)
+        write_atomic(target, text)
+        missing = [n for n in notes if n.startswith("not in the worksheet")]
+        for note in notes:
+            print(f"{target.name}: {clean(note, 400)}")
+        left = len(sheet.ids) - filled
+        print(f"Wrote {target.name}: {counted(filled, 'grade')} filled, {counted(left, 'participant')} left as "
+              "downloaded; upload it to that Moodle assignment (Upload grading worksheet; book/instructors.md, "
+              "\"Moodle's grading worksheet\")" + (f"; {counted(len(missing), 'folder')} not in the worksheet, "
+                                                  "listed above" if missing else ""))
+        if missing:
+            print(f"WARNING: {counted(len(missing), 'Moodle folder')} not in {sheet.path} (not graded in "
+                  f"{target.name}): " + "; ".join(clean(n, 200) for n in missing), file=sys.stderr)
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
-"""Exports of a graded class that an LMS takes unchanged: Canvas's and Moodle's gradebook CSV,
-Gradescope's ``results.json`` (one per submission), and the students' feedback as HTML pages in a zip
-(the names, chosen by scripts/grade.py, are those Canvas's and Moodle's feedback uploads match). Used by
-scripts/grade.py.
+"""Exports of a graded class that an LMS takes unchanged: Canvas's and Moodle's gradebook CSV, Moodle's
+offline grading worksheet filled in, Gradescope's ``results.json`` (one per submission), and the students'
+feedback as HTML pages in a zip (the names, chosen by scripts/grade.py, are those Canvas's and Moodle's
+feedback uploads match). Used by scripts/grade.py.
 
 A missing submission is left blank (never 0: a blank does not overwrite a grade already in the
 LMS). So is a row the grader could not score (grader error, flagged results); a refused name gets no
@@ -11,6 +11,7 @@ settle by hand.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import io
@@ -18,6 +19,8 @@ import json
 import re
 import unicodedata
 import zipfile
+
+from course import WORKSHEET_GRADE, Worksheet
 
 # Statuses whose points are a grade the LMS should receive (0 included: the code ran and failed).
 GRADED = ("graded", "not implemented", "not defined", "timeout", "no results", "unreadable", "memory",
@@ -73,6 +76,101 @@ def _gradebook(rows: list[dict], students: list[dict], course, columns: list[tup
             cells.append(r["points"] if r is not None and r["status"] in GRADED else "")
         writer.writerow([_safe(s[field]) for field in identity.values()] + cells)
     return out.getvalue()
+
+
+# Moodle's offline grading worksheet, read back by its *Upload grading worksheet*
+# (mod/assign/feedback/offline/locallib.php, process_import_grades, and the same tests in importgradesform.php):
+#     $record->grade = unformat_float($record->grade);
+#     if ($usergrade && $usergrade->grade == $record->grade) { $skip = true; }          // not modified
+#     else if (!isset($record->grade) || $record->grade === '' || $record->grade < 0) { $skip = true; }  // blank
+#     else if (!$ignoremodified && $stalemodificationdate) { $skip = true; }         // changed in Moodle since
+#     else if ($this->assignment->grading_disabled($record->user->id)) { $skip = true; }  // locked
+#     else if (... ($record->grade > $this->assignment->get_instance()->grade)) { $skip = true; }  // over the max
+# with $stalemodificationdate = ($usergrade && $usergrade->timemodified > ($modified + 60)), $modified the row's
+# "Last modified (grade)". A feedback column (its header the plugin's field description: "Feedback comments")
+# is set wherever it differs from Moodle's text ($newvalue != $oldvalue), and is stored as the comment's text.
+# So a cell left as downloaded changes nothing, and the Grade is written with "." (unformat_float only swaps the
+# language's decimal separator for "."; "7.5" reads as 7.5 in every language).
+WORKSHEET_COMMENTS = "Feedback comments"  # get_string('pluginname', 'assignfeedback_comments')
+WORKSHEET_MAX, WORKSHEET_LOCK = "Maximum grade", "Grade can be changed"  # optional columns, read for warnings
+WORKSHEET_COMMENT = re.compile(r"[0-9.]+ of [0-9.]+ points \(autograded\)\. Your feedback: feedback\.html, "
+                               r"under Feedback files\.")
+
+
+def _number(points: float) -> str:
+    """Points as Moodle's upload reads them in every language: ``7.5``, ``10``, ``0`` (5 places at most, as
+    Moodle keeps a grade)."""
+    return f"{round(float(points), 5):.5f}".rstrip("0").rstrip(".")
+
+
+def worksheet_comment(points: float, max_points: float) -> str:
+    """The worksheet's Feedback comments cell: the points, and where the feedback is. Digits and fixed words
+    only: nothing a student wrote, nothing Moodle would render as markup."""
+    return f"{_number(points)} of {_number(max_points)} points (autograded). Your feedback: feedback.html, " \
+           "under Feedback files."
+
+
+def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, str]) -> tuple[str, list[str], int]:
+    """``(text, notes, filled)``: the worksheet ``sheet`` as it came (every row and column, the header, the
+    order, a BOM and the line ending it had), with the Grade of each participant whose folder (``participant``:
+    ``{row key: participant id}``) was graded set to the row's points (after the late penalty and any
+    override, as in canvas.csv), and a Feedback comments cell, when the worksheet has that column, set to
+    :func:`worksheet_comment` where it was blank or held the grader's own comment. A participant whose row was
+    not graded (not submitted, misnamed, grader error, flagged) keeps the Grade Moodle wrote, so the upload
+    changes nothing for them; a graded 0 is a 0. ``notes``: one line for each folder not in the worksheet (never
+    matched otherwise), each participant id of two folders (left as downloaded), each comment kept, each grade
+    Moodle will skip (locked, over its Maximum grade), and a Maximum grade other than the course file's points."""
+    grade_col, comment_col = sheet.column(WORKSHEET_GRADE), sheet.column(WORKSHEET_COMMENTS)
+    max_col, lock_col = sheet.column(WORKSHEET_MAX, exact=False), sheet.column(WORKSHEET_LOCK, exact=False)
+    out_rows = [list(r) for r in sheet.rows]
+    notes: list[str] = []
+    by_pid: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["key"] in participant:
+            by_pid.setdefault(participant[r["key"]], []).append(r)
+    filled, scales = 0, set()
+    for pid, mine in sorted(by_pid.items(), key=lambda item: int(item[0])):
+        keys = sorted({r["key"] for r in mine})
+        if len(keys) > 1:
+            notes.append(f"participant {pid} is two folders ({', '.join(repr(k) for k in keys)}): left as "
+                         "downloaded; grade it by hand")
+            continue
+        r = mine[0]
+        if pid not in sheet.ids:
+            notes.append(f"not in the worksheet: {keys[0]!r} (participant {pid}): grade it by hand")
+            continue
+        if r["status"] not in GRADED or r.get("points") is None:
+            continue
+        row = out_rows[sheet.ids[pid]]
+        row[grade_col] = _number(r["points"])
+        filled += 1
+        top = None
+        if max_col >= 0:
+            with contextlib.suppress(ValueError):
+                top = float(row[max_col].replace(" ", "").replace(",", "."))
+        if top is not None:
+            if abs(top - float(r.get("max_points", top))) > 1e-9:
+                scales.add((top, float(r["max_points"])))
+            if float(r["points"]) > top + 1e-9:
+                notes.append(f"participant {pid} ({keys[0]!r}): {_number(r['points'])} points is over the "
+                             f"worksheet's Maximum grade {row[max_col]}: Moodle's upload skips it")
+        if lock_col >= 0 and row[lock_col].strip().casefold() == "no":
+            notes.append(f"participant {pid} ({keys[0]!r}): Grade can be changed is No (locked in Moodle): "
+                         "Moodle's upload skips it")
+        if comment_col >= 0:
+            cell = row[comment_col]
+            if not cell.strip() or WORKSHEET_COMMENT.fullmatch(cell):
+                row[comment_col] = worksheet_comment(r["points"], r.get("max_points", 10.0))
+            else:
+                notes.append(f"participant {pid} ({keys[0]!r}): the Feedback comments already there are kept")
+    for top, points in sorted(scales):
+        notes.append(f"the worksheet's Maximum grade is {_number(top)} where the course file gives {_number(points)} "
+                     f"points: Moodle takes the points as they are (out of {_number(top)}); make the two the same")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator=sheet.newline)
+    writer.writerow(sheet.header)
+    writer.writerows(out_rows)
+    return ("\ufeff" if sheet.bom else "") + buffer.getvalue(), notes, filled
 
 
 def gradescope_results(rows: list[dict], feedback_text: str) -> dict:
