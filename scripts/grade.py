@@ -1793,7 +1793,8 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             step = next_step(r, named=True)
             if r["status"] == "graded":
                 step = step.replace(", and the causes named above,", (
-                    ", and write the function yourself instead of calling the package's (" + same + ")," if
+                    (", and write the function without what its text forbids (" if same.startswith("your function used")
+                     else ", and write the function yourself instead of calling the package's (") + same + ")," if
                     failed[0].get("status") == "blocked" else ", and the cause named above (" + same + "),"))
             lines += what_to_do(step)
             continue

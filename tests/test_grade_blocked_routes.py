@@ -7,16 +7,24 @@ the real notebooks (a full-marks solution still 10/10) is tests/test_grade.py an
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from attention_book.assignments import grading
-from attention_book.assignments.grading import (case_results, dump_data, hidden_arguments, load_results,
-                                                package_without, run_hidden)
+from attention_book.assignments.grading import (
+    case_results,
+    dump_data,
+    hidden_arguments,
+    load_results,
+    package_without,
+    run_hidden,
+)
 
 SEED = 3
 
@@ -196,3 +204,15 @@ def test_every_other_chapters_checker_is_stripped_in_the_copy(tmp_path):
     live = dict(line.split(" ", 1) for line in run.stdout.splitlines())
     assert all(live[str(n)] == "[]" for n in range(1, 11)), live
 
+
+
+def test_a_forbidden_torch_call_is_said_once_and_what_to_do_says_so(tmp_path):
+    """The feedback of a torch route names it once, and What to do does not call it the package's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    grade = importlib.import_module("grade")
+    cases = inside(tmp_path, "patchify", "patchify", PATCH_UNFOLD)
+    row = dict(student="ann", notebook="ch08_exercises.ipynb", assignment="patchify", points=0.0, max_points=10.0,
+               passed=0, total=len(cases), cases=cases, status="graded", reason="")
+    text = grade.feedback_markdown({"student": "ann"}, [row])
+    assert f"One mistake explains all {len(cases)} failed cases" in text and "torch's unfold" in text, text
+    assert "without what its text forbids" in text and "calling the package's" not in text, text
