@@ -48,6 +48,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from timings import processor_name, render_page, seconds_text  # noqa: E402  (the timings page's own formats)
+
 NOTEBOOKS = ROOT / "notebooks"
 REPORT_JSON = ROOT / "book" / "_gpu_report.json"
 CPU_REPORT_JSON = ROOT / "book" / "_cpu_report.json"
@@ -291,21 +294,17 @@ def _where(entry: dict) -> str:
     parts = []
     for c in entry.get("slowest_cells", []):
         code = c["code"].replace("`", "'")
-        text = f"cell {c['cell']} `{code}` {_seconds(c['seconds'])}"
+        text = f"cell {c['cell']} `{code}` {seconds_text(c['seconds'])}"
         if c.get("stopped"):
             fit = entry.get("unfinished_fit")
             if fit:
                 text += (f" (stopped here, its training run {fit['desc']!r} at epoch {fit['epoch']} of "
-                         f"{fit['epochs']} after {_seconds(fit['seconds'])}: about {_seconds(fit['projected_s'])} "
+                         f"{fit['epochs']} after {seconds_text(fit['seconds'])}: about {seconds_text(fit['projected_s'])} "
                          "for all its epochs at that pace)")
             else:
                 text += " (stopped here" + (f"; last printed: {c['last_line']!r}" if c.get("last_line") else "") + ")"
         parts.append(text)
     return _cell("; ".join(parts))
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.0f} s" if value < 600 else f"{value / 60:.1f} min"
 
 
 def render_cpu(data: dict) -> str:
@@ -316,15 +315,15 @@ def render_cpu(data: dict) -> str:
     done = [e for e in entries.values() if e["status"] == "finished"]
     cut = [e for e in entries.values() if e["status"].startswith("timed out")]
     lines += [f"{len(done)} of {len(entries)} notebooks finished; their wall times add up to "
-              f"{_seconds(sum(e['wall_s'] for e in done))}"
-              + (f"; {len(cut)} were stopped by the timeout after {_seconds(sum(e['wall_s'] for e in cut))} "
+              f"{seconds_text(sum(e['wall_s'] for e in done))}"
+              + (f"; {len(cut)} were stopped by the timeout after {seconds_text(sum(e['wall_s'] for e in cut))} "
                  "together (the cell each was in says where the rest of its time goes)" if cut else "") + ".", "",
               "| notebook | status | wall time | torch threads | where the time went (longest cells) | claims held |",
               "| --- | --- | --- | --- | --- | --- |"]
     for name in sorted(entries):
         e = entries[name]
         held = sum(c["holds"] for c in e["claims"])
-        lines.append(f"| {name} | {_cell(e['status'])} | {_seconds(e['wall_s'])} | {e.get('threads', '?')} | "
+        lines.append(f"| {name} | {_cell(e['status'])} | {seconds_text(e['wall_s'])} | {e.get('threads', '?')} | "
                      f"{_where(e)} | {held} of {len(e['claims'])} |")
     failing = [c for name in sorted(entries) for c in entries[name]["claims"] if not c["holds"]]
     if failing:
@@ -396,7 +395,10 @@ def main(argv=None) -> int:
     except ReportError as err:
         print(err, file=sys.stderr)
         return 1
-    env = {"ATTENTION_BOOK_SIZE": "full", "ATTENTION_BOOK_EXPLORERS": "live", "MPLBACKEND": "Agg"}
+    # The full size, every training run to its end: a capped run (ATTENTION_BOOK_MAX_STEPS, empty = unset) would
+    # measure nothing and log fits that stopped early as unfinished.
+    env = {"ATTENTION_BOOK_SIZE": "full", "ATTENTION_BOOK_EXPLORERS": "live", "MPLBACKEND": "Agg",
+           "ATTENTION_BOOK_MAX_STEPS": ""}
     drawn = None
     if args.cpu:
         # What `make publish` executes on a CPU: every explorer's settings drawn for the static page
@@ -405,9 +407,6 @@ def main(argv=None) -> int:
         env.update({"ATTENTION_BOOK_EXPLORERS": "static", "CUDA_VISIBLE_DEVICES": "",
                     "ATTENTION_BOOK_FRAMES": str(Path(drawn.name) / "frames"),
                     "ATTENTION_BOOK_LIVE": str(Path(drawn.name) / "live")})
-        sys.path.insert(0, str(ROOT / "scripts"))
-        from timings import processor_name
-
         data["processor"] = processor_name()
     failed = 0
     for path in chosen:
@@ -422,10 +421,7 @@ def main(argv=None) -> int:
     if drawn is not None:
         drawn.cleanup()
     if not args.no_timings_page:
-        sys.path.insert(0, str(ROOT / "scripts"))
-        import timings
-
-        timings.render_page()
+        render_page()
     return 1 if failed else 0
 
 

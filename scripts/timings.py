@@ -95,7 +95,7 @@ def record(ci: dict, smoke: dict | None, make_test_seconds: float | None, proces
     return entry
 
 
-def _seconds(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value:.0f} s" if value < 600 else f"{value / 60:.1f} min"
@@ -114,12 +114,12 @@ def render(records: list[dict], gpu_markdown: str, titles: dict[str, str], cpu_m
         run = [f"Measured on {r.get('date') or 'an unknown date'} on **{r['processor']}**: nbmake ran {at_a_time}, "
                f"{threads}. Each time is the wall clock of one whole notebook, from kernel start to its last cell."]
         if r["ci"].get("wall_s") is not None:
-            run.append(f"All notebooks at the `ci` size took {_seconds(r['ci']['wall_s'])} of wall clock "
-                       f"(the notebooks' own times add up to {_seconds(sum(r['ci']['notebooks'].values()))}).")
+            run.append(f"All notebooks at the `ci` size took {seconds_text(r['ci']['wall_s'])} of wall clock "
+                       f"(the notebooks' own times add up to {seconds_text(sum(r['ci']['notebooks'].values()))}).")
         if r.get("smoke", {}).get("wall_s") is not None:
-            run.append(f"The full-size smoke run (every fit capped at a few steps) took {_seconds(r['smoke']['wall_s'])}.")
+            run.append(f"The full-size smoke run (every fit capped at a few steps) took {seconds_text(r['smoke']['wall_s'])}.")
         if r.get("make_test_s") is not None:
-            run.append(f"The whole `make test` took {_seconds(r['make_test_s'])}.")
+            run.append(f"The whole `make test` took {seconds_text(r['make_test_s'])}.")
         out.append(" ".join(run) + "\n")
         smoke = "smoke" in r
         header = "| chapter | chapter notebook (`ci`) | exercises (`ci`) |"
@@ -133,7 +133,7 @@ def render(records: list[dict], gpu_markdown: str, titles: dict[str, str], cpu_m
             def cell(run: dict, exercises: bool) -> str:
                 found = [v for n, v in run["notebooks"].items()
                          if n.startswith(f"ch{ch}_") and n.endswith("_exercises.ipynb") == exercises]
-                return _seconds(found[0]) if found else "–"
+                return seconds_text(found[0]) if found else "–"
             row = f"| {int(ch)} {titles.get(ch, '')} | {cell(r['ci'], False)} | {cell(r['ci'], True)} |"
             if smoke:
                 row += f" {cell(r['smoke'], False)} | {cell(r['smoke'], True)} |"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -211,3 +212,17 @@ def test_a_stopped_training_run_says_how_far_it_got_and_its_pace(tmp_path):
     assert fit["projected_s"] > 60  # a second an epoch, a hundred epochs
     row = next(line for line in report.with_suffix(".md").read_text().splitlines() if line.startswith("| ch07_long"))
     assert "its training run 'slow one' at epoch" in row and "of 100 after" in row
+
+
+def test_the_report_runs_every_training_run_to_its_end_even_under_the_smoke_cap(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    notebook(nbs / "ch09_cap.ipynb", "import os\nprint(repr(os.environ.get('ATTENTION_BOOK_MAX_STEPS')))")
+    report = tmp_path / "cpu.json"
+    env = {**os.environ, "ATTENTION_BOOK_MAX_STEPS": "2"}
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_report.py"), "ch09", "--cpu", "--report",
+                           str(report), "--notebooks-dir", str(nbs), "--no-timings-page", "--executed",
+                           str(tmp_path / "run")], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = json.loads((tmp_path / "run" / "ch09_cap.ipynb").read_text())["cells"][0]["outputs"][0]["text"]
+    assert "".join(printed).strip() == "''"  # empty: max_steps() reads it as unset
