@@ -2188,7 +2188,10 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         again = regrade is not None and regrade in (sub.key, who)
         if old and not again and (regrade is not None or (all(r.get("sha256") == digest for r in old)
                                                           and all(r["status"] != "grader error" for r in old))):
-            rows += old
+            # the file as it is in this run's SUBMISSIONS (the same bytes, or the same student kept by a
+            # regrade): a fresh download into another folder still gets every kept row's feedback entry
+            # (issue 37, i10: --resume from a new download wrote a feedback zip of 3 files for 9 students)
+            rows += [dict(r, path=str(sub.path)) for r in old]
             continue
         try:  # the seed covers the notebook's content: a changed resubmission meets new hidden cases
             content = read_regular(sub.path, NOTEBOOK_LIMIT)
@@ -2506,7 +2509,11 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
         if r["status"] in ("not submitted", "refused") or r["key"] not in who:
             continue
         rel = _submitted_rel(r, submissions)
-        if rel is None:
+        if rel is None:  # never silently without feedback: said, with where the feedback is
+            if MOODLE_FOLDER.match(r["key"]) or lms_uid(r["key"]):
+                zip_name = FEEDBACK_ZIPS[1] if MOODLE_FOLDER.match(r["key"]) else FEEDBACK_ZIPS[0]
+                refused.append((zip_name, r["key"], f"its file {r.get('path') or '?'} is not under {submissions} "
+                                                    "(graded from another folder)"))
             continue
         lms = LMS_PREFIX.match(rel.name.removesuffix(".ipynb")) if len(rel.parts) == 1 else None
         if lms and lms_uid(r["key"]) == lms.group("uid"):  # the student's key carries the file's user id
@@ -2621,9 +2628,11 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         else:  # an earlier run's would no longer match these grades
             with contextlib.suppress(FileNotFoundError):
                 (out_dir / zip_name).unlink()
-    for zip_name, name, why in refused:
-        print(f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback by "
-              "hand, from feedback/)")
+    for zip_name, name, why in dict.fromkeys(refused):
+        line = (f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback "
+                "by hand, from feedback/)")
+        print(line)
+        print(f"WARNING: {line}", file=sys.stderr)
     moodle_worksheets(rows, course, out_dir, partial)
 
 

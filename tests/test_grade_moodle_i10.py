@@ -1,0 +1,93 @@
+"""A fresh instructor's Moodle route (issue 37, i10, 8/10): what the grading-worksheet route (commit 1f557fb)
+still got wrong on a Moodle class graded twice, the second time from a fresh download with --resume.
+
+1. ``--resume`` from another folder wrote ``moodle_feedback.zip: 3 feedback files`` for 9 students: a row kept
+   from the earlier run pointed at the old folder, so its feedback entry was dropped without a word.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import grade  # noqa: E402
+
+HEADER = ("Identifier,Full name,Email address,Status,Grade,Maximum grade,Grade can be changed,"
+          "Last modified (submission),Last modified (grade),Feedback comments")
+PEOPLE = {"4411": "Ann Lee", "4412": "Bo Chen", "4413": "Di Fox"}
+
+
+def _folder(pid: str) -> str:
+    return f"{PEOPLE[pid]}_{pid}_assignsubmission_file"
+
+
+def _download(where: Path, *pids: str) -> Path:
+    for pid in pids:
+        (where / _folder(pid)).mkdir(parents=True, exist_ok=True)
+        (where / _folder(pid) / "ch03_exercises.ipynb").write_text('{"mine": "%s"}' % pid)
+    return where
+
+
+def _moodle_class(tmp_path: Path, monkeypatch, worksheet: str | None = None, course_extra: str = "",
+                  points: str = "10.00") -> tuple[Path, Path]:
+    """A reference folder and a course file (the worksheet of three participants, 4413 without a file); the
+    notebooks are graded by test_grade_engine's FakeGrader (1 of 1 case, nothing run)."""
+    from test_grade_engine import FakeGrader, fake_grading
+    fake_grading(monkeypatch)
+
+    class Hashing(FakeGrader):  # as the real grader: the row records its file's sha256, which --resume compares
+        def grade_notebook(self, who, path, reference, seeds):
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            return [dict(r, sha256=digest) for r in super().grade_notebook(who, path, reference, seeds)]
+
+    monkeypatch.setattr(grade, "Grader", Hashing)
+    monkeypatch.setattr(grade, "case_count", lambda name, extra=None: 1)
+    (tmp_path / "ref").mkdir()
+    shutil.copy(ROOT / "notebooks" / "ch03_exercises.ipynb", tmp_path / "ref")
+    if worksheet is None:
+        worksheet = HEADER + "\n" + "".join(
+            f'Participant {pid},{name},{pid}@example.edu,Submitted for grading,,{points},Yes,'
+            f'"Friday, 30 April 2027, 9:12 PM",-,\n' for pid, name in PEOPLE.items())
+    (tmp_path / "ws.csv").write_text(worksheet, encoding="utf-8")
+    (tmp_path / "c.toml").write_text('[course]\nname = "T"\ntimezone = "Europe/Berlin"\n' + course_extra +
+                                     '[assignments.masked_softmax]\npoints = 10\nmoodle_worksheet = "ws.csv"\n')
+    return tmp_path / "ref", tmp_path / "c.toml"
+
+
+def _grade(tmp_path, subs, ref, course_file, **kw):
+    out = tmp_path / "out" / "grades.csv"
+    grade.grade(subs, out, 10, ref, secret="s" * 40, course_file=course_file, **kw)
+    return out.parent
+
+
+def test_resume_from_a_fresh_download_in_another_folder_keeps_every_feedback_entry(tmp_path, monkeypatch,
+                                                                                     capsys):
+    ref, course_file = _moodle_class(tmp_path, monkeypatch)
+    first = _download(tmp_path / "dl1", "4411", "4412")
+    out = _grade(tmp_path, first, ref, course_file)
+    second = _download(tmp_path / "dl2", "4411", "4412", "4413")  # the same files and one new student
+    capsys.readouterr()
+    _grade(tmp_path, second, ref, course_file, resume=True)
+    said = capsys.readouterr()
+    assert f"{_folder('4411')}/ch03" not in said.out, said.out  # kept from the first run, not graded again
+    names = sorted(zipfile.ZipFile(out / "moodle_feedback.zip").namelist())
+    assert names == sorted(f"{_folder(p)}/feedback.html" for p in PEOPLE), (names, said.out)
+    assert "REFUSED" not in said.out
+
+
+def test_a_row_whose_file_is_not_under_the_submissions_is_said_not_dropped(tmp_path, capsys):
+    folder = _folder("4411")
+    row = dict(student=folder, key=folder, notebook="ch03_exercises.ipynb", assignment="masked_softmax",
+               status="graded", path=str(tmp_path / "old" / folder / "ch03_exercises.ipynb"), passed=1, total=1,
+               cases=[], points=10.0, max_points=10.0, reason="", seed=1)
+    student = {"key": folder, "student": folder, "name": "Ann Lee", "id": "", "sis_user_id": "", "login": folder,
+               "section": "", "email": ""}
+    zips, refused = grade.lms_feedback([row], [student], None, tmp_path / "new")
+    assert not zips["moodle_feedback.zip"]
+    assert refused and refused[0][:2] == ("moodle_feedback.zip", folder) and "not under" in refused[0][2]
