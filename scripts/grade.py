@@ -43,6 +43,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import difflib
 import errno
 import fcntl
 import functools
@@ -96,6 +97,7 @@ from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, Blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course as course_mod  # noqa: E402  (scripts/course.py)
 import lms_export  # noqa: E402  (scripts/lms_export.py)
 from course import (Course, CourseError, check_override_students, derive_seed, grading_secret,  # noqa: E402
                     load_course, load_times, secret_id)
@@ -2174,6 +2176,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         raise GradeError(f"--regrade {regrade!r}: no such student in {submissions}")
     times = load_times(Path(course.times_file), course.timezone) if course.late_source == "csv" and \
         course.times_file else {}
+    if course.late_source == "moodle_worksheet":
+        print(f"submission times: each worksheet's {course_mod.WORKSHEET_SUBMITTED}, read in {course.timezone} "
+              "(the course timezone: Moodle writes them in the timezone of whoever downloaded the worksheet)")
     todo, rows = [], []
     for sub in found:
         who = students[sub.key]["student"]
@@ -2239,7 +2244,23 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
         if when is None and course.late_source == "mtime" and r.get("path"):
             when = _mtime(r["path"])
+        if when is None and course.late_source == "moodle_worksheet" and (pid := MOODLE_FOLDER.match(r["key"])):
+            when = course.submitted.get(r["assignment"], {}).get(pid.group("pid"))
         return when
+
+    # a times-file line that matches no student of this run changes nobody: said, with the near name (as the
+    # overrides file does; a fresh instructor, i10, wrote 'Ivo Late' for 'Ivo Late_1000009_assignsubmission_file')
+    known = {unicodedata.normalize("NFC", k) for k in keys}
+    for who, what in sorted(times):
+        if who not in known:
+            close = [k for k in sorted(known) if k.casefold().startswith(f"{who.casefold()}_")] or \
+                difflib.get_close_matches(who, sorted(known), n=1, cutoff=0.5)  # a Moodle folder's Full name
+            line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
+                    + (f" (did you mean {close[0]!r}?)" if close else "") + ": the student column is the "
+                    "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "
+                    "the file's name key and user id (smithjohn_103)")
+            print(line)
+            print(line, file=sys.stderr)
 
     no_time = []
     for r in rows:
@@ -2283,6 +2304,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for r in no_time:
             print(f"  no submission time: {clean(display_name(r['student']), 160)} {r['assignment']}")
         print("=" * 78)
+        print(f"WARNING: {counted(len(no_time), 'graded notebook')} with a due date and no submission time, no "
+              "late policy applied: " + ", ".join(f"{clean(display_name(r['student']), 80)} {r['assignment']}"
+                                                  for r in no_time), file=sys.stderr)
     if canvas_late:
         print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
               "name), with no times file to count the days: no late policy was applied to them (a times file "

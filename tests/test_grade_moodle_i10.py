@@ -3,9 +3,13 @@ still got wrong on a Moodle class graded twice, the second time from a fresh dow
 
 1. ``--resume`` from another folder wrote ``moodle_feedback.zip: 3 feedback files`` for 9 students: a row kept
    from the earlier run pointed at the old folder, so its feedback entry was dropped without a word.
+2. Lateness: the worksheet has each participant's ``Last modified (submission)``, and a due date with no
+   times file gave a late student full marks (the run warned, but gave no way to use Moodle's time); a times
+   file line for 'Ivo Late' (not the folder name) matched nobody, without a word.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import shutil
 import sys
@@ -16,7 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import course  # noqa: E402
 import grade  # noqa: E402
+import pytest  # noqa: E402
 
 HEADER = ("Identifier,Full name,Email address,Status,Grade,Maximum grade,Grade can be changed,"
           "Last modified (submission),Last modified (grade),Feedback comments")
@@ -35,7 +41,7 @@ def _download(where: Path, *pids: str) -> Path:
 
 
 def _moodle_class(tmp_path: Path, monkeypatch, worksheet: str | None = None, course_extra: str = "",
-                  points: str = "10.00") -> tuple[Path, Path]:
+                  points: str = "10.00", due: str = "", when: dict | None = None) -> tuple[Path, Path]:
     """A reference folder and a course file (the worksheet of three participants, 4413 without a file); the
     notebooks are graded by test_grade_engine's FakeGrader (1 of 1 case, nothing run)."""
     from test_grade_engine import FakeGrader, fake_grading
@@ -44,7 +50,10 @@ def _moodle_class(tmp_path: Path, monkeypatch, worksheet: str | None = None, cou
     class Hashing(FakeGrader):  # as the real grader: the row records its file's sha256, which --resume compares
         def grade_notebook(self, who, path, reference, seeds):
             digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-            return [dict(r, sha256=digest) for r in super().grade_notebook(who, path, reference, seeds)]
+            case = dict(index=1, name="", visible=True, label="a case", title="a case", passed=True, status="ok",
+                        why="")
+            return [dict(r, sha256=digest, cases=[case])
+                    for r in super().grade_notebook(who, path, reference, seeds)]
 
     monkeypatch.setattr(grade, "Grader", Hashing)
     monkeypatch.setattr(grade, "case_count", lambda name, extra=None: 1)
@@ -53,10 +62,11 @@ def _moodle_class(tmp_path: Path, monkeypatch, worksheet: str | None = None, cou
     if worksheet is None:
         worksheet = HEADER + "\n" + "".join(
             f'Participant {pid},{name},{pid}@example.edu,Submitted for grading,,{points},Yes,'
-            f'"Friday, 30 April 2027, 9:12 PM",-,\n' for pid, name in PEOPLE.items())
+            f'"{(when or {}).get(pid, "Friday, 30 April 2027, 9:12 PM")}",-,\n' for pid, name in PEOPLE.items())
     (tmp_path / "ws.csv").write_text(worksheet, encoding="utf-8")
     (tmp_path / "c.toml").write_text('[course]\nname = "T"\ntimezone = "Europe/Berlin"\n' + course_extra +
-                                     '[assignments.masked_softmax]\npoints = 10\nmoodle_worksheet = "ws.csv"\n')
+                                     '[assignments.masked_softmax]\npoints = 10\nmoodle_worksheet = "ws.csv"\n'
+                                     + (f"due = {due}\n" if due else ""))
     return tmp_path / "ref", tmp_path / "c.toml"
 
 
@@ -91,3 +101,51 @@ def test_a_row_whose_file_is_not_under_the_submissions_is_said_not_dropped(tmp_p
     zips, refused = grade.lms_feedback([row], [student], None, tmp_path / "new")
     assert not zips["moodle_feedback.zip"]
     assert refused and refused[0][:2] == ("moodle_feedback.zip", folder) and "not under" in refused[0][2]
+
+
+LATE = '[late]\nper_day = 0.10\ncap = 0.50\n'
+
+
+@pytest.mark.parametrize("text, iso", [("Friday, 30 April 2027, 9:12 PM", "2027-04-30T21:12:00+02:00"),
+                                       ("Monday, 3 May 2027, 2:00 AM", "2027-05-03T02:00:00+02:00"),
+                                       ("Sunday, 12 December 2027, 12:05 AM", "2027-12-12T00:05:00+01:00"),
+                                       ("3 May 2027, 12:30 PM", "2027-05-03T12:30:00+02:00"), ("-", None)])
+def test_moodles_english_dates_are_read_in_the_course_timezone(text, iso):
+    when = course.moodle_date(text, "Europe/Berlin")
+    assert (when.isoformat() if when else None) == iso
+
+
+@pytest.mark.parametrize("text", ["Freitag, 30. April 2027, 21:12", "30/04/2027 21:12", "2027-04-30 21:12",
+                                  "Saturday, 30 April 2027, 9:12 PM", "Friday, 30 Avril 2027, 9:12 PM"])
+def test_a_date_moodle_did_not_write_in_english_stops_the_run_naming_file_and_line(tmp_path, monkeypatch, text):
+    with pytest.raises(course.CourseError, match=r"ws.csv, line 3: Last modified \(submission\) .*English"):
+        _moodle_class(tmp_path, monkeypatch, course_extra=LATE, due="2027-04-30T23:59:00", when={"4412": text})
+        course.load_course(tmp_path / "c.toml")
+
+
+def test_the_worksheets_submission_time_is_the_moodle_routes_late_source(tmp_path, monkeypatch, capsys):
+    """No times file, a due date: Bo's 'Monday, 3 May 2027, 2:00 AM' is 3 days late (30 % taken), said
+    with the timezone used; Ann, on time, keeps her points."""
+    ref, course_file = _moodle_class(tmp_path, monkeypatch, course_extra=LATE, due="2027-04-30T23:59:00",
+                                     when={"4412": "Monday, 3 May 2027, 2:00 AM"})
+    assert course.load_course(course_file).late_source == "moodle_worksheet"
+    rows = _grade(tmp_path, _download(tmp_path / "dl", "4411", "4412"), ref, course_file)
+    said = capsys.readouterr()
+    got = {r["student"]: r for r in csv.DictReader(open(rows / "grades.csv", encoding="utf-8"))}
+    assert float(got[_folder("4411")]["points"]) == 10 and float(got[_folder("4412")]["points"]) == 7, got
+    assert got[_folder("4412")]["late_days"] == "3"
+    assert "read in Europe/Berlin (the course timezone" in said.out
+    assert "NO submission time" not in said.out
+
+
+def test_a_times_file_line_for_no_student_is_said_with_the_near_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "times.csv").write_text("student,notebook,submitted_at\n"
+                                        "Ann Lee,ch03_exercises.ipynb,2027-05-03T02:00:00+02:00\n")
+    ref, course_file = _moodle_class(tmp_path, monkeypatch, course_extra=LATE + 'times = "times.csv"\n',
+                                     due="2027-04-30T23:59:00")
+    _grade(tmp_path, _download(tmp_path / "dl", "4411"), ref, course_file)
+    said = capsys.readouterr()
+    assert f"'Ann Lee' (ch03_exercises.ipynb) matches no student of this run (did you mean '{_folder('4411')}'?)" \
+        in said.err
+    assert "NO submission time" in said.out and "Ann Lee_4411_assignsubmission_file masked_softmax" in said.err
+
