@@ -2123,6 +2123,13 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
     keys = sorted({s.key for s in found} | (set(roster or {}) - set(by_roster.values())) | {k for k, _ in misnamed})
     refused = identity_problems(keys)
+    names = dict(names or {})  # a Moodle folder's Full name from its worksheet row, where no roster names it
+    for sheet in course.worksheets.values():
+        col = sheet.column("Full name")
+        for k in keys:
+            if col >= 0 and (pid := MOODLE_FOLDER.match(k)) and pid.group("pid") in sheet.ids:
+                names.setdefault(k, sheet.rows[sheet.ids[pid.group("pid")]][col].strip() or None)
+    names = {k: v for k, v in names.items() if v}
     students = {}
     for k in keys:
         info = (roster or {}).get(by_roster.get(k, unicodedata.normalize("NFC", k)))
@@ -2286,8 +2293,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 canvas_late.append(r)
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
     uploaded = earlier_grades(out_csv) if not partial else {}  # before this run replaces them
-    write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
-                  submissions)
+    sheet_warnings = write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched,
+                                   partial, submissions)
     for rel, why in ignored:
         print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
     for r in rows:
@@ -2330,15 +2337,29 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for what in sorted(sandbox_note.get("missing", [])):
         print(f"not limited: {what}")
     canvas = "" if partial or course.roster is None else " canvas.csv,"
-    if course.roster is None and not partial and lms_notes:
+    moodle_only = moodle_folders_only(course, [students[k] for k in keys])
+    moodle = "" if partial or moodle_only else " moodle.csv,"
+    if moodle_only and not partial and lms_notes:  # said once, quietly: canvas.csv is Canvas's
+        line = ("canvas.csv and moodle.csv not written: these are Moodle folders without a roster (canvas.csv is "
+                "for Canvas; moodle.csv would match no Moodle username); ")
+        if course.worksheets:
+            print(line + "Moodle's grades go back through the grading worksheet")
+        else:
+            line += ("name each assignment's grading worksheet in the course file (moodle_worksheet; "
+                     "book/instructors.md, \"Moodle's grading worksheet\") and run again with --resume")
+            print(f"WARNING: {line}")
+            print(f"WARNING: {line}", file=sys.stderr)
+    elif course.roster is None and not partial and lms_notes:
         print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
         print(NO_ROSTER)
     print(("PARTIAL (interrupted): " if partial else "") +
-          f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas} moodle.csv, feedback/ and "
+          f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas}{moodle} feedback/ and "
           f"gradescope/ in {out_dir}, "
           + (f"{counted(len(ignored), 'ignored file')} to ignored.csv" if ignored else "no ignored files") +
           f" (sandbox: {sandbox_note.get('kind')}; "
           f"seeds from the secret {key_id}, {key_from})")
+    for line in sheet_warnings:  # repeated last, where the run's summary is read
+        print(line)
     if partial:
         raise KeyboardInterrupt
     return rows
@@ -2573,7 +2594,7 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
     return out, refused
 
 
-def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
+def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> list[str]:
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, the feedback zips
     and the Moodle worksheets (:func:`moodle_worksheets`), each written atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
     out_dir = out_csv.parent
@@ -2623,7 +2644,11 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                 (out_dir / "canvas.csv").unlink()  # an earlier run's would no longer match these grades
         else:
             write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
-        write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
+        if moodle_folders_only(course, students):  # its Username would be a folder name Moodle never matches
+            with contextlib.suppress(FileNotFoundError):
+                (out_dir / "moodle.csv").unlink()
+        else:
+            write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
     for folder in (feedback, scope):
         private_dirs(folder, out_dir)
@@ -2657,19 +2682,28 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                 "by hand, from feedback/)")
         print(line)
         print(f"WARNING: {line}", file=sys.stderr)
-    moodle_worksheets(rows, course, out_dir, partial)
+    return moodle_worksheets(rows, course, out_dir, partial)
+
+
+def moodle_folders_only(course, students: list[dict]) -> bool:
+    """No roster, and every student a folder of Moodle's download (:data:`MOODLE_FOLDER`): canvas.csv and
+    moodle.csv could match nobody (no Canvas ID, no Moodle username), so neither is written; Moodle's grades go
+    back through the grading worksheet (a fresh instructor, i10: moodle.csv with Username = folder names)."""
+    return course.roster is None and bool(students) and all(MOODLE_FOLDER.match(s["key"]) for s in students)
 
 
 WORKSHEET_OUT = "moodle_worksheet_{}.csv"  # in the output folder: an assignment's Moodle grading worksheet, filled
 
 
-def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) -> None:
+def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) -> list[str]:
     """For each assignment whose course-file entry names a ``moodle_worksheet`` (the file Moodle's *Download
     grading worksheet* wrote), ``moodle_worksheet_<assignment>.csv``: that worksheet with the grades filled in
     (:func:`lms_export.moodle_worksheet`), matched by the participant id of each Moodle folder
     (:data:`MOODLE_FOLDER`), never by name. Not written for an interrupted run, nor when no folder's id is in
-    the worksheet (the submissions came in another layout, or from another Moodle assignment); an earlier run's
-    file that is not written again is removed. Every folder not in the worksheet is listed, on stderr too."""
+    the worksheet (the submissions came in another layout, or from another Moodle assignment), nor when its
+    Maximum grade is not the course file's points; an earlier run's file that is not written again is removed.
+    Every folder not in the worksheet is listed, on stderr too. Returns the WARNINGs, for the run's summary."""
+    said: list[str] = []
     sheets = {} if partial or course is None else getattr(course, "worksheets", {})
     for old in out_dir.glob(WORKSHEET_OUT.format("*")):
         if old.name not in {WORKSHEET_OUT.format(name) for name in sheets}:
@@ -2687,6 +2721,16 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
             line = f"WARNING: {target.name} not written for {sheet.path}: {why}"
             print(line)
             print(line, file=sys.stderr)
+            said.append(line)
+            continue
+        scale = lms_export.worksheet_maximum_problem(sheet, course.assignment(name).points)
+        if scale:  # 20 points uploaded as 20 out of 100: never written (a fresh instructor, i10)
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            line = f"WARNING: {target.name} not written for {sheet.path}: {scale}"
+            print(line)
+            print(line, file=sys.stderr)
+            said.append(line)
             continue
         text, notes, filled = lms_export.moodle_worksheet(sheet, mine, participant)
         write_atomic(target, text)
@@ -2701,6 +2745,7 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
         if missing:
             print(f"WARNING: {counted(len(missing), 'Moodle folder')} not in {sheet.path} (not graded in "
                   f"{target.name}): " + "; ".join(clean(n, 200) for n in missing), file=sys.stderr)
+    return said
 
 
 def main(argv=None) -> None:

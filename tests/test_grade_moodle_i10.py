@@ -149,3 +149,40 @@ def test_a_times_file_line_for_no_student_is_said_with_the_near_folder(tmp_path,
         in said.err
     assert "NO submission time" in said.out and "Ann Lee_4411_assignsubmission_file masked_softmax" in said.err
 
+
+def test_a_worksheet_out_of_other_points_is_not_written_and_said_last(tmp_path, monkeypatch, capsys):
+    """The worksheet's Maximum grade 100, the course file's points 10: Moodle's upload would take 10 as 10 out
+    of 100. Not written, with the fix; the WARNING is repeated after the run's summary line."""
+    ref, course_file = _moodle_class(tmp_path, monkeypatch, points="100.00")
+    out = _grade(tmp_path, _download(tmp_path / "dl", "4411"), ref, course_file)
+    said = capsys.readouterr()
+    assert not (out / "moodle_worksheet_masked_softmax.csv").exists()
+    warning = ("WARNING: moodle_worksheet_masked_softmax.csv not written for " + str(tmp_path / "ws.csv") +
+               ": its Maximum grade is 100 where the course file gives 10 points")
+    assert warning in said.err
+    assert said.out.rstrip().splitlines()[-1].startswith(warning), said.out[-600:]
+    assert "set points = 100 in the course file" in said.out
+
+
+def test_the_sample_worksheet_is_the_one_the_example_course_file_names():
+    text = (ROOT / "course.example.toml").read_text(encoding="utf-8")
+    assert '# moodle_worksheet = "course_example/masked_softmax_worksheet.csv"' in text
+    sheet = course.load_worksheet(ROOT / "course_example" / "masked_softmax_worksheet.csv")
+    assert sheet.header[:2] == ["Identifier", "Full name"] and len(sheet.ids) == 3
+    assert course.worksheet_times(sheet, "Europe/Berlin")["1000001"].isoformat() == "2027-04-30T21:12:00+02:00"
+    from lms_export import worksheet_maximum_problem
+    assert worksheet_maximum_problem(sheet, 20.0) == ""
+
+
+def test_a_moodle_only_class_gets_no_canvas_warning_no_moodle_csv_and_its_full_names(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """No roster, Moodle's folders, a worksheet: no 'canvas.csv not written' WARNING, no moodle.csv whose
+    Username would be a folder name, one quiet line; the feedback is headed with the worksheet's Full name."""
+    ref, course_file = _moodle_class(tmp_path, monkeypatch)
+    out = _grade(tmp_path, _download(tmp_path / "dl", "4411", "4412"), ref, course_file)
+    said = capsys.readouterr()
+    assert not (out / "moodle.csv").exists() and not (out / "canvas.csv").exists()
+    assert "WARNING" not in said.err and "WARNING" not in said.out, said
+    assert said.out.count("canvas.csv and moodle.csv not written: these are Moodle folders") == 1
+    feedback = zipfile.ZipFile(out / "moodle_feedback.zip").read(f"{_folder('4411')}/feedback.html").decode()
+    assert f"Ann Lee ({_folder('4411')})" in feedback, feedback[:800]
