@@ -139,8 +139,9 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path
     probe = nbformat.v4.new_code_cell(PROBE)
     nb.cells.append(probe)  # nbclient writes each executed cell back into the notebook
     with tempfile.TemporaryDirectory() as tmp:
-        claims_file = Path(tmp) / "claims.jsonl"
-        kernel_env = {**os.environ, **env, "ATTENTION_BOOK_CLAIMS": str(claims_file)}
+        claims_file, fit_log = Path(tmp) / "claims.jsonl", Path(tmp) / "fits.jsonl"
+        kernel_env = {**os.environ, **env, "ATTENTION_BOOK_CLAIMS": str(claims_file),
+                      "ATTENTION_BOOK_FIT_LOG": str(fit_log)}
         # On a timeout the cell is interrupted and fails, so the probe can still ask the kernel for its peak.
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", interrupt_on_timeout=True,
                                 error_on_timeout={"ename": TIMED_OUT, "evalue": "", "traceback": []},
@@ -186,6 +187,7 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path
                 record = json.loads(line)
                 claims.append({"key": record["key"], "holds": record["holds"], "value": record.get("value"),
                                "statement": record["statement"]})
+        unfinished = unfinished_fit(fit_log, status)
     ended = datetime.now(timezone.utc)
     if executed is not None:
         executed.mkdir(parents=True, exist_ok=True)
@@ -196,7 +198,22 @@ def run_notebook(path: Path, timeout: float, env: dict[str, str], executed: Path
     if stopped_at is not None:
         entry["stopped_at_cell"] = stopped_at
     entry["slowest_cells"] = slowest_cells(nb.cells[:cells], ended, stopped_at)
+    if unfinished:
+        entry["unfinished_fit"] = unfinished
     return entry
+
+
+def unfinished_fit(fit_log: Path, status: str) -> dict | None:
+    """For a notebook the timeout stopped: the last ``ab.fit`` run of the fit log, when it had not
+    reached its last epoch, with its pace so far (seconds per epoch) and the seconds all its epochs
+    would take at that pace."""
+    if not status.startswith("timed out") or not fit_log.exists():
+        return None
+    lines = [json.loads(line) for line in fit_log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not lines or lines[-1]["epoch"] >= lines[-1]["epochs"]:
+        return None
+    last = lines[-1]
+    return {**last, "projected_s": round(last["seconds"] / last["epoch"] * last["epochs"], 1)}
 
 
 def _stamp(text: str) -> datetime:
@@ -276,7 +293,13 @@ def _where(entry: dict) -> str:
         code = c["code"].replace("`", "'")
         text = f"cell {c['cell']} `{code}` {_seconds(c['seconds'])}"
         if c.get("stopped"):
-            text += " (stopped here" + (f"; last printed: {c['last_line']!r}" if c.get("last_line") else "") + ")"
+            fit = entry.get("unfinished_fit")
+            if fit:
+                text += (f" (stopped here, its training run {fit['desc']!r} at epoch {fit['epoch']} of "
+                         f"{fit['epochs']} after {_seconds(fit['seconds'])}: about {_seconds(fit['projected_s'])} "
+                         "for all its epochs at that pace)")
+            else:
+                text += " (stopped here" + (f"; last printed: {c['last_line']!r}" if c.get("last_line") else "") + ")"
         parts.append(text)
     return _cell("; ".join(parts))
 

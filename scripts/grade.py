@@ -549,6 +549,12 @@ class Sandbox:
                 if any(p == b or p.startswith(b.rstrip("/") + "/") for b in seen):
                     copy = pkg / "attention_book"
                     cmd += ["--ro-bind", str(copy), p] if copy.is_dir() else ["--tmpfs", p]
+        # other packages in the grading Python that ship the assignments' answers (d2l/torch.py holds bleu,
+        # masked_softmax, sequence_mask, transpose_qkv...: attacker r1 read bleu from it, 10/10): an empty folder
+        for hidden in hidden_packages():
+            for p in sorted({os.path.abspath(hidden), os.path.realpath(hidden)}):
+                if any(p == b or p.startswith(b.rstrip("/") + "/") for b in seen):
+                    cmd += ["--tmpfs", p]
         for file in ("ld.so.cache", "ld.so.conf", "nsswitch.conf", "hosts", "host.conf", "localtime"):
             if Path("/etc", file).exists():
                 cmd += ["--ro-bind", str(Path("/etc", file).resolve()), f"/etc/{file}"]
@@ -597,6 +603,21 @@ def installed_packages() -> list[Path]:
             if entry and (Path(entry) / "attention_book" / "__init__.py").is_file():
                 found.append(Path(entry) / "attention_book")
     return list(dict.fromkeys(found))
+
+
+HIDDEN_PACKAGES = ("d2l",)  # packages of the grading Python that a notebook in the sandbox does not see
+
+
+def hidden_packages() -> list[Path]:
+    """The folders of ``HIDDEN_PACKAGES`` this Python has installed (found without importing them)."""
+    import importlib.util
+
+    found = []
+    for name in HIDDEN_PACKAGES:
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(name)
+            found += [Path(p) for p in (spec.submodule_search_locations or []) if Path(p).is_dir()] if spec else []
+    return found
 
 
 def _kill_user(uid: int, gid: int) -> None:
@@ -1178,7 +1199,7 @@ def stopped_run_all(nb, index: int, error: str, after_blocked: bool = False) -> 
 
 def case_summary(cases: list[dict]) -> str:
     """One line naming every failed case (visible ones by name, hidden ones by number and the checker's name)."""
-    if len(cases) > 1 and all(c.get("status") == "package" for c in cases):  # one cause: said once
+    if len(cases) > 1 and all(c.get("status") in ("package", "blocked") for c in cases):  # one cause: said once
         return f"every case: {clean(cases[0]['why'], 1000)}"
     failed = [case_title(c) + ": " + clean(c["why"], 100_000) for c in cases if not c["passed"]]
     return " | ".join(failed)

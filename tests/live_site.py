@@ -22,7 +22,8 @@ from typing import Self
 import pytest
 from test_site import CHROMIUM, CHROMIUM_ARGS, DESKTOP, HTML, browser, site  # noqa: F401 (fixtures)
 
-__all__ = ["HTML", "MODELS", "LivePage", "browser", "built_manifest", "open_from_file", "site"]
+__all__ = ["HEARD", "HTML", "MODELS", "SHOWN", "LivePage", "browser", "built_manifest", "open_from_file",
+           "site"]
 
 JS_SET = """([root, selector, value]) => {
   const input = document.querySelector(root).querySelector(selector);
@@ -34,6 +35,15 @@ JS_SET = """([root, selector, value]) => {
 
 
 MODELS = HTML / "_static" / "live" / "models"
+
+# What a screen reader reads of a live region (all but aria-hidden: live.mjs's say shows <unk>
+# aria-hidden, "unknown word" beside it out of sight), and what the page shows (all but those names).
+HEARD = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
+  return copy.textContent; }"""
+SHOWN = """(el) => { const copy = el.cloneNode(true);
+  copy.querySelectorAll('.ab-sr-only').forEach((e) => e.remove());
+  return copy.textContent; }"""
 
 
 def built_manifest(docname: str, name: str) -> dict:

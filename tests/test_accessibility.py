@@ -430,9 +430,51 @@ def test_an_explorers_live_region_says_what_a_move_changed(browser, monkeypatch,
                                          "error 0.10; x: x; y: y")
         page.focus("input[type=range]")
         page.keyboard.press("ArrowRight")
-        assert status.text_content() == "Showing points 40: gaussian, n=40: error 0.03 (with kernel gaussian)"
+        assert status.text_content() == "Showing points 40: n=40: error 0.03 (with kernel gaussian)"
         page.focus("select")
         page.keyboard.press("ArrowDown")
-        assert status.text_content() == "Showing kernel boxcar: boxcar, n=40: error 0.03 (with points 40)"
+        assert status.text_content() == "Showing kernel boxcar: boxcar (with points 40)"
+    finally:
+        page.close()
+
+
+@pytest.mark.browser
+def test_a_new_sentence_is_said_without_the_titles_that_stayed(browser, monkeypatch, tmp_path):  # noqa: F811
+    """A fresh reader (issue 38) changed the sentence of chapter 7's attention maps: each change
+    said "...layer 2, head 1, layer 2, head 2, layer 2, head 3, layer 2, head 4" again. A move
+    says what is new in the titles (the size, the sentence), each new title once; the image's
+    text keeps them all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import attention_book as ab
+    from attention_book.core.config import EXPLORERS_ENV, FRAMES_ENV
+
+    def draw(sentence, layer):
+        fig, axes = plt.subplots(1, 4, figsize=(4, 1.2))
+        for head, ax in enumerate(axes, 1):
+            ax.imshow([[0.1] * len(sentence)] * 2)
+            ax.set_title(f"layer {layer}, head {head}")
+        fig.suptitle(f"attention {sentence} → {sentence.upper()}")
+        return fig
+
+    monkeypatch.setenv(EXPLORERS_ENV, "static")
+    monkeypatch.setenv(FRAMES_ENV, str(tmp_path))
+    player = ab.explore(draw, name="ch07.sentences", sentence=ab.Choice(["go", "i lost"]),
+                        layer=ab.Steps([1, 2], value=2, label="layer"))
+    page = browser.new_page(viewport=DESKTOP)
+    try:
+        page.set_content(f"<main>{player._repr_html_()}</main>")
+        status = page.locator(".ab-explorer-status")
+        assert "layer 2, head 4" in status.text_content()  # the first frame: said whole
+        page.focus("select")
+        page.keyboard.press("ArrowDown")
+        assert status.text_content() == "Showing sentence i lost: attention i lost → I LOST (with layer 2)"
+        assert "layer 2, head 1, layer 2, head 2" in page.locator(".ab-explorer-frame img").get_attribute("alt")
+        page.focus("input[type=range]")
+        page.keyboard.press("ArrowLeft")
+        assert status.text_content() == "Showing layer 1: layer 1 (with sentence i lost)"
     finally:
         page.close()

@@ -115,7 +115,7 @@ def test_the_package_and_its_other_routes_earn_nothing(tmp_path, route, called):
     assert run.returncode == 0, run.stderr[-2000:]
     inside = case_results("masked_softmax", SEED, "n", load_results((tmp_path / "r.bin").read_bytes()))
     assert sum(c["passed"] for c in inside) == 0
-    assert all(c["why"] == f"your function called the package's {called}, which this assignment blocks"
+    assert all(c["why"].startswith(f"your function called the package's {called}, which this assignment blocks")
                for c in inside), inside[0]
     # the checker's own reference answer (and every helper that computes cases) is gone from the copy too
     assert "check_masked_softmax" in run.stdout and ("reference" in run.stdout or "_case" in run.stdout)
@@ -476,20 +476,39 @@ def test_the_judge_reads_no_pickle():
         "without pickle", "") and "torch.load" not in source
 
 
-def test_inside_the_sandbox_etc_and_the_root_are_read_only(tmp_path):
+def in_the_sandbox(tmp_path, code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` in the grader's sandbox (skips where there is none)."""
     box = grade.Sandbox.detect(2**30)
     if box.kind == "none":
         pytest.skip("no bubblewrap here")
     for name in ("passwd", "group"):
         (tmp_path / name).write_text("")
     os.chmod(tmp_path, 0o755)
+    return subprocess.run(box.command(tmp_path, tmp_path, 2**24, [sys.executable, "-c", code]), capture_output=True,
+                          text=True, preexec_fn=box._start(None, 2**31), timeout=120)
+
+
+def test_inside_the_sandbox_etc_and_the_root_are_read_only(tmp_path):
     code = ("import os\nfor p in ('/etc/fill', '/fill', '/sandbox/ok', '/tmp/ok'):\n"
             "    try:\n        open(p, 'w').write('x'); print(p, 'written')\n"
             "    except OSError as e:\n        print(p, 'refused')\n")
-    run = subprocess.run(box.command(tmp_path, tmp_path, 2**24, [sys.executable, "-c", code]), capture_output=True,
-                         text=True, preexec_fn=box._start(None, 2**31), timeout=120)
+    run = in_the_sandbox(tmp_path, code)
     assert run.stdout.split("\n")[:4] == ["/etc/fill refused", "/fill refused", "/sandbox/ok written",
                                           "/tmp/ok written"], run.stdout + run.stderr[-1000:]
+
+
+def test_d2l_is_an_empty_folder_in_the_sandbox(tmp_path):
+    """Attacker r1 read d2l/torch.py's bleu from the grading Python (10/10 for bleu, issue 37): in the
+    sandbox the folder is empty, so a cell that imports d2l or reads its files gets nothing."""
+    if not grade.hidden_packages() or grade.Sandbox.detect(2**30).kind != "bubblewrap":
+        pytest.skip("d2l is not installed here, or no bubblewrap")
+    code = ("import importlib.util, pathlib\nspec = importlib.util.find_spec('d2l')\n"
+            "where = list(spec.submodule_search_locations) if spec else []\n"
+            "print(sum(1 for w in where for _ in pathlib.Path(w).iterdir()))\n"
+            "try:\n    from d2l import torch as d2l\n    print('imported', hasattr(d2l, 'bleu'))\n"
+            "except ImportError:\n    print('no d2l')\n")
+    run = in_the_sandbox(tmp_path, code)
+    assert run.stdout.split("\n")[:2] == ["0", "no d2l"], run.stdout + run.stderr[-1000:]
 
 
 def test_the_run_folder_is_private(tmp_path):

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from live_site import HEARD, HTML, SHOWN, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
 from test_site import FRAMES
 
 from attention_book.book.live_ch04 import reference_translation
@@ -97,6 +97,26 @@ def test_typed_sentences_translate_as_in_python(browser, site, reference):  # no
         )
         assert view.locator("svg.ab-live-heatmap").count() == 0
         assert "Translated in your browser" not in view.locator(".ab-live-status").inner_text()
+        assert live.events == []
+
+
+def test_special_tokens_are_said_by_name(browser, site):  # noqa: F811
+    """A fresh reader (issue 38) typed "the cat sat on" and Enter: the live region said "French:
+    nous <unk> .", read "less than unk greater than". It says the tokens as chapter 7's does
+    (live.mjs's say: "unknown word"); the page shows them as written."""
+    with LivePage(browser, site, DOC, NAME) as live:
+        live.start()
+        got = _translate(live, "the cat sat on")
+        french = live.page.locator(f"{live.root} .ab-live-output")
+        shown, heard = french.evaluate(SHOWN), french.evaluate(HEARD)
+        assert shown == "French: " + " ".join(got["tokens"]), shown
+        assert "<" not in heard and ">" not in heard, heard
+        if "<unk>" in got["tokens"]:
+            assert "unknown word" in heard, heard
+        # nothing typed the model knows: it still says the sentence's unknown words by name
+        got = _translate(live, "zzz qqq")
+        heard = french.evaluate(HEARD)
+        assert "<" not in heard, heard
         assert live.events == []
 
 

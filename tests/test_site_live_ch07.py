@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from live_site import HTML, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
+from live_site import HEARD, HTML, SHOWN, LivePage, browser, open_from_file, site  # noqa: F401 (fixtures)
 from test_site import FRAMES, PHONE
 
 from attention_book.book.live_ch07 import pick_map, transformer_reference
@@ -60,12 +60,6 @@ def _translate(live: LivePage, sentence: str) -> dict:
         arg=[live.root, sentence],
     )
     return json.loads(live.dataset()["result"])
-
-
-# What the page shows of a live region: all but the names said in place of <bos>, <eos>, <unk>.
-SHOWN = """(el) => { const copy = el.cloneNode(true);
-  copy.querySelectorAll('.ab-sr-only').forEach((e) => e.remove());
-  return copy.textContent; }"""
 
 
 def _fits(view) -> bool:
@@ -168,11 +162,6 @@ def test_file_url_keeps_the_translations_and_says_how_to_serve(browser):  # noqa
     assert shown["state"] == "file"
     assert shown["fallback_shown"]
     assert "python -m http.server" in shown["note"]
-
-
-HEARD = """(el) => { const copy = el.cloneNode(true);
-  copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
-  return copy.textContent; }"""
 
 
 def _status_has(live: LivePage, text: str) -> str:

@@ -15,7 +15,7 @@ import json
 
 import numpy as np
 import pytest
-from live_site import HTML, MODELS, LivePage, browser, built_manifest, open_from_file, site  # noqa: F401 (fixtures)
+from live_site import HEARD, HTML, MODELS, SHOWN, LivePage, browser, built_manifest, open_from_file, site  # noqa: F401 (fixtures)
 
 from attention_book.book.live import run_onnx
 
@@ -82,15 +82,6 @@ def draw(live, strokes) -> None:
         live.wait_for_result(before)
 
 
-# What a screen reader reads of a live region (all but aria-hidden), and what the page shows.
-HEARD = """(el) => { const copy = el.cloneNode(true);
-  copy.querySelectorAll('[aria-hidden=true]').forEach((e) => e.remove());
-  return copy.textContent; }"""
-SHOWN = """(el) => { const copy = el.cloneNode(true);
-  copy.querySelectorAll('.ab-sr-only').forEach((e) => e.remove());
-  return copy.textContent; }"""
-
-
 def message(live) -> str:
     return live.page.inner_text(f"{live.root} .ab-live-message")
 
@@ -116,6 +107,10 @@ def test_chapter8_live_view_matches_the_package(site, browser, manifest):  # noq
         heard = live.page.eval_on_selector(f"{live.root} .ab-live-message", HEARD)
         assert "Its class token looks" in heard and "<cls>" not in heard, heard
         assert "Its <cls> token looks" in live.page.eval_on_selector(f"{live.root} .ab-live-message", SHOWN)
+        # The map's caption is read too (a fresh reader, issue 38: "<cls> attention" read raw).
+        caption = live.page.locator(f"{live.root} .ab-live-caption").first
+        assert caption.evaluate(HEARD) == "class token attention over the patches"
+        assert caption.evaluate(SHOWN) == "<cls> attention over the patches"
 
         # The view opens on the first of the page's examples: the notebook's numbers for it.
         first = shown(live)

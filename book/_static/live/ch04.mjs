@@ -3,6 +3,8 @@
 // the same preprocessing and tokens, the source padded to num_steps, greedy decoding that feeds
 // back the highest-scoring token until <eos>, and the attention rows ab.alignment_figure draws.
 
+import { say } from "./live.mjs";
+
 const PUNCTUATION = new Set([",", ".", "!", "?"]);
 
 // preprocess_nmt: non-breaking spaces become spaces, lower case, a space before , . ! ?
@@ -197,8 +199,10 @@ export function mount(root, ctx) {
     const ms = performance.now() - start;
     reads.textContent = `The model reads: ${result.reads.join(" ")}` + (result.cut ?
       ` (cut to the first ${data.num_steps} tokens: the model reads no more, as in training)` : "");
-    french.textContent = result.tokens.length ? `French: ${result.tokens.join(" ")}` :
-      "French: (the model wrote <eos> at once: an empty translation)";
+    // said through live.mjs's say, as chapter 7's: "nous <unk> ." was read "less than unk
+    // greater than" (accessibility reader, issue 38); the page shows the tokens as written
+    say(french, result.tokens.length ? `French: ${result.tokens.join(" ")}` :
+      "French: (the model wrote <eos> at once: an empty translation)");
     figure.replaceChildren(heatmap(result));
     root.dataset.result = JSON.stringify({ sentence: text, ...result, ms });
     ctx.result(ms);

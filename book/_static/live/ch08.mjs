@@ -234,7 +234,10 @@ export async function mount(root, ctx) {
     choice.append(input, lab);
     return input;
   });
-  middle.append(el("div", { class: "ab-live-caption" }, "<cls> attention over the patches"), map, choice);
+  // the caption is read too (not only the live regions): <cls> said "class token" (issue 38)
+  const caption = el("div", { class: "ab-live-caption" });
+  say(caption, "<cls> attention over the patches");
+  middle.append(caption, map, choice);
 
   const right = el("div", { class: "ab-live-col ab-live-bars" });
   const bars = classes.map((name) => {

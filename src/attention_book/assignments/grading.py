@@ -64,19 +64,48 @@ _SOFTMAX_PATHS = ["attention_book.models.attention:_softmax_where", "attention_b
                   "attention_book.experiments.long_context:sliding_window_attention"]
 BLOCKED: dict[str, list[str]] = {
     "softmax_pool": ["attention_book.experiments.lookup:attention_pool", *_SOFTMAX_PATHS],
-    "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson", *_SOFTMAX_PATHS],
+    "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson",
+                        "attention_book.experiments.long_context:feature_nadaraya_watson", *_SOFTMAX_PATHS],
     "masked_softmax": ["attention_book.models.attention:masked_softmax", *_SOFTMAX_PATHS],
-    "masked_cross_entropy": ["attention_book.models.seq2seq:masked_cross_entropy"],
+    # the language-model losses are _token_ce (F.cross_entropy with ignore_index) on a model's logits
+    "masked_cross_entropy": ["attention_book.models.seq2seq:masked_cross_entropy",
+                             "attention_book.models.objectives:_token_ce", "attention_book.models.objectives:clm_loss",
+                             "attention_book.models.objectives:mlm_loss",
+                             "attention_book.models.objectives:seq2seq_loss"],
     "bleu": ["attention_book.data.text:bleu", "attention_book.data.text:bleu_parts"],
-    "split_heads": ["attention_book.models.attention:transpose_qkv"],
     "per_head_attention": ["attention_book.models.attention:transpose_qkv", *_SOFTMAX_PATHS],
-    "sinusoidal_encoding": ["attention_book.models.positional:sinusoidal_table"],
     "encode_positions": ["attention_book.models.positional:sinusoidal_table",
                          "attention_book.models.positional:_frequencies"],
     "warmup_cosine": ["attention_book.core.train:warmup_cosine_factor"],
     "patchify": ["attention_book.models.vit:patchify"],
     "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
     "merge_softmax": ["attention_book.models.tiled:merge_softmax", "attention_book.models.tiled:tiled_forward"],
+}
+# Blocked only while the grader calls the student's function (run_hidden): package functions that compute the
+# answer but that the notebook's own cells, or the package's modules its cells use, call elsewhere. Chapter 10's
+# demo cell builds its states with softmax_block, which is also the merge when given each state's log-sum-exp as
+# a score and acc / l as a value (attacker r1: 10/10); chapter 3's scoring modules build their masks with
+# key_mask, and tiled's _tile_mask is the sliding window itself (attacker r1: 10/10 with the two).
+DURING_CALL: dict[str, list[str]] = {
+    "masked_softmax": ["attention_book.models.attention:key_mask", "attention_book.models.attention:causal_mask",
+                       "attention_book.models.tiled:_tile_mask"],
+    "merge_softmax": ["attention_book.models.tiled:softmax_block", "attention_book.models.tiled:finish_softmax",
+                      "attention_book.models.tiled:online_softmax"],
+}
+# Torch operations an assignment's own text forbids, blocked while the grader calls the student's function, at
+# the level every route reaches (PyTorch's dispatcher: F.conv2d, nn.Conv2d, ab.PatchEmbedding and torch.ops all
+# end in aten.convolution): {assignment: {aten operation: the words the feedback uses}}. Chapter 8: "using only
+# reshape and permute (no convolution, no unfold)"; chapter 4: "You may use F.cross_entropy(...,
+# reduction="none"), but not its ignore_index" (a reduction other than "none", or a target holding the
+# ignore_index, is blocked; F.nll_loss and nn.CrossEntropyLoss end in the same operation).
+_CONVOLUTIONS = ("convolution", "_convolution", "conv1d", "conv2d", "conv3d", "convolution_overrideable",
+                 "mkldnn_convolution", "_slow_conv2d_forward", "thnn_conv2d", "_nnpack_spatial_convolution",
+                 "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+TORCH_BLOCKED: dict[str, dict[str, str]] = {
+    "patchify": {**{op: "torch's convolution (F.conv2d, nn.Conv2d, ab.PatchEmbedding)" for op in _CONVOLUTIONS},
+                 "im2col": "torch's unfold (F.unfold, nn.Unfold)", "unfold": "torch's Tensor.unfold"},
+    "masked_cross_entropy": {op: "F.cross_entropy or F.nll_loss with a reduction other than \"none\" or with "
+                                 "its ignore_index" for op in ("nll_loss_forward", "nll_loss2d_forward")},
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing", "blocked", "too_large")
 DATA_MAGIC = b"ABGRADE1"  # the first bytes of every file dump_data writes
@@ -103,12 +132,14 @@ class BlockedAnswer(RuntimeError):
 
 
 def blocked_names(name: str) -> set[str]:
-    """The package functions assignment ``name`` blocks: its routes (``BLOCKED``) and its checker
-    module's functions."""
-    names = {spec.split(":")[1] for spec in BLOCKED.get(name, [])}
-    module, _ = _checker_module(name)
-    code = Path(importlib.import_module(module).__file__).read_text(encoding="utf-8")
-    return names | {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """The package functions assignment ``name`` blocks: its routes (``BLOCKED``, ``DURING_CALL``), every
+    checker module's functions, and the words naming the torch operations it blocks (``TORCH_BLOCKED``)."""
+    names = {spec.split(":")[1] for spec in BLOCKED.get(name, []) + DURING_CALL.get(name, [])}
+    names |= set(TORCH_BLOCKED.get(name, {}).values())
+    for path in Path(__file__).resolve().parent.glob("ch[0-9][0-9].py"):  # every chapter's checker module
+        code = path.read_text(encoding="utf-8")
+        names |= {n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
 
 
 # --------------------------------------------------------------------------- the package the sandbox sees
@@ -125,18 +156,104 @@ def package_without(names, dest: Path) -> Path:
     if REPORT_PATH.is_file():  # the seed check's report lives outside the package in a clone
         shutil.copyfile(REPORT_PATH, target / "book" / "claims_report.json")
     by_file: dict[str, list[str]] = {}
+    guarded: dict[str, list[str]] = {}
+    graded_modules = set()
     for name in names:
         for spec in BLOCKED.get(name, []):
             module, attr = spec.split(":")
             by_file.setdefault(module, []).append(attr)
+        for spec in DURING_CALL.get(name, []):
+            module, attr = spec.split(":")
+            guarded.setdefault(module, []).append(attr)
         module, keep = _checker_module(name)
+        graded_modules.add(module)
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
         by_file.setdefault(module, []).extend(_answer_helpers(path.read_text(encoding="utf-8"), keep))
-    for module, attrs in by_file.items():
+    # every other chapter's checker module holds references too (attacker r1 handed in chapter 1's reference for
+    # chapter 2's nadaraya_watson: 10/10): no notebook calls another chapter's checker, so all of their functions go
+    for path in sorted((target / "assignments").glob("ch[0-9][0-9].py")):
+        module = f"attention_book.assignments.{path.stem}"
+        if module not in graded_modules:
+            code = path.read_text(encoding="utf-8")
+            by_file.setdefault(module, []).extend(
+                n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    for module in {*by_file, *guarded}:
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
-        path.write_text(_without_definitions(path.read_text(encoding="utf-8"), sorted(set(attrs)), module),
-                        encoding="utf-8")
+        attrs = sorted(set(by_file.get(module, [])))
+        code = _without_definitions(path.read_text(encoding="utf-8"), attrs, module)
+        path.write_text(_guarded(code, sorted(set(guarded.get(module, [])) - set(attrs)), module), encoding="utf-8")
     return Path(dest)
+
+
+def _guarded(code: str, attrs: list[str], module: str) -> str:
+    """``code`` with a first line in each top-level ``def attr`` that raises :class:`BlockedAnswer` while the
+    grader calls a student's function of an assignment that blocks it (``DURING_CALL``); elsewhere (the
+    notebook's own cells) the function works as before."""
+    lines = code.splitlines(keepends=True)
+    found = {}
+    for node in ast.parse(code).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in attrs:
+            first = node.body[0]
+            found[node.name] = (first.lineno, first.col_offset)
+    missing = set(attrs) - set(found)
+    if missing:
+        raise RuntimeError(f"{module} defines no top-level function {sorted(missing)}; update DURING_CALL")
+    for name, (line, col) in sorted(found.items(), key=lambda item: -item[1][0]):
+        lines.insert(line - 1, " " * col + f"__import__('attention_book.assignments.grading', fromlist=['_'])"
+                     f"._during_call({module.rsplit('.', 1)[1] + ':' + name!r})\n")
+    return "".join(lines)
+
+
+_CALLING: list[str] = []  # the assignment whose student function run_hidden is calling now (in the sandbox)
+
+
+def _during_call(where: str) -> None:
+    """The guard :func:`_guarded` puts first in a ``DURING_CALL`` function (``where``: ``module:name``)."""
+    if _CALLING and any(spec.endswith("." + where) for spec in DURING_CALL.get(_CALLING[-1], [])):
+        raise BlockedAnswer(where.split(":")[1])
+
+
+def _torch_guard(name: str):
+    """A context in which the torch operations assignment ``name`` forbids (``TORCH_BLOCKED``) raise
+    :class:`BlockedAnswer`, and the ``DURING_CALL`` functions of the package raise too."""
+    rules = TORCH_BLOCKED.get(name, {})
+
+    @contextlib.contextmanager
+    def guard():
+        _CALLING.append(name)
+        try:
+            if not rules:
+                yield
+                return
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            class Forbid(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    kwargs = kwargs or {}
+                    op = func.overloadpacket.__name__
+                    words = rules.get(op)
+                    if words is not None and _forbidden(op, args, kwargs):
+                        raise BlockedAnswer(words)
+                    return func(*args, **kwargs)
+
+            with Forbid():
+                yield
+        finally:
+            _CALLING.pop()
+
+    return guard()
+
+
+def _forbidden(op: str, args: tuple, kwargs: dict) -> bool:
+    """Does this call of a ``TORCH_BLOCKED`` operation do what the assignment forbids? A loss is allowed
+    with reduction "none" (0) and a target that never holds its ignore_index; everything else always."""
+    if op.startswith("nll_loss"):
+        names = ("self", "target", "weight", "reduction", "ignore_index")
+        given = dict(zip(names, args), **kwargs)
+        target = given.get("target")
+        ignored = isinstance(target, torch.Tensor) and bool((target == given.get("ignore_index", -100)).any())
+        return given.get("reduction", 1) != 0 or ignored
+    return True
 
 
 def _checker_module(name: str) -> tuple[str, set[str]]:
@@ -460,7 +577,8 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
         for case in spec["cases"]:
             args, kwargs = case["args"], case["kwargs"]
             try:
-                got = call(*args, **kwargs)
+                with _torch_guard(name):
+                    got = call(*args, **kwargs)
             except NotImplementedError:  # a failed case; the other cases still run
                 records.append({"status": "not_implemented"})
                 continue
@@ -674,6 +792,19 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
                             f"({str(records[0].get('error', ''))[:200]})")
     elif len(records) != len(cases):
         raise GradingError(f"{len(records)} results for {len(cases)} cases")
+    else:
+        # a blocked route scores 0 for the whole assignment, as the guide says: a function that reaches the
+        # package's answer on some cases only (a loop that calls the blocked merge_softmax for two or more
+        # states: attacker r1, 1.11/10) earns nothing on the others either
+        met = [r for r in records if r["status"] == "blocked"]
+        if met:
+            called = met[0].get("name")
+            called = called if isinstance(called, str) and called in blocked_names(name) else ""
+            torch_words = set(TORCH_BLOCKED.get(name, {}).values())
+            whole = ("blocked", (f"your function used {called}, which this assignment's text forbids" if called
+                                 in torch_words else f"your function called the package's {called}, which this "
+                                 "assignment blocks" if called else "your function called a package function "
+                                 "that this assignment blocks") + ": a blocked call scores 0 for the whole assignment")
     out = []
     for i, case in enumerate(cases):
         seen = _visible_index(case, visible)
@@ -687,12 +818,6 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
         elif records[i]["status"] == "too_large":
             item.update(passed=False, status="too_large",
                         why=TOO_LARGE.get(records[i].get("what"), TOO_LARGE["size"]))
-        elif records[i]["status"] == "blocked":
-            called = records[i].get("name")
-            called = called if isinstance(called, str) and called in blocked_names(name) else ""
-            item.update(passed=False, status="blocked", why=(
-                f"your function called the package's {called}, which this assignment blocks" if called else
-                "your function called a package function that this assignment blocks"))
         else:
             item.update(_verdict(case, records[i], item["visible"]))
         out.append(item)

@@ -506,16 +506,37 @@ _PLAYER_JS = """
   // What a move changed, for the live region (issue 38: moving ch02's points said the same long
   // sentence each time, the new n and error deep inside it): the parts of an image's text
   // ("<kind>: <titles>; x: ...; y: ...", core/plot.py's figure_alt_text) that the image shown
-  // before lacked, the kind left out when it stays the same.
+  // before lacked; of its kind and titles only what is new (below).
   function changed(before, after) {
     var old = before.split("; "), parts = [];
     after.split("; ").forEach(function (part, i) {
       if (old.indexOf(part) >= 0) { return; }
-      var kind = part.split(": ")[0];
-      if (i === 0 && part.length > kind.length && old[0].split(": ")[0] === kind) { part = part.slice(kind.length + 2); }
-      parts.push(part);
+      parts.push(i === 0 ? newPieces(old[0], part) : part);  // "x: ...", "y: ..." said whole
     });
     return parts.join("; ");
+  }
+  // The pieces of `part` (split at ", " and ": ") that `was` lacked, matched in order (their
+  // longest common subsequence), each run of new pieces as written, a run said once; `part` whole
+  // when it only lost pieces. A new sentence in ch07's maps said "layer 2, head 1, layer 2,
+  // head 2, ..." again at every change (a fresh reader, issue 38); now the sentence and the size.
+  function newPieces(was, part) {
+    var a = was.split(/(, |: )/), b = part.split(/(, |: )/), n = (a.length + 1) / 2, m = (b.length + 1) / 2;
+    var common = [], i, j, runs = [], run = "";
+    for (i = n; i >= 0; i--) {
+      common[i] = [];
+      for (j = m; j >= 0; j--) {
+        common[i][j] = i === n || j === m ? 0 : a[2 * i] === b[2 * j] ? common[i + 1][j + 1] + 1 :
+          Math.max(common[i + 1][j], common[i][j + 1]);
+      }
+    }
+    function end() { if (run && runs.indexOf(run) < 0) { runs.push(run); } run = ""; }
+    for (i = 0, j = 0; j < m;) {
+      if (i < n && a[2 * i] === b[2 * j]) { end(); i++; j++; }
+      else if (i < n && common[i + 1][j] >= common[i][j + 1]) { i++; }
+      else { run += (run ? b[2 * j - 1] : "") + b[2 * j]; j++; }
+    }
+    end();
+    return runs.length ? runs.join(", ") : part;
   }
   var last = null;  // the setting shown: its index, each control's step, its frame's texts
   function update() {

@@ -34,6 +34,11 @@ Every environment variable the book reads is read here, and only here:
     for a capped run. A smoke switch, to run the ``full`` size on a CPU in minutes and see
     that every shape and device fits; the results mean nothing.
     Unset: runs train for the epochs they ask for.
+``ATTENTION_BOOK_FIT_LOG``
+    A file that :func:`attention_book.fit` appends one JSON line to after every epoch
+    (its ``desc``, the epoch, the epochs asked for, the steps and seconds so far), so a
+    run stopped part way says how far each training run got (``make cpu-report`` reads it).
+    Unset: nothing is written.
 
 Set by PyTorch's launcher ``torchrun`` (read here, never elsewhere in the package):
 
@@ -82,6 +87,7 @@ __all__ = [
     "small_model_threads",
     "MAX_STEPS_ENV",
     "max_steps",
+    "fit_log_path",
     "capped_count",
     "training_precision",
     "DistributedRun",
@@ -97,9 +103,17 @@ EXPLORERS_ENV = "ATTENTION_BOOK_EXPLORERS"
 FRAMES_ENV = "ATTENTION_BOOK_FRAMES"
 LIVE_ENV = "ATTENTION_BOOK_LIVE"
 MAX_STEPS_ENV = "ATTENTION_BOOK_MAX_STEPS"
+FIT_LOG_ENV = "ATTENTION_BOOK_FIT_LOG"
 _SIZES = ("ci", "full")
 
 T = TypeVar("T")
+
+
+def fit_log_path() -> Path | None:
+    """The file named by ``$ATTENTION_BOOK_FIT_LOG`` (each epoch of :func:`attention_book.fit`
+    appends a line there), or None when it is unset or empty."""
+    value = os.environ.get(FIT_LOG_ENV, "").strip()
+    return Path(value) if value else None
 
 
 def data_dir() -> Path:

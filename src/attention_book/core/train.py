@@ -11,6 +11,7 @@ import collections.abc
 import contextlib
 import itertools
 import functools
+import json
 import math
 import time
 import warnings
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from .checks import check_int, check_positive_int, check_tensor_values
-from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, max_steps, resolve_seed,
+from .config import (MAX_STEPS_ENV, DistributedRun, distributed_run, fit_log_path, max_steps, resolve_seed,
                      training_precision)
 from .config import device as pick_device
 
@@ -153,6 +154,16 @@ def use_progress_bar(make_bar: Callable[[int, str], Any]) -> Callable[[int, str]
         raise ValueError(f"use_progress_bar needs a callable (total, desc) -> bar, got {make_bar!r}")
     previous, _progress_bar = _progress_bar, make_bar
     return previous
+
+
+def _log_epoch(desc: str, epoch: int, epochs: int, steps: int, seconds: float) -> None:
+    """One JSON line in the fit log (``ATTENTION_BOOK_FIT_LOG``), when it is set."""
+    path = fit_log_path()
+    if path is None:
+        return
+    line = json.dumps({"desc": desc, "epoch": epoch, "epochs": epochs, "steps": steps, "seconds": round(seconds, 2)})
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 def fit(
@@ -323,6 +334,8 @@ def fit(
             with evaluating(model), torch.no_grad():
                 for name, value in evaluate(model).items():
                     history.record(name, value)
+        if main:
+            _log_epoch(desc, _epoch + 1, epochs, history.steps, time.perf_counter() - start)
         if bar is not None:
             post = {"loss": f"{history.train_loss[-1]:.3f}"}
             post.update({k: f"{v[-1]:.3f}" for k, v in history.metrics.items()})
