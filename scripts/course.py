@@ -112,7 +112,7 @@ class Course:
     per_day: float = 0.0  # fraction of the points taken per day (or part of a day) late
     cap: float = 1.0  # the largest fraction late days can take
     grace_minutes: float = 0.0
-    late_source: str = "none"  # "none", "mtime" or "csv"
+    late_source: str = "none"  # "none", "mtime", "csv" or "moodle_worksheet"
     times_file: str = ""  # CSV: student, notebook, submitted_at (ISO 8601)
     timezone: str = "UTC"
     roster: dict[str, Student] | None = None
@@ -124,6 +124,8 @@ class Course:
     overrides: dict[tuple[str, str], Override] = field(default_factory=dict)  # (student, assignment) ->
     overrides_file: str = ""
     worksheets: dict[str, Worksheet] = field(default_factory=dict)  # assignment -> its moodle_worksheet
+    # [late] source = "moodle_worksheet": assignment -> {participant id: Last modified (submission)}
+    submitted: dict[str, dict[str, dt.datetime]] = field(default_factory=dict)
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
@@ -211,8 +213,9 @@ def load_course(path: Path | None) -> Course:
         raise CourseError(f"course file {path}: unknown timezone {course.timezone!r}") from None
     if not (0 <= course.per_day <= 1 and 0 <= course.cap <= 1):
         raise CourseError(f"course file {path}: [late] per_day and cap are fractions between 0 and 1")
-    if course.late_source not in ("none", "mtime", "csv"):
-        raise CourseError(f"course file {path}: [late] source is none, mtime or csv")
+    if course.late_source not in LATE_SOURCES:
+        raise CourseError(f"course file {path}: [late] source is {', '.join(LATE_SOURCES)} (not "
+                          f"{course.late_source!r})")
     gradescope = data.get("gradescope", {})
     course.gradescope_scores = str(gradescope.get("scores", GRADESCOPE_SCORES[0]))
     course.torch = str(gradescope.get("torch", ""))
@@ -241,6 +244,13 @@ def load_course(path: Path | None) -> Course:
             moodle_worksheet=str((here / sheet).resolve()) if sheet else "")
         if sheet:
             course.worksheets[name] = load_worksheet(Path(course.assignments[name].moodle_worksheet))
+    if "source" not in late and not late.get("times") and course.worksheets:
+        course.late_source = "moodle_worksheet"  # the Moodle route's default: the worksheet has the times
+    if course.late_source == "moodle_worksheet":
+        if not course.worksheets:
+            raise CourseError(f"course file {path}: [late] source = \"moodle_worksheet\" reads each assignment's "
+                              "moodle_worksheet, and no assignment names one")
+        course.submitted = {name: worksheet_times(sheet, course.timezone) for name, sheet in course.worksheets.items()}
     ids: dict[str, str] = {}  # one Canvas column per assignment: a second "(4720)" column took no grade
     for name, spec in course.assignments.items():
         if spec.canvas_id and spec.canvas_id in ids:
@@ -407,6 +417,59 @@ def load_worksheet(path: Path) -> Worksheet:
                               "Moodle writes each participant once")
         sheet.ids[pid] = i
     return sheet
+
+
+LATE_SOURCES = ("none", "mtime", "csv", "moodle_worksheet")
+WORKSHEET_SUBMITTED = "Last modified (submission)"  # get_string('lastmodifiedsubmission', 'assign')
+# gradingtable.php, col_timesubmitted: userdate($row->timesubmitted), whose default format is the language's
+# strftimedaydatetime, in English '%A, %d %B %Y, %I:%M %p' with the day and hour without a leading zero
+# ("Friday, 30 April 2027, 9:12 PM"), in the downloading user's timezone; "-" when nothing was submitted.
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MOODLE_DATE = re.compile(r"(?:(?P<wday>[A-Za-z]+), )?(?P<d>[0-9]{1,2}) (?P<month>[A-Za-z]+) (?P<y>[0-9]{4}), "
+                         r"(?P<h>[0-9]{1,2}):(?P<m>[0-9]{2}) (?P<ampm>AM|PM|am|pm)")
+
+
+def moodle_date(text: str, zone: str) -> dt.datetime | None:
+    """A worksheet date as Moodle writes it in English (``Friday, 30 April 2027, 9:12 PM``) read in ``zone``
+    (the course's timezone: Moodle wrote it in the downloading user's), None for ``-`` or blank; ValueError
+    for anything else (another language, a spreadsheet's own date format)."""
+    text = text.strip()
+    if text in ("", "-"):
+        return None
+    found = MOODLE_DATE.fullmatch(text)
+    if not found or found.group("month") not in MONTHS or int(found.group("h")) not in range(1, 13):
+        raise ValueError(text)
+    hour = int(found.group("h")) % 12 + (12 if found.group("ampm").upper() == "PM" else 0)
+    when = dt.datetime(int(found.group("y")), MONTHS.index(found.group("month")) + 1, int(found.group("d")),
+                       hour, int(found.group("m")), tzinfo=ZoneInfo(zone))
+    if found.group("wday") and found.group("wday") != WEEKDAYS[when.weekday()]:
+        raise ValueError(text)
+    return when
+
+
+def worksheet_times(sheet: Worksheet, zone: str) -> dict[str, dt.datetime]:
+    """``{participant id: submission time}`` from the worksheet's Last modified (submission) column, read in
+    ``zone``; a participant with ``-`` (no submission) has none. A CourseError names the file and line of a
+    date that is not Moodle's English one, or a worksheet without the column."""
+    col = sheet.column(WORKSHEET_SUBMITTED)
+    if col < 0:
+        raise CourseError(f"moodle_worksheet {sheet.path}: no {WORKSHEET_SUBMITTED!r} column, which [late] source "
+                          "= \"moodle_worksheet\" reads: download the worksheet again with Moodle's language "
+                          "English, or give the times in a times file")
+    out = {}
+    for pid, i in sheet.ids.items():
+        try:
+            when = moodle_date(sheet.rows[i][col], zone)
+        except ValueError:
+            raise CourseError(f"moodle_worksheet {sheet.path}, line {sheet.lines[i]}: {WORKSHEET_SUBMITTED} "
+                              f"{sheet.rows[i][col]!r} is not a date as Moodle writes it in English ('Friday, 30 "
+                              "April 2027, 9:12 PM'): download the worksheet with Moodle's language English and "
+                              "keep it as it came, or give the times in a times file") from None
+        if when is not None:
+            out[pid] = when
+    return out
 
 
 def _near(value: str, known) -> str:

@@ -43,6 +43,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import difflib
 import errno
 import fcntl
 import functools
@@ -96,6 +97,7 @@ from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, Blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course as course_mod  # noqa: E402  (scripts/course.py)
 import lms_export  # noqa: E402  (scripts/lms_export.py)
 from course import (Course, CourseError, check_override_students, derive_seed, grading_secret,  # noqa: E402
                     load_course, load_times, secret_id)
@@ -2143,6 +2145,13 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
     keys = sorted({s.key for s in found} | (set(roster or {}) - set(by_roster.values())) | {k for k, _ in misnamed})
     refused = identity_problems(keys)
+    names = dict(names or {})  # a Moodle folder's Full name from its worksheet row, where no roster names it
+    for sheet in course.worksheets.values():
+        col = sheet.column("Full name")
+        for k in keys:
+            if col >= 0 and (pid := MOODLE_FOLDER.match(k)) and pid.group("pid") in sheet.ids:
+                names.setdefault(k, sheet.rows[sheet.ids[pid.group("pid")]][col].strip() or None)
+    names = {k: v for k, v in names.items() if v}
     students = {}
     for k in keys:
         info = (roster or {}).get(by_roster.get(k, unicodedata.normalize("NFC", k)))
@@ -2196,6 +2205,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         raise GradeError(f"--regrade {regrade!r}: no such student in {submissions}")
     times = load_times(Path(course.times_file), course.timezone) if course.late_source == "csv" and \
         course.times_file else {}
+    if course.late_source == "moodle_worksheet":
+        print(f"submission times: each worksheet's {course_mod.WORKSHEET_SUBMITTED}, read in {course.timezone} "
+              "(the course timezone: Moodle writes them in the timezone of whoever downloaded the worksheet)")
     todo, rows = [], []
     for sub in found:
         who = students[sub.key]["student"]
@@ -2210,7 +2222,10 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         again = regrade is not None and regrade in (sub.key, who)
         if old and not again and (regrade is not None or (all(r.get("sha256") == digest for r in old)
                                                           and all(r["status"] != "grader error" for r in old))):
-            rows += old
+            # the file as it is in this run's SUBMISSIONS (the same bytes, or the same student kept by a
+            # regrade): a fresh download into another folder still gets every kept row's feedback entry
+            # (issue 37, i10: --resume from a new download wrote a feedback zip of 3 files for 9 students)
+            rows += [dict(r, path=str(sub.path)) for r in old]
             continue
         try:  # the seed covers the notebook's content: a changed resubmission meets new hidden cases
             content = read_regular(sub.path, NOTEBOOK_LIMIT)
@@ -2258,7 +2273,23 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
         if when is None and course.late_source == "mtime" and r.get("path"):
             when = _mtime(r["path"])
+        if when is None and course.late_source == "moodle_worksheet" and (pid := MOODLE_FOLDER.match(r["key"])):
+            when = course.submitted.get(r["assignment"], {}).get(pid.group("pid"))
         return when
+
+    # a times-file line that matches no student of this run changes nobody: said, with the near name (as the
+    # overrides file does; a fresh instructor, i10, wrote 'Ivo Late' for 'Ivo Late_1000009_assignsubmission_file')
+    known = {unicodedata.normalize("NFC", k) for k in keys}
+    for who, what in sorted(times):
+        if who not in known:
+            close = [k for k in sorted(known) if k.casefold().startswith(f"{who.casefold()}_")] or \
+                difflib.get_close_matches(who, sorted(known), n=1, cutoff=0.5)  # a Moodle folder's Full name
+            line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
+                    + (f" (did you mean {close[0]!r}?)" if close else "") + ": the student column is the "
+                    "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "
+                    "the file's name key and user id (smithjohn_103)")
+            print(line)
+            print(line, file=sys.stderr)
 
     no_time = []
     for r in rows:
@@ -2284,8 +2315,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 canvas_late.append(r)
     rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
     uploaded = earlier_grades(out_csv) if not partial else {}  # before this run replaces them
-    write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched, partial,
-                  submissions)
+    sheet_warnings = write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched,
+                                   partial, submissions)
     for rel, why in ignored:
         print(f"ignored: {clean(display_name(str(rel)), 160)} ({why})")
     for r in rows:
@@ -2302,6 +2333,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for r in no_time:
             print(f"  no submission time: {clean(display_name(r['student']), 160)} {r['assignment']}")
         print("=" * 78)
+        print(f"WARNING: {counted(len(no_time), 'graded notebook')} with a due date and no submission time, no "
+              "late policy applied: " + ", ".join(f"{clean(display_name(r['student']), 80)} {r['assignment']}"
+                                                  for r in no_time), file=sys.stderr)
     if canvas_late:
         print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
               "name), with no times file to count the days: no late policy was applied to them (a times file "
@@ -2325,15 +2359,29 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     for what in sorted(sandbox_note.get("missing", [])):
         print(f"not limited: {what}")
     canvas = "" if partial or course.roster is None else " canvas.csv,"
-    if course.roster is None and not partial and lms_notes:
+    moodle_only = moodle_folders_only(course, [students[k] for k in keys])
+    moodle = "" if partial or moodle_only else " moodle.csv,"
+    if moodle_only and not partial and lms_notes:  # said once, quietly: canvas.csv is Canvas's
+        line = ("canvas.csv and moodle.csv not written: these are Moodle folders without a roster (canvas.csv is "
+                "for Canvas; moodle.csv would match no Moodle username); ")
+        if course.worksheets:
+            print(line + "Moodle's grades go back through the grading worksheet")
+        else:
+            line += ("name each assignment's grading worksheet in the course file (moodle_worksheet; "
+                     "book/instructors.md, \"Moodle's grading worksheet\") and run again with --resume")
+            print(f"WARNING: {line}")
+            print(f"WARNING: {line}", file=sys.stderr)
+    elif course.roster is None and not partial and lms_notes:
         print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
         print(NO_ROSTER)
     print(("PARTIAL (interrupted): " if partial else "") +
-          f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas} moodle.csv, feedback/ and "
+          f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas}{moodle} feedback/ and "
           f"gradescope/ in {out_dir}, "
           + (f"{counted(len(ignored), 'ignored file')} to ignored.csv" if ignored else "no ignored files") +
           f" (sandbox: {sandbox_note.get('kind')}; "
           f"seeds from the secret {key_id}, {key_from})")
+    for line in sheet_warnings:  # repeated last, where the run's summary is read
+        print(line)
     if partial:
         raise KeyboardInterrupt
     return rows
@@ -2528,7 +2576,11 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
         if r["status"] in ("not submitted", "refused") or r["key"] not in who:
             continue
         rel = _submitted_rel(r, submissions)
-        if rel is None:
+        if rel is None:  # never silently without feedback: said, with where the feedback is
+            if MOODLE_FOLDER.match(r["key"]) or lms_uid(r["key"]):
+                zip_name = FEEDBACK_ZIPS[1] if MOODLE_FOLDER.match(r["key"]) else FEEDBACK_ZIPS[0]
+                refused.append((zip_name, r["key"], f"its file {r.get('path') or '?'} is not under {submissions} "
+                                                    "(graded from another folder)"))
             continue
         lms = LMS_PREFIX.match(rel.name.removesuffix(".ipynb")) if len(rel.parts) == 1 else None
         if lms and lms_uid(r["key"]) == lms.group("uid"):  # the student's key carries the file's user id
@@ -2564,7 +2616,7 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
     return out, refused
 
 
-def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> None:
+def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, partial, submissions) -> list[str]:
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, the feedback zips
     and the Moodle worksheets (:func:`moodle_worksheets`), each written atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
     out_dir = out_csv.parent
@@ -2614,7 +2666,11 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                 (out_dir / "canvas.csv").unlink()  # an earlier run's would no longer match these grades
         else:
             write_atomic(out_dir / "canvas.csv", lms_export.canvas_csv(export_rows, lms, course, columns))
-        write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
+        if moodle_folders_only(course, students):  # its Username would be a folder name Moodle never matches
+            with contextlib.suppress(FileNotFoundError):
+                (out_dir / "moodle.csv").unlink()
+        else:
+            write_atomic(out_dir / "moodle.csv", lms_export.moodle_csv(export_rows, lms, course, columns))
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
     for folder in (feedback, scope):
         private_dirs(folder, out_dir)
@@ -2643,22 +2699,33 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         else:  # an earlier run's would no longer match these grades
             with contextlib.suppress(FileNotFoundError):
                 (out_dir / zip_name).unlink()
-    for zip_name, name, why in refused:
-        print(f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback by "
-              "hand, from feedback/)")
-    moodle_worksheets(rows, course, out_dir, partial)
+    for zip_name, name, why in dict.fromkeys(refused):
+        line = (f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback "
+                "by hand, from feedback/)")
+        print(line)
+        print(f"WARNING: {line}", file=sys.stderr)
+    return moodle_worksheets(rows, course, out_dir, partial)
+
+
+def moodle_folders_only(course, students: list[dict]) -> bool:
+    """No roster, and every student a folder of Moodle's download (:data:`MOODLE_FOLDER`): canvas.csv and
+    moodle.csv could match nobody (no Canvas ID, no Moodle username), so neither is written; Moodle's grades go
+    back through the grading worksheet (a fresh instructor, i10: moodle.csv with Username = folder names)."""
+    return course.roster is None and bool(students) and all(MOODLE_FOLDER.match(s["key"]) for s in students)
 
 
 WORKSHEET_OUT = "moodle_worksheet_{}.csv"  # in the output folder: an assignment's Moodle grading worksheet, filled
 
 
-def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) -> None:
+def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) -> list[str]:
     """For each assignment whose course-file entry names a ``moodle_worksheet`` (the file Moodle's *Download
     grading worksheet* wrote), ``moodle_worksheet_<assignment>.csv``: that worksheet with the grades filled in
     (:func:`lms_export.moodle_worksheet`), matched by the participant id of each Moodle folder
     (:data:`MOODLE_FOLDER`), never by name. Not written for an interrupted run, nor when no folder's id is in
-    the worksheet (the submissions came in another layout, or from another Moodle assignment); an earlier run's
-    file that is not written again is removed. Every folder not in the worksheet is listed, on stderr too."""
+    the worksheet (the submissions came in another layout, or from another Moodle assignment), nor when its
+    Maximum grade is not the course file's points; an earlier run's file that is not written again is removed.
+    Every folder not in the worksheet is listed, on stderr too. Returns the WARNINGs, for the run's summary."""
+    said: list[str] = []
     sheets = {} if partial or course is None else getattr(course, "worksheets", {})
     for old in out_dir.glob(WORKSHEET_OUT.format("*")):
         if old.name not in {WORKSHEET_OUT.format(name) for name in sheets}:
@@ -2676,6 +2743,16 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
             line = f"WARNING: {target.name} not written for {sheet.path}: {why}"
             print(line)
             print(line, file=sys.stderr)
+            said.append(line)
+            continue
+        scale = lms_export.worksheet_maximum_problem(sheet, course.assignment(name).points)
+        if scale:  # 20 points uploaded as 20 out of 100: never written (a fresh instructor, i10)
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()
+            line = f"WARNING: {target.name} not written for {sheet.path}: {scale}"
+            print(line)
+            print(line, file=sys.stderr)
+            said.append(line)
             continue
         text, notes, filled = lms_export.moodle_worksheet(sheet, mine, participant)
         write_atomic(target, text)
@@ -2690,6 +2767,7 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
         if missing:
             print(f"WARNING: {counted(len(missing), 'Moodle folder')} not in {sheet.path} (not graded in "
                   f"{target.name}): " + "; ".join(clean(n, 200) for n in missing), file=sys.stderr)
+    return said
 
 
 def main(argv=None) -> None:

@@ -110,6 +110,26 @@ def worksheet_comment(points: float, max_points: float) -> str:
            "under Feedback files."
 
 
+def worksheet_maximum_problem(sheet: Worksheet, points: float) -> str:
+    """Why the worksheet cannot take these grades as they are, or '': a Maximum grade other than the course
+    file's ``points`` (Moodle's upload takes a grade as it is, so 20 points would read as 20 out of 100)."""
+    col = sheet.column(WORKSHEET_MAX, exact=False)
+    if col < 0:
+        return ""
+    tops = set()
+    for i in sheet.ids.values():
+        with contextlib.suppress(ValueError):
+            tops.add(float(sheet.rows[i][col].replace(" ", "").replace(",", ".")))
+    other = sorted(t for t in tops if abs(t - points) > 1e-9)
+    if not other:
+        return ""
+    return (f"its Maximum grade is {', '.join(_number(t) for t in other)} where the course file gives "
+            f"{_number(points)} points, and Moodle's upload takes a grade as it is ({_number(points)} would be "
+            f"{_number(points)} out of {_number(other[0])}): set points = {_number(other[0])} in the course file's "
+            "assignment (or the Moodle assignment's Maximum grade to the points, then download the worksheet "
+            "again) and run again with --resume")
+
+
 def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, str]) -> tuple[str, list[str], int]:
     """``(text, notes, filled)``: the worksheet ``sheet`` as it came (every row and column, the header, the
     order, a BOM and the line ending it had), with the Grade of each participant whose folder (``participant``:
