@@ -244,13 +244,14 @@ def load_course(path: Path | None) -> Course:
             moodle_worksheet=str((here / sheet).resolve()) if sheet else "")
         if sheet:
             course.worksheets[name] = load_worksheet(Path(course.assignments[name].moodle_worksheet))
-    if "source" not in late and not late.get("times") and course.worksheets:
-        course.late_source = "moodle_worksheet"  # the Moodle route's default: the worksheet has the times
-    if course.late_source == "moodle_worksheet":
-        if not course.worksheets:
-            raise CourseError(f"course file {path}: [late] source = \"moodle_worksheet\" reads each assignment's "
-                              "moodle_worksheet, and no assignment names one")
-        course.submitted = {name: worksheet_times(sheet, course.timezone) for name, sheet in course.worksheets.items()}
+    # the Moodle route's default, where lateness is used: the worksheet has the times (a diff reviewer, issue 37:
+    # made the default with no due date and no penalty, one date it could not read stopped a course that needs none)
+    lateness = course.per_day > 0 and any(a.due is not None for a in course.assignments.values())
+    if "source" not in late and not late.get("times") and course.worksheets and lateness:
+        course.late_source = "moodle_worksheet"
+    if course.late_source == "moodle_worksheet" and not course.worksheets:
+        raise CourseError(f"course file {path}: [late] source = \"moodle_worksheet\" reads each assignment's "
+                          "moodle_worksheet, and no assignment names one")
     ids: dict[str, str] = {}  # one Canvas column per assignment: a second "(4720)" column took no grade
     for name, spec in course.assignments.items():
         if spec.canvas_id and spec.canvas_id in ids:
@@ -273,6 +274,11 @@ def load_course(path: Path | None) -> Course:
     if roster:
         course.roster_file = str(here / roster)
         course.roster = load_roster(Path(course.roster_file))
+    if course.late_source == "moodle_worksheet":  # read only where a date can count: a due date, the course's
+        dated = {n for n, a in course.assignments.items() if a.due is not None}  # or an override's
+        dated |= {n for (_, n), o in course.overrides.items() if o.due is not None}
+        course.submitted = {name: worksheet_times(sheet, course.timezone)
+                            for name, sheet in course.worksheets.items() if name in dated}
     return course
 
 
@@ -424,25 +430,30 @@ WORKSHEET_SUBMITTED = "Last modified (submission)"  # get_string('lastmodifiedsu
 # gradingtable.php, col_timesubmitted: userdate($row->timesubmitted), whose default format is the language's
 # strftimedaydatetime, in English '%A, %d %B %Y, %I:%M %p' with the day and hour without a leading zero
 # ("Friday, 30 April 2027, 9:12 PM"), in the downloading user's timezone; "-" when nothing was submitted.
+# Moodle's en_us language pack puts the month first: '%A, %B %d, %Y, %I:%M %p' ("Friday, April 30, 2027, 9:12 PM").
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MOODLE_DATE = re.compile(r"(?:(?P<wday>[A-Za-z]+), )?(?P<d>[0-9]{1,2}) (?P<month>[A-Za-z]+) (?P<y>[0-9]{4}), "
+MOODLE_DATE = re.compile(r"(?:(?P<wday>[A-Za-z]+), )?(?:(?P<d>[0-9]{1,2}) (?P<month>[A-Za-z]+)|"
+                         r"(?P<us_month>[A-Za-z]+) (?P<us_d>[0-9]{1,2}),) (?P<y>[0-9]{4}), "
                          r"(?P<h>[0-9]{1,2}):(?P<m>[0-9]{2}) (?P<ampm>AM|PM|am|pm)")
+MOODLE_FORMATS = "'Friday, 30 April 2027, 9:12 PM' (en) or 'Friday, April 30, 2027, 9:12 PM' (en_US)"
 
 
 def moodle_date(text: str, zone: str) -> dt.datetime | None:
-    """A worksheet date as Moodle writes it in English (``Friday, 30 April 2027, 9:12 PM``) read in ``zone``
-    (the course's timezone: Moodle wrote it in the downloading user's), None for ``-`` or blank; ValueError
+    """A worksheet date as Moodle writes it in English (``Friday, 30 April 2027, 9:12 PM``; en_US's
+    ``Friday, April 30, 2027, 9:12 PM``) read in ``zone`` (the course's timezone: Moodle wrote it in the
+    downloading user's), None for ``-`` or blank; ValueError
     for anything else (another language, a spreadsheet's own date format)."""
     text = text.strip()
     if text in ("", "-"):
         return None
     found = MOODLE_DATE.fullmatch(text)
-    if not found or found.group("month") not in MONTHS or int(found.group("h")) not in range(1, 13):
+    month = found and (found.group("month") or found.group("us_month"))
+    if not found or month not in MONTHS or int(found.group("h")) not in range(1, 13):
         raise ValueError(text)
     hour = int(found.group("h")) % 12 + (12 if found.group("ampm").upper() == "PM" else 0)
-    when = dt.datetime(int(found.group("y")), MONTHS.index(found.group("month")) + 1, int(found.group("d")),
+    when = dt.datetime(int(found.group("y")), MONTHS.index(month) + 1, int(found.group("d") or found.group("us_d")),
                        hour, int(found.group("m")), tzinfo=ZoneInfo(zone))
     if found.group("wday") and found.group("wday") != WEEKDAYS[when.weekday()]:
         raise ValueError(text)
@@ -464,16 +475,20 @@ def worksheet_times(sheet: Worksheet, zone: str) -> dict[str, dt.datetime]:
             when = moodle_date(sheet.rows[i][col], zone)
         except ValueError:
             raise CourseError(f"moodle_worksheet {sheet.path}, line {sheet.lines[i]}: {WORKSHEET_SUBMITTED} "
-                              f"{sheet.rows[i][col]!r} is not a date as Moodle writes it in English ('Friday, 30 "
-                              "April 2027, 9:12 PM'): download the worksheet with Moodle's language English and "
+                              f"{sheet.rows[i][col]!r} is not a date as Moodle writes it in English (read: "
+                              f"{MOODLE_FORMATS}): download the worksheet with Moodle's language English and "
                               "keep it as it came, or give the times in a times file") from None
         if when is not None:
             out[pid] = when
     return out
 
 
-def _near(value: str, known) -> str:
-    close = difflib.get_close_matches(value, sorted(known), n=1)
+def _near(value: str, known, cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the name in ``known`` nearest ``value``, or ''. A name that starts with
+    ``value`` and ``_`` comes first: a Moodle folder's Full name_participant id_assignsubmission_file, where
+    an instructor wrote the Full name (a fresh instructor, i10: 'Ivo Late')."""
+    close = [k for k in sorted(known) if k.casefold().startswith(f"{value.casefold()}_")] or \
+        difflib.get_close_matches(value, sorted(known), n=1, cutoff=cutoff)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

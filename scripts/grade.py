@@ -43,7 +43,6 @@ import argparse
 import ast
 import contextlib
 import csv
-import difflib
 import errno
 import fcntl
 import functools
@@ -2282,10 +2281,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     known = {unicodedata.normalize("NFC", k) for k in keys}
     for who, what in sorted(times):
         if who not in known:
-            close = [k for k in sorted(known) if k.casefold().startswith(f"{who.casefold()}_")] or \
-                difflib.get_close_matches(who, sorted(known), n=1, cutoff=0.5)  # a Moodle folder's Full name
             line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
-                    + (f" (did you mean {close[0]!r}?)" if close else "") + ": the student column is the "
+                    + course_mod._near(who, known, cutoff=0.5) + ": the student column is the "
                     "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "
                     "the file's name key and user id (smithjohn_103)")
             print(line)
@@ -2726,7 +2723,7 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
     Maximum grade is not the course file's points; an earlier run's file that is not written again is removed.
     Every folder not in the worksheet is listed, on stderr too. Returns the WARNINGs, for the run's summary."""
     said: list[str] = []
-    sheets = {} if partial or course is None else getattr(course, "worksheets", {})
+    sheets = {} if partial else course.worksheets
     for old in out_dir.glob(WORKSHEET_OUT.format("*")):
         if old.name not in {WORKSHEET_OUT.format(name) for name in sheets}:
             old.unlink()

@@ -139,7 +139,8 @@ def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, 
     not graded (not submitted, misnamed, grader error, flagged) keeps the Grade Moodle wrote, so the upload
     changes nothing for them; a graded 0 is a 0. ``notes``: one line for each folder not in the worksheet (never
     matched otherwise), each participant id of two folders (left as downloaded), each comment kept, each grade
-    Moodle will skip (locked, over its Maximum grade), and a Maximum grade other than the course file's points."""
+    Moodle will skip (locked, over its Maximum grade: an override can give more). The caller refuses a worksheet
+    whose Maximum grade is not the course file's points (:func:`worksheet_maximum_problem`)."""
     grade_col, comment_col = sheet.column(WORKSHEET_GRADE), sheet.column(WORKSHEET_COMMENTS)
     max_col, lock_col = sheet.column(WORKSHEET_MAX, exact=False), sheet.column(WORKSHEET_LOCK, exact=False)
     out_rows = [list(r) for r in sheet.rows]
@@ -148,7 +149,7 @@ def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, 
     for r in rows:
         if r["key"] in participant:
             by_pid.setdefault(participant[r["key"]], []).append(r)
-    filled, scales = 0, set()
+    filled = 0
     for pid, mine in sorted(by_pid.items(), key=lambda item: int(item[0])):
         keys = sorted({r["key"] for r in mine})
         if len(keys) > 1:
@@ -168,24 +169,18 @@ def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, 
         if max_col >= 0:
             with contextlib.suppress(ValueError):
                 top = float(row[max_col].replace(" ", "").replace(",", "."))
-        if top is not None:
-            if abs(top - float(r.get("max_points", top))) > 1e-9:
-                scales.add((top, float(r["max_points"])))
-            if float(r["points"]) > top + 1e-9:
-                notes.append(f"participant {pid} ({keys[0]!r}): {_number(r['points'])} points is over the "
-                             f"worksheet's Maximum grade {row[max_col]}: Moodle's upload skips it")
+        if top is not None and float(r["points"]) > top + 1e-9:
+            notes.append(f"participant {pid} ({keys[0]!r}): {_number(r['points'])} points is over the "
+                         f"worksheet's Maximum grade {row[max_col]}: Moodle's upload skips it")
         if lock_col >= 0 and row[lock_col].strip().casefold() == "no":
             notes.append(f"participant {pid} ({keys[0]!r}): Grade can be changed is No (locked in Moodle): "
                          "Moodle's upload skips it")
         if comment_col >= 0:
             cell = row[comment_col]
             if not cell.strip() or WORKSHEET_COMMENT.fullmatch(cell):
-                row[comment_col] = worksheet_comment(r["points"], r.get("max_points", 10.0))
+                row[comment_col] = worksheet_comment(r["points"], r["max_points"])
             else:
                 notes.append(f"participant {pid} ({keys[0]!r}): the Feedback comments already there are kept")
-    for top, points in sorted(scales):
-        notes.append(f"the worksheet's Maximum grade is {_number(top)} where the course file gives {_number(points)} "
-                     f"points: Moodle takes the points as they are (out of {_number(top)}); make the two the same")
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator=sheet.newline)
     writer.writerow(sheet.header)

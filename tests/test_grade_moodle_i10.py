@@ -186,3 +186,41 @@ def test_a_moodle_only_class_gets_no_canvas_warning_no_moodle_csv_and_its_full_n
     assert said.out.count("canvas.csv and moodle.csv not written: these are Moodle folders") == 1
     feedback = zipfile.ZipFile(out / "moodle_feedback.zip").read(f"{_folder('4411')}/feedback.html").decode()
     assert f"Ann Lee ({_folder('4411')})" in feedback, feedback[:800]
+
+
+# a diff reviewer (issue 37): naming a moodle_worksheet with no [late] switched the late source to the worksheet
+# and read every 'Last modified (submission)' at load, so one date it could not read (en_US, month first) or a
+# worksheet without the column stopped load_course on a course with no due date and no late penalty
+@pytest.mark.parametrize("late", ["", LATE])
+def test_a_course_without_lateness_loads_whatever_the_worksheets_dates(tmp_path, monkeypatch, late):
+    _moodle_class(tmp_path, monkeypatch, course_extra=late, when={"4412": "30/04/2027 21:12"})
+    assert course.load_course(tmp_path / "c.toml").late_source == "none"
+
+
+def test_a_worksheet_without_the_submission_column_loads_when_no_date_is_needed(tmp_path, monkeypatch):
+    sheet = HEADER.replace("Last modified (submission),", "") + "\nParticipant 4411,Ann Lee,a@x,S,,10.00,Yes,-,\n"
+    _moodle_class(tmp_path, monkeypatch, worksheet=sheet, course_extra='[late]\nsource = "moodle_worksheet"\n')
+    assert course.load_course(tmp_path / "c.toml").submitted == {}
+
+
+@pytest.mark.parametrize("text, iso", [("Friday, April 30, 2027, 9:12 PM", "2027-04-30T21:12:00+02:00"),
+                                       ("Monday, May 3, 2027, 2:00 AM", "2027-05-03T02:00:00+02:00")])
+def test_moodles_en_us_dates_month_first_are_read(text, iso):
+    """Moodle's en_us language pack: strftimedaydatetime '%A, %B %d, %Y, %I:%M %p'."""
+    assert course.moodle_date(text, "Europe/Berlin").isoformat() == iso
+
+
+def test_an_unreadable_date_says_which_formats_are_read(tmp_path, monkeypatch):
+    with pytest.raises(course.CourseError, match=r"read: .*'Friday, April 30, 2027, 9:12 PM' \(en_US\)"):
+        _moodle_class(tmp_path, monkeypatch, course_extra=LATE, due="2027-04-30T23:59:00",
+                      when={"4412": "30/04/2027 21:12"})
+        course.load_course(tmp_path / "c.toml")
+
+
+def test_an_override_for_a_moodle_full_name_is_said_with_the_near_folder():
+    """The overrides file's did-you-mean is the times file's (one course._near): 'Ann Lee' -> her folder."""
+    taught = course.Course(overrides_file="o.csv")
+    taught.overrides[("Ann Lee", "masked_softmax")] = course.Override("Ann Lee", "masked_softmax")
+    with pytest.raises(course.CourseError, match=f"no student 'Ann Lee' in this class \\(did you mean "
+                                                 f"'{_folder('4411')}'\\?\\)"):
+        course.check_override_students(taught, [_folder("4411"), _folder("4412")])
