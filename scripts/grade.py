@@ -586,37 +586,37 @@ class Sandbox:
         return apply
 
 
-def installed_packages() -> list[Path]:
-    """Every ``attention_book`` package directory this Python can import or has installed (the grader's
-    own, and one per ``sys.path`` entry and site directory): where a notebook could read the answers."""
+def _package_dirs(name: str) -> list[Path]:
+    """Every folder ``<entry>/<name>`` holding an ``__init__.py``, for each ``sys.path`` entry and site
+    directory of this Python (found without importing anything)."""
     import site
 
-    import attention_book
-
-    found = [Path(attention_book.__file__).parent]
     dirs = list(sys.path)
     with contextlib.suppress(AttributeError):
         dirs += site.getsitepackages() + [site.getusersitepackages()]
+    found = []
     for entry in dirs:
         with contextlib.suppress(OSError):
-            if entry and (Path(entry) / "attention_book" / "__init__.py").is_file():
-                found.append(Path(entry) / "attention_book")
-    return list(dict.fromkeys(found))
+            if entry and (Path(entry) / name / "__init__.py").is_file():
+                found.append(Path(entry) / name)
+    return found
+
+
+def installed_packages() -> list[Path]:
+    """Every ``attention_book`` package directory this Python can import or has installed (the grader's
+    own, and one per ``sys.path`` entry and site directory): where a notebook could read the answers."""
+    import attention_book
+
+    return list(dict.fromkeys([Path(attention_book.__file__).parent, *_package_dirs("attention_book")]))
 
 
 HIDDEN_PACKAGES = ("d2l",)  # packages of the grading Python that a notebook in the sandbox does not see
 
 
 def hidden_packages() -> list[Path]:
-    """The folders of ``HIDDEN_PACKAGES`` this Python has installed (found without importing them)."""
-    import importlib.util
-
-    found = []
-    for name in HIDDEN_PACKAGES:
-        with contextlib.suppress(ImportError, ValueError):
-            spec = importlib.util.find_spec(name)
-            found += [Path(p) for p in (spec.submodule_search_locations or []) if Path(p).is_dir()] if spec else []
-    return found
+    """Every installed copy of each of ``HIDDEN_PACKAGES`` (one per ``sys.path`` entry and site directory,
+    as for :func:`installed_packages`), found without importing them."""
+    return list(dict.fromkeys(p for name in HIDDEN_PACKAGES for p in _package_dirs(name)))
 
 
 def _kill_user(uid: int, gid: int) -> None:

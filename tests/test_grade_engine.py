@@ -511,6 +511,17 @@ def test_d2l_is_an_empty_folder_in_the_sandbox(tmp_path):
     assert run.stdout.split("\n")[:2] == ["0", "no d2l"], run.stdout + run.stderr[-1000:]
 
 
+def test_every_installed_copy_of_a_hidden_package_is_found(tmp_path, monkeypatch):
+    """A diff reviewer: find_spec named only the first d2l on sys.path, so a second copy under a bound
+    prefix (a venv with --system-site-packages, say) stayed readable in the sandbox."""
+    for where in ("a", "b"):
+        (tmp_path / where / "d2l").mkdir(parents=True)
+        (tmp_path / where / "d2l" / "__init__.py").write_text("")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "a"), str(tmp_path / "b"), *sys.path])
+    found = grade.hidden_packages()
+    assert tmp_path / "a" / "d2l" in found and tmp_path / "b" / "d2l" in found
+
+
 def test_the_run_folder_is_private(tmp_path):
     grader = grade.Grader(tmp_path, 10, 1.0, 64)
     try:
