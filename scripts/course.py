@@ -37,6 +37,10 @@ ROSTER_COLUMNS = {  # accepted header spellings (compared lower-case, spaces and
 
 
 # When a Gradescope student sees the hidden cases' results and the score they make ([gradescope] scores),
+# what a write into an input that must stay unchanged costs: "zero" (the default, as before: every case
+# where it happened fails, whatever it returned) or "case" (such a case is scored on its result on the
+# grader's own copy; the assignment's own in-place case still fails) (a fresh instructor, i11, issue 37)
+IN_PLACE_POLICIES = ("zero", "case")
 # in Gradescope's own words for a test's visibility; the first is the default
 GRADESCOPE_SCORES = ("after_due_date", "after_published", "visible")
 
@@ -55,6 +59,7 @@ class Assignment:
     weights: dict[str, float] = field(default_factory=dict)  # "visible", "hidden", or a case's label
     extra_cases: str = ""  # a Python file defining cases(name, seed) -> list[Case]
     moodle_worksheet: str = ""  # Moodle's offline grading worksheet of this assignment (Worksheet)
+    in_place: str = ""  # IN_PLACE_POLICIES, '' for the course's
 
     def weight(self, case: dict) -> float:
         """A case's weight: its label's (or the checker's name for it), else its group's (visible/hidden), else 1."""
@@ -126,9 +131,14 @@ class Course:
     worksheets: dict[str, Worksheet] = field(default_factory=dict)  # assignment -> its moodle_worksheet
     # [late] source = "moodle_worksheet": assignment -> {participant id: Last modified (submission)}
     submitted: dict[str, dict[str, dt.datetime]] = field(default_factory=dict)
+    in_place: str = IN_PLACE_POLICIES[0]  # [course] in_place; an assignment's own in_place wins
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
+
+    def in_place_policy(self, name: str) -> str:
+        """Assignment ``name``'s ``in_place`` (:data:`IN_PLACE_POLICIES`), else the course's."""
+        return self.assignment(name).in_place or self.in_place
 
     def late_days(self, name: str, submitted: dt.datetime | None, due: dt.datetime | None = None) -> int:
         """Days (or parts of a day) late after ``due`` (None: the assignment's), less the grace minutes."""
@@ -160,12 +170,13 @@ def _when(value, zone: str, where: str) -> dt.datetime:
 # "[late] per_dya") is refused rather than ignored (it left the name empty and no late penalty, unsaid)
 COURSE_KEYS: dict[str | None, tuple[str, ...]] = {
     None: ("course", "late", "roster", "gradescope", "assignments", "overrides"),
-    "course": ("name", "timezone", "secret_file"),
+    "course": ("name", "timezone", "secret_file", "in_place"),
     "late": ("per_day", "cap", "grace_minutes", "source", "times"),
     "roster": ("file",),
     "overrides": ("file",),
     "gradescope": ("scores", "torch"),
-    "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases", "moodle_worksheet"),
+    "assignments.": ("points", "title", "canvas_id", "due", "weights", "extra_cases", "moodle_worksheet",
+                     "in_place"),
 }
 
 
@@ -226,6 +237,13 @@ def load_course(path: Path | None) -> Course:
         course.times_file = str(here / late["times"])
     if top.get("secret_file"):
         course.secret_file = str(here / top["secret_file"])
+    for table, spec in [("course", top)] + [(f"assignments.{n}", a) for n, a in data.get("assignments", {}).items()]:
+        if "in_place" in spec and spec["in_place"] not in IN_PLACE_POLICIES:
+            raise CourseError(f"course file {path}: [{table}] in_place is \"zero\" (a write into the inputs fails "
+                              "every case where it happened, as by default) or \"case\" (such a case is scored on "
+                              "its result; the assignment's own in-place case still fails), not "
+                              f"{spec['in_place']!r}")
+    course.in_place = str(top.get("in_place", IN_PLACE_POLICIES[0]))
     for name, spec in data.get("assignments", {}).items():  # tables of known keys (_check_keys)
         weights = {str(k): float(v) for k, v in spec.get("weights", {}).items()}
         if any(w < 0 for w in weights.values()):
@@ -241,7 +259,7 @@ def load_course(path: Path | None) -> Course:
             canvas_id=str(spec.get("canvas_id", "")),
             due=_when(spec["due"], course.timezone, f"[assignments.{name}] due") if "due" in spec else None,
             weights=weights, extra_cases=str((here / extra).resolve()) if extra else "",
-            moodle_worksheet=str((here / sheet).resolve()) if sheet else "")
+            moodle_worksheet=str((here / sheet).resolve()) if sheet else "", in_place=str(spec.get("in_place", "")))
         if sheet:
             course.worksheets[name] = load_worksheet(Path(course.assignments[name].moodle_worksheet))
     # the Moodle route's default, where lateness is used: the worksheet has the times (a diff reviewer, issue 37:

@@ -1774,9 +1774,16 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         written = [c for c in failed if c["why"].startswith(IN_PLACE)]
         if written and len(written) == len(failed) and hidden_details and not sealed and len(failed) >= 2:
             right = [c for c in written if c.get("result_right") is not None]
-            lines += [f"**Your function changed its input in place in {'all ' * (len(written) == r['total'])}"
-                      f"{len(written)} cases, so {'its' if len(written) == r['total'] else 'their'} results were "
-                      "not judged; fix that first:**", "", fenced(common or written[0]["why"]), ""]
+            if r.get("in_place_scored"):  # [course] in_place = "case": each was scored on its result (i11)
+                lines += [f"**Your function changed its input in place in {len(written)} failed cases; this "
+                          "course scores such a case on its result on the grader's own copy of the inputs (these "
+                          "were wrong), and its case about writing in place fails; fix the write first:**", "",
+                          fenced(common or written[0]["why"]), ""]
+                right = []
+            else:
+                lines += [f"**Your function changed its input in place in {'all ' * (len(written) == r['total'])}"
+                          f"{len(written)} cases, so {'its' if len(written) == r['total'] else 'their'} results "
+                          "were not judged; fix that first:**", "", fenced(common or written[0]["why"]), ""]
             if right:
                 lines += [f"Apart from that, its results were right in {sum(c['result_right'] for c in right)} "
                           f"of {len(right)} cases (not scored).", ""]
@@ -2006,16 +2013,32 @@ def idle_weights(course, seed: int | None) -> list[str]:
             for name, spec in sorted(course.assignments.items()) if "visible" in spec.weights]
 
 
+# each assignment's own case about writing in place, by label: it fails a write under either in_place policy
+# (chapter 9's checks the tokens in its own check, so a write fails it whatever the policy)
+IN_PLACE_CASES = {"masked_softmax": "the scores are not modified in place"}
+
+
 def score_row(row: dict, course, submitted) -> dict:
     """Points from the passed cases' weights, the assignment's points and the late policy, then the
     instructor's override for this student and assignment, if any ([overrides]: at every run and regrade,
-    so a grade changed on appeal is never lost)."""
+    so a grade changed on appeal is never lost). The course's ``in_place`` policy is applied here, from the
+    judged cases, so that a resume or regrade applies the policy of the course file it runs with: under
+    "case" a case that failed only for a write into its inputs (:data:`IN_PLACE`) passes when its result on
+    the grader's own copy was right, except the assignment's own in-place case (:data:`IN_PLACE_CASES`)."""
     spec = course.assignment(row["assignment"])
     row["max_points"] = spec.points
     override = course.overrides.get((unicodedata.normalize("NFC", row.get("key", "")), row["assignment"]))
     row.pop("override", None)
+    forgive = course.in_place_policy(row["assignment"]) == "case"
     for c in row.get("cases", []):
         c["weight"] = spec.weight(c)
+        if str(c.get("why", "")).startswith(IN_PLACE) and c.get("result_right") is not None:  # judged unscored
+            c["passed"] = bool(forgive and c["result_right"] and c.get("label") != IN_PLACE_CASES.get(
+                row["assignment"]))
+            row["in_place_scored"] = forgive
+    if row.get("cases") and row["status"] not in ("not submitted", "misnamed file", "refused", "grader error",
+                                                  "flagged"):
+        row["passed"] = sum(bool(c["passed"]) for c in row["cases"])
     if row["status"] in ("not submitted", "misnamed file", "refused", "grader error", "flagged"):
         row.update(score=0.0, points=None, late_days=0, penalty=0.0)
     else:
@@ -2143,6 +2166,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
     keys = sorted({s.key for s in found} | (set(roster or {}) - set(by_roster.values())) | {k for k, _ in misnamed})
+    keys = sorted(set(keys) | worksheet_participants(course, keys))
     refused = identity_problems(keys)
     names = dict(names or {})  # a Moodle folder's Full name from its worksheet row, where no roster names it
     for sheet in course.worksheets.values():
@@ -2291,6 +2315,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     no_time = []
     for r in rows:
         r.setdefault("seconds", 0.0)
+        sheet, pid = course.worksheets.get(r["assignment"]), MOODLE_FOLDER.match(r["key"])
+        if sheet is not None and pid and pid.group("pid") not in sheet.ids:
+            r["not_in_worksheet"] = sheet.path  # no Moodle participant to take its grade or feedback (i11)
         r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
         when = submitted_at(r)
@@ -2572,6 +2599,10 @@ def lms_feedback(rows: list[dict], students: list[dict], course, submissions: Pa
     for r in rows:
         if r["status"] in ("not submitted", "refused") or r["key"] not in who:
             continue
+        if r.get("not_in_worksheet"):  # Moodle would reject or misfile it (a fresh instructor, i11)
+            refused.append((FEEDBACK_ZIPS[1], r["key"], f"not in the worksheet {r['not_in_worksheet']}, so no "
+                                                        "participant of this Moodle assignment"))
+            continue
         rel = _submitted_rel(r, submissions)
         if rel is None:  # never silently without feedback: said, with where the feedback is
             if MOODLE_FOLDER.match(r["key"]) or lms_uid(r["key"]):
@@ -2641,7 +2672,9 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                          if r.get("files") else "")
                       + ("; Canvas marked it late (no times file)"
                          if r.get("canvas_late") else "")
-                      + (f"; {r['override']}" if r.get("override") else "")]
+                      + (f"; {r['override']}" if r.get("override") else "")
+                      + ("; not in the Moodle worksheet: left out of its upload and of moodle_feedback.zip"
+                         if r.get("not_in_worksheet") else "")]
         book_rows.append(cells)
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:
@@ -2702,6 +2735,25 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         print(line)
         print(f"WARNING: {line}", file=sys.stderr)
     return moodle_worksheets(rows, course, out_dir, partial)
+
+
+def worksheet_participants(course, keys) -> set[str]:
+    """Without a roster, where every student is a folder of Moodle's download: a key for each participant of
+    the course's grading worksheets who has no folder (``<Full name>_<participant id>_assignsubmission_file``,
+    as Moodle names it), so that gradebook.csv is the class list and they read 'not submitted', as a roster
+    student without a file does (a fresh instructor, i11). Their worksheet rows stay as downloaded."""
+    if course.roster is not None or not keys or not all(MOODLE_FOLDER.match(k) for k in keys):
+        return set()
+    have = {MOODLE_FOLDER.match(k).group("pid") for k in keys}
+    added = set()
+    for sheet in course.worksheets.values():
+        col = sheet.column("Full name")
+        for pid, i in sheet.ids.items():
+            if pid not in have:
+                name = re.sub(r"[_/\s]+", " ", sheet.rows[i][col] if col >= 0 else "").strip() or "Participant"
+                added.add(f"{name}_{pid}_assignsubmission_file")
+                have.add(pid)
+    return added
 
 
 def moodle_folders_only(course, students: list[dict]) -> bool:
