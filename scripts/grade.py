@@ -43,6 +43,7 @@ import argparse
 import ast
 import contextlib
 import csv
+import datetime as dt
 import errno
 import fcntl
 import functools
@@ -67,6 +68,7 @@ import unicodedata
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 
 def _missing_module() -> ModuleNotFoundError | None:
@@ -1349,13 +1351,19 @@ def near_reference(name: str, references) -> str | None:
     return next((ref for ref in references if _loose(ref) == _loose(name)), None)
 
 
-def find_submissions(submissions: Path, references, misnamed: dict | None = None) -> tuple[list[Submission], list]:
+def find_submissions(submissions: Path, references, misnamed: dict | None = None,
+                     strays: dict | None = None) -> tuple[list[Submission], list]:
     """``([Submission], [(path, why ignored)])``: ``SUBMISSIONS/<student>/<notebook>`` or, at the top
     level, files named by an LMS's bulk download (``login_123_456_<notebook>``); a notebook's common
     renamings are matched (:func:`match_reference`). When one student handed in several versions of
     one notebook, the latest resubmission is graded and the others listed as ignored. A file in a
     student's folder whose name matches a reference only loosely (:func:`_loose`) is not graded; it is
-    put in ``misnamed`` as ``{(student, reference): relative path}``, so the student's row says so."""
+    put in ``misnamed`` as ``{(student, reference): relative path}``, so the student's row says so. A
+    notebook whose name is no reference's at all, in a student's folder or at the top level under an LMS
+    name, is put in ``strays`` as ``{student: [relative path, ...]}`` when it is given (the caller, which
+    knows the course's assignments, decides which notebook it stands for: :func:`place_strays`), else
+    listed as ignored."""
+    stray: dict[str, list[str]] = {}
     found: dict[tuple[str, str], list[tuple[int, Submission]]] = {}
     near: dict[tuple[str, str], list[tuple[str, int]]] = {}  # every loosely named file: (rel, LMS id)
     # a student's notebook-like file deeper in their folder or hidden: listed in their feedback, never graded
@@ -1410,6 +1418,13 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                 near.setdefault((f"{lms.group('login')}_{lms.group('uid')}", inner[0]), []).append(
                     (str(rel), int(lms.group("sub"))))
                 continue
+            if lms and match is None and strays is not None and rel.name.casefold().endswith(".ipynb"):
+                stray.setdefault(f"{lms.group('login')}_{lms.group('uid')}", []).append(str(rel))
+                continue
+            if lms and match is None:  # an LMS name (a student's file), but no notebook of an assignment
+                ignored.append((rel, f"handed in by {lms.group('login')}_{lms.group('uid')} (its LMS name), but "
+                                     "not a notebook of any assignment"))
+                continue
             if match is None or not match[2]:
                 ignored.append((rel, "at the top level without an LMS name (login_123_456_<notebook>); put it in "
                                      "SUBMISSIONS/<student>/"))
@@ -1423,6 +1438,9 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
             loose = near_reference(rel.parts[-1], references) if match is None else None
             if loose is not None:
                 near.setdefault((rel.parts[0], loose), []).append((str(rel), 0))
+                continue
+            if match is None and strays is not None and rel.name.casefold().endswith(".ipynb"):
+                stray.setdefault(rel.parts[0], []).append(str(rel))
                 continue
             if match is None:
                 ignored.append((rel, "no reference notebook of this name (or a known renaming of one) has an "
@@ -1449,6 +1467,8 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     for (key, ref), files in near.items():
         near_merged.setdefault((same(key), ref), []).extend(files)
     near = near_merged
+    for key, files in stray.items():
+        strays.setdefault(same(key), []).extend(files)
     graded = []
     for (key, ref), versions in sorted(found.items()):
         # an LMS submission id decides first (Canvas: the highest is the latest, whatever the file's "-N"), then
@@ -1489,6 +1509,33 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
                           if (match_reference(Path(rel).name, references) or (None,))[0] == chosen.reference
                           or near_reference(Path(rel).name, references) == chosen.reference]
     return graded, sorted(ignored, key=lambda x: str(x[0]))
+
+
+def place_strays(strays: dict[str, list[str]], found: list[Submission], misnamed: dict, references) -> list:
+    """Each student's notebooks whose names are no assignment's (``strays``, from :func:`find_submissions`),
+    placed: where exactly one notebook of this run (``references``, the course's; those someone handed in,
+    else all) is missing for that student, the files stand for it and go in ``misnamed``, so the student
+    gets a 'misnamed file' row and feedback naming the notebook to hand in (a fresh instructor, i11:
+    ``my homework (1).ipynb`` alone in a Moodle folder, and a Canvas file with the student's LMS prefix,
+    were reported 'not submitted', without feedback). Otherwise they stay ungraded and are listed, with
+    why. Returns the ``ignored`` entries."""
+    present = {s.reference for s in found} | {ref for _, ref in misnamed}
+    pool = sorted(ref for ref in (present or set(references)) if ref in references)
+    ignored = []
+    for key, files in sorted(strays.items()):
+        taken = {s.reference for s in found if s.key == key} | {ref for who, ref in misnamed if who == key}
+        missing = [ref for ref in pool if ref not in taken]
+        if len(missing) == 1:
+            misnamed[(key, missing[0])] = sorted(files)[0]
+            why = (f"misnamed: not graded; no assignment has this name, and {missing[0]} (the name to hand it "
+                   "in under) is the notebook of this run the student did not hand in")
+        elif missing:
+            why = ("not graded: no assignment has this name, and it could stand for any of "
+                   f"{', '.join(missing)} (the student handed in none of them)")
+        else:
+            why = "not graded: no assignment has this name (the student's notebooks of this run are graded)"
+        ignored += [(Path(rel), why) for rel in files]
+    return ignored
 
 
 def _plain_in_folder(sub: Submission, references) -> bool:
@@ -1682,6 +1729,11 @@ def clean_block(text: str) -> str:
 SHOWN = {"after_due_date": "after the due date", "after_published": "when your instructor publishes the grades"}
 
 
+def late_lines(r: dict) -> list[str]:
+    """The times a late row's penalty rests on (:func:`late_basis`), for its feedback."""
+    return [fenced(r["late_basis"]), ""] if r.get("late_basis") else []
+
+
 def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = True, sealed: str = "",
                       course: Course | None = None) -> str:
     """A student's feedback: per assignment the points, the status in words, and each failed case (a
@@ -1725,7 +1777,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                       "run does can depend on the hidden cases it drew.", ""]
             if r.get("late_days"):
                 lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points "
-                          "taken.", ""]
+                          "taken.", ""] + late_lines(r)
             lines += other_files(r)
             step = next_step(r, sealed=True)
             lines += what_to_do(step)
@@ -1743,7 +1795,8 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
         if r.get("late_days"):
-            lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.", ""]
+            lines += [f"Handed in {r['late_days']} day(s) late: {100 * r['penalty']:g} % of the points taken.",
+                      ""] + late_lines(r)
         if r.get("override"):  # the instructor's decision (an appeal, an extension): the points above are it
             lines += ["Your instructor changed this grade:", "", fenced(r["override"].removeprefix("override: ")),
                       ""]
@@ -1999,7 +2052,10 @@ def check_weight_keys(course) -> None:
         unknown = sorted(set(spec.weights) - known)
         if unknown:
             raise CourseError(f"[assignments.{name}] weights: unknown keys {unknown}; known keys: "
-                              + ", ".join(repr(k) for k in sorted(known)))
+                              + ", ".join(repr(k) for k in sorted(known))
+                              + ("" if spec.extra_cases else " (a label of cases you wrote yourself counts only "
+                                 "with the file that adds them: extra_cases = \"...\" in the same table, as in "
+                                 "course.example.toml)"))
 
 
 def idle_weights(course, seed: int | None) -> list[str]:
@@ -2016,6 +2072,20 @@ def idle_weights(course, seed: int | None) -> list[str]:
 # each assignment's own case about writing in place, by label: it fails a write under either in_place policy
 # (chapter 9's checks the tokens in its own check, so a write fails it whatever the policy)
 IN_PLACE_CASES = {"masked_softmax": "the scores are not modified in place"}
+
+
+def late_basis(course, submitted, due, extended: bool = False, excused: bool = False) -> str:
+    """The times and the policy a late penalty rests on, in the course's timezone, in words: "handed in
+    2027-05-02 09:30, due 2027-04-30 23:59 (Europe/Berlin), 15 minutes' grace; 10 % per day or part of
+    a day, at most 50 %"."""
+    zone = ZoneInfo(course.timezone) if course.timezone else dt.timezone.utc
+    at = lambda when: when.astimezone(zone).strftime("%Y-%m-%d %H:%M")  # noqa: E731
+    grace = f", {course.grace_minutes:g} minutes' grace" if course.grace_minutes else ""
+    policy = ("your instructor excused the lateness" if excused else
+              f"{100 * course.per_day:g} % per day or part of a day" + (
+                  f", at most {100 * course.cap:g} %" if course.cap < 1 else ""))
+    return (f"handed in {at(submitted)}, due {at(due)}{' (your extended date)' if extended else ''} "
+            f"({course.timezone or 'UTC'}){grace}; {policy}")
 
 
 def score_row(row: dict, course, submitted) -> dict:
@@ -2048,6 +2118,11 @@ def score_row(row: dict, course, submitted) -> dict:
         penalty = 0.0 if override and override.excuse_late else course.penalty(days)
         row.update(score=round(score, 4), late_days=days, penalty=penalty,
                    points=round(spec.points * score * (1 - penalty), 2))
+        row.pop("late_basis", None)
+        if days:  # the times the penalty rests on, for the student's feedback (a fresh instructor, i11)
+            row["late_basis"] = late_basis(course, submitted, override.due if override and override.due else spec.due,
+                                           extended=bool(override and override.due),
+                                           excused=bool(override and override.excuse_late))
     if override is not None:
         computed = row["points"]
         if override.points is not None:
@@ -2150,7 +2225,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     key_id = secret_id(key)
     references = reference_assignments(reference)
     misnamed: dict[tuple[str, str], str] = {}
-    found, ignored = find_submissions(submissions, references, misnamed)
+    strays: dict[str, list[str]] = {}
+    found, ignored = find_submissions(submissions, references, misnamed, strays)
     if course.assignments:  # a course file: only its assignments are graded and exported (issue 37)
         outside = {nb for nb, names in references.items() if not set(names) & set(course.assignments)}
         for sub in [s for s in found if s.reference in outside]:
@@ -2162,6 +2238,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         ignored.sort(key=lambda x: str(x[0]))
         references = {nb: [n for n in names if n in course.assignments] for nb, names in references.items()
                       if nb not in outside}
+    ignored = sorted(ignored + place_strays(strays, found, misnamed, references), key=lambda x: str(x[0]))
     roster = course.roster
     lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
@@ -2303,10 +2380,17 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     # a times-file line that matches no student of this run changes nobody: said, with the near name (as the
     # overrides file does; a fresh instructor, i10, wrote 'Ivo Late' for 'Ivo Late_1000009_assignsubmission_file')
     known = {unicodedata.normalize("NFC", k) for k in keys}
+    by_id = {str(info.id).strip(): folder for folder, info in (roster or {}).items() if str(info.id).strip()}
     for who, what in sorted(times):
         if who not in known:
+            # a right key (smithjohn_103) whose student has no graded file in this run: no other name to suggest
+            # (a fresh instructor, i11: 'did you mean kochbea?', the roster's folder, for a file the run ignored)
+            uid = re.fullmatch(r".+_(\d+)", who)
+            hint = (f" (user id {uid.group(1)} is the roster's {by_id[uid.group(1)]!r}, who has no graded notebook "
+                    "in this run: see ignored.csv for a file of theirs)" if uid and uid.group(1) in by_id
+                    else course_mod._near(who, known, cutoff=0.5))
             line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
-                    + course_mod._near(who, known, cutoff=0.5) + ": the student column is the "
+                    + hint + ": the student column is the "
                     "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "
                     "the file's name key and user id (smithjohn_103)")
             print(line)

@@ -829,6 +829,30 @@ RAISED_CAUSES = [
     (re.compile(r"cannot be converted to type \S*(Half|BFloat16)\S* without overflow"),
      ("a constant too large for the half-precision dtype (float16 holds magnitudes up to 65504), such as a "
       "fill of -1e9: fill with torch.finfo(scores.dtype).min or float('-inf') instead")),
+    # torch's own messages for the shape and type mistakes students make, said without their sizes (a hidden
+    # case's shapes stay hidden); a fresh instructor (i11) read "your function raised RuntimeError" and no more
+    (re.compile(r"shapes cannot be multiplied|Expected size for first two dimensions of batch2|"
+                r"size mismatch, got input"),
+     ("a matrix product whose inner sizes do not fit: check which dimensions your @, matmul or bmm "
+      "multiplies (transpose the keys?)")),
+    (re.compile(r"The size of tensor a \(\d+\) must match the size of tensor b|"
+                r"shape mismatch: value tensor of shape|operands could not be broadcast"),
+     ("two tensors whose shapes do not broadcast: check the shapes you combine (a missing None/unsqueeze, "
+      "or a length taken from the wrong dimension)")),
+    (re.compile(r"shape '\[[^\]]*\]' is invalid for input of size"),
+     "a reshape or view to a shape that does not hold the tensor's number of elements"),
+    (re.compile(r"view size is not compatible with input tensor's size and stride"),
+     "view() on a tensor that is not contiguous (after a transpose or permute): use reshape()"),
+    (re.compile(r"Dimension out of range"),
+     "a dim= past the tensor's number of dimensions (the hidden cases may have other shapes than yours)"),
+    (re.compile(r"index -?\d+ is out of bounds|index out of range|list index out of range"),
+     "an index past the end of a tensor or list (the hidden cases may be longer or shorter than yours)"),
+    (re.compile(r"expected scalar type|expected (m1|mat1) and (m2|mat2) to have the same dtype|"
+                r"must have the same dtype|Found dtype \w+ but expected"),
+     "tensors of two dtypes combined (float16 or float64 inputs?): make them one, e.g. .to(scores.dtype)"),
+    (re.compile(r"Boolean value of Tensor with more than one value is ambiguous|"
+                r"only one element tensors can be converted to Python scalars"),
+     "a tensor of several values used as one number or one True/False (an if or float() on a tensor)"),
 ]
 
 

@@ -1,0 +1,188 @@
+"""A fresh instructor's findings (issue 37, i11: 1-6): renamed files, a times-file hint, raised errors, late
+times, a weight of the example course file.
+
+1, 2. Canvas's ``renamegus_107_507_my_homework.ipynb`` (the student's LMS prefix, any notebook name) was
+ignored as "at the top level without an LMS name", and Moodle's ``Gus Rename_1000007_assignsubmission_file/my
+homework (1).ipynb`` as "no reference notebook of this name": the student read 'not submitted', with no
+feedback. Now, where one notebook of the run is missing for that student, the file stands for it: a 'misnamed
+file' row, and feedback naming the notebook to hand in. Beside a file of the right name, a stray notebook
+changes nothing.
+3. A times-file key that is right, for a student the run found no notebook of, got "did you mean" a roster
+folder. 4. A hidden case that raised said only the exception's type. 5. Late feedback did not say the times.
+6. A weight naming an extra case's label, without the extra_cases file, is refused with the reason.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import grade  # noqa: E402
+from test_grade import SCAFFOLD, notebook  # noqa: E402
+from test_grade_engine import _graded_with_roster  # noqa: E402
+from test_grade_moodle_i10 import LATE, _download, _folder, _grade, _moodle_class  # noqa: E402
+
+CH03 = {"ch03_exercises.ipynb": ["masked_softmax"]}
+
+
+def _handed(where: Path, *rels: str) -> Path:
+    for rel in rels:
+        (where / rel).parent.mkdir(parents=True, exist_ok=True)
+        (where / rel).write_text("{}")
+    return where
+
+
+def test_find_submissions_hands_strays_to_the_caller(tmp_path):
+    subs = _handed(tmp_path, "gus_107_507_my_homework.ipynb", "ann/my homework (1).ipynb", "ann/notes.pdf",
+                   "bob/ch03_exercises.ipynb", "bob/scratch.ipynb", "zed_9_1_report.pdf")
+    misnamed, strays = {}, {}
+    found, ignored = grade.find_submissions(subs, CH03, misnamed, strays)
+    assert [s.key for s in found] == ["bob"] and not misnamed
+    assert strays == {"gus_107": ["gus_107_507_my_homework.ipynb"], "ann": ["ann/my homework (1).ipynb"],
+                      "bob": ["bob/scratch.ipynb"]}, strays
+    why = {str(rel): w for rel, w in ignored}
+    # a Canvas name that is no notebook is the student's file, not a file "without an LMS name"
+    assert why["zed_9_1_report.pdf"] == "handed in by zed_9 (its LMS name), but not a notebook of any assignment"
+    assert "no reference notebook" in why["ann/notes.pdf"]
+
+
+def test_without_strays_the_old_listing_stays_and_the_message_is_right(tmp_path):
+    subs = _handed(tmp_path, "gus_107_507_my_homework.ipynb")
+    found, ignored = grade.find_submissions(subs, CH03, {})
+    assert not found and ignored == [(Path("gus_107_507_my_homework.ipynb"), "handed in by gus_107 (its LMS "
+                                      "name), but not a notebook of any assignment")], ignored
+
+
+def test_place_strays_one_missing_notebook_several_or_none():
+    found = [grade.Submission("bob", Path("b"), "ch03_exercises.ipynb", "bob/ch03_exercises.ipynb", "", 0)]
+    refs = {"ch03_exercises.ipynb": ["masked_softmax"], "ch04_exercises.ipynb": ["masked_cross_entropy", "bleu"]}
+    misnamed = {}
+    strays = {"ann": ["ann/b.ipynb", "ann/a.ipynb"], "bob": ["bob/scratch.ipynb"]}
+    ignored = dict(grade.place_strays(strays, found, misnamed, refs))
+    # only ch03 was handed in this run (a download of one assignment): ann's files stand for it
+    assert misnamed == {("ann", "ch03_exercises.ipynb"): "ann/a.ipynb"}, misnamed
+    assert "ch03_exercises.ipynb (the name to hand it in under)" in ignored[Path("ann/b.ipynb")]
+    assert ignored[Path("bob/scratch.ipynb")].startswith("not graded: no assignment has this name (the student's")
+    # nobody handed in a right name and two notebooks are graded: no guess, both named
+    misnamed = {}
+    ignored = dict(grade.place_strays({"ann": ["ann/a.ipynb"]}, [], misnamed, refs))
+    assert not misnamed and "any of ch03_exercises.ipynb, ch04_exercises.ipynb" in ignored[Path("ann/a.ipynb")]
+
+
+def test_a_canvas_file_with_the_students_prefix_is_their_misnamed_row(tmp_path):
+    rows, out = _graded_with_roster(tmp_path, ["renamegus_107_507_my_homework.ipynb"], "Gus Rename,107,S107,grename,A")
+    (row,) = rows
+    assert row["key"] == "renamegus_107" and row["status"] == "misnamed file", row
+    assert "'my_homework.ipynb'" in row["reason"] and "ch03_exercises.ipynb" in row["reason"], row
+    (feedback,) = (out.parent / "feedback").iterdir()
+    text = feedback.read_text()
+    assert "my_homework.ipynb" in text and "rename your file to ch03_exercises.ipynb" in text.lower(), text
+    canvas = list(csv.DictReader((out.parent / "canvas.csv").open(encoding="utf-8")))
+    assert [r["SIS Login ID"] for r in canvas if r.get("SIS Login ID")] == ["grename"], canvas
+    entries = zipfile.ZipFile(out.parent / "canvas_feedback.zip").namelist()
+    assert len(entries) == 1 and "107" in entries[0], entries
+    ignored = (out.parent / "ignored.csv").read_text()
+    assert "without an LMS name" not in ignored and "the name to hand it in under" in ignored, ignored
+
+
+def test_a_moodle_folder_with_another_notebook_name_is_a_misnamed_row(tmp_path, monkeypatch):
+    ref, course_file = _moodle_class(tmp_path, monkeypatch)
+    subs = _download(tmp_path / "dl", "4411")
+    (subs / _folder("4412")).mkdir()
+    (subs / _folder("4412") / "my homework (1).ipynb").write_text("{}")
+    (subs / _folder("4411") / "scratch.ipynb").write_text("{}")  # beside the right name: changes nothing
+    out = _grade(tmp_path, subs, ref, course_file)
+    book = {r["Student"]: r for r in csv.DictReader((out / "gradebook.csv").open(encoding="utf-8"))}
+    assert book[_folder("4412")]["ch03 masked_softmax status"] == "misnamed file", book
+    assert book[_folder("4411")]["ch03 masked_softmax status"] == "graded", book
+    names = zipfile.ZipFile(out / "moodle_feedback.zip").namelist()
+    assert f"{_folder('4412')}/feedback.html" in names, names
+    page = zipfile.ZipFile(out / "moodle_feedback.zip").read(f"{_folder('4412')}/feedback.html").decode()
+    assert "my homework (1).ipynb" in page and "ch03_exercises.ipynb" in page, page
+    # not graded, as a loosely named file: the worksheet keeps the row as downloaded (the guide's "blank")
+    sheet = {r["Identifier"]: r for r in csv.DictReader((out / "moodle_worksheet_masked_softmax.csv").open())}
+    assert sheet["Participant 4412"]["Grade"] == "", sheet
+
+
+def test_a_real_run_grades_nothing_for_a_stray_beside_the_right_name(tmp_path):
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    _handed(subs, "hal/homework.ipynb")
+    rows = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40)
+    (row,) = rows
+    assert row["status"] == "misnamed file" and "'homework.ipynb'" in row["reason"], row
+
+
+def test_a_times_line_for_a_student_with_no_graded_file_names_the_roster_row(tmp_path, capsys):
+    """i11: ``kochbea_102`` in the times file (the documented key) got "did you mean 'kochbea'?", the roster's
+    folder, when the run ignored Bea's file; the key was right, so the warning says whose it is instead."""
+    subs, reference = _handed(tmp_path / "subs", "kochbea_102_502_ch03.pdf"), tmp_path / "ref"
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (tmp_path / "roster.csv").write_text("folder,name,id,login\nkochbea,Bea Koch,102,bkoch\n")
+    (tmp_path / "times.csv").write_text("student,notebook,submitted_at\n"
+                                        "kochbea_102,ch03_exercises.ipynb,2027-05-02T09:30:00+02:00\n")
+    (tmp_path / "c.toml").write_text('[late]\nper_day = 0.1\nsource = "csv"\ntimes = "times.csv"\n'
+                                     '[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'due = 2027-04-30T23:59:00\n')
+    grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
+                course_file=tmp_path / "c.toml")
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("WARNING: times file")]
+    assert "user id 102 is the roster's 'kochbea', who has no graded notebook" in line, line
+    assert "did you mean" not in line
+
+
+def test_a_hidden_case_that_raised_a_shape_error_names_the_cause_without_sizes():
+    """i11: "your function raised RuntimeError" and nothing more, for ``scores @ torch.ones(3, 7)``. Torch's
+    shape and type errors get a cause in words; the sizes in torch's message never reach the feedback."""
+    import torch
+
+    from attention_book.assignments.grading import raised_cause
+    tries = [lambda: torch.ones(2, 5) @ torch.ones(3, 7), lambda: torch.ones(2, 5) + torch.ones(3),
+             lambda: torch.ones(6).view(4, 4), lambda: torch.ones(2, 3).t().view(6),
+             lambda: torch.ones(2).sum(dim=3), lambda: torch.ones(2)[5],
+             lambda: torch.ones(2, 2) @ torch.ones(2, 2, dtype=torch.float64),
+             lambda: bool(torch.ones(2))]
+    for make in tries:
+        try:
+            make()
+        except Exception as err:  # noqa: BLE001 (torch raises several kinds)
+            text = f"{type(err).__name__}: {err}"
+            cause = raised_cause(text)
+            assert cause, text
+            assert not any(ch.isdigit() for ch in cause.replace("float16", "").replace("float64", "")), cause
+        else:
+            raise AssertionError("no error raised")
+
+
+def test_late_feedback_shows_the_times_and_the_policy(tmp_path, monkeypatch):
+    """i11: "Handed in 2 day(s) late: 20 % of the points taken" without the times it rests on. The feedback
+    now says when it came, when it was due (in the course's timezone), the grace and the policy."""
+    ref, course_file = _moodle_class(tmp_path, monkeypatch, course_extra=LATE, due="2027-04-30T23:59:00",
+                                     when={"4412": "Monday, 3 May 2027, 2:00 AM"})
+    out = _grade(tmp_path, _download(tmp_path / "dl", "4411", "4412"), ref, course_file)
+    late = next(f for f in (out / "feedback").iterdir() if "4412" in f.name).read_text()
+    assert "handed in 2027-05-03 02:00, due 2027-04-30 23:59 (Europe/Berlin)" in late, late
+    assert "% per day or part of a day" in late, late
+    on_time = next(f for f in (out / "feedback").iterdir() if "4411" in f.name).read_text()
+    assert "handed in 20" not in on_time and "late" not in on_time.lower(), on_time
+
+
+def test_a_weight_for_an_extra_case_without_its_file_is_refused_with_the_reason(tmp_path):
+    (tmp_path / "c.toml").write_text('[assignments.masked_softmax]\n'
+                                     'weights = { "large scores and a short window" = 2 }\n')
+    course = grade.load_course(tmp_path / "c.toml")
+    try:
+        grade.check_weight_keys(course)
+    except grade.CourseError as err:
+        assert "only with the file that adds them: extra_cases" in str(err), err
+    else:
+        raise AssertionError("a weight matching no case was accepted")
