@@ -270,12 +270,6 @@ def load_course(path: Path | None) -> Course:
     if course.late_source == "moodle_worksheet" and not course.worksheets:
         raise CourseError(f"course file {path}: [late] source = \"moodle_worksheet\" reads each assignment's "
                           "moodle_worksheet, and no assignment names one")
-    ids: dict[str, str] = {}  # one Canvas column per assignment: a second "(4720)" column took no grade
-    for name, spec in course.assignments.items():
-        if spec.canvas_id and spec.canvas_id in ids:
-            raise CourseError(f"course file {path}: [assignments.{ids[spec.canvas_id]}] and [assignments.{name}] "
-                              f"have the same canvas_id {spec.canvas_id}: give each its own Canvas assignment")
-        ids.setdefault(spec.canvas_id, name)
     sheets: dict[str, str] = {}  # one worksheet per assignment: Moodle's assignment takes one grade per student
     for name, spec in course.assignments.items():
         if spec.moodle_worksheet and spec.moodle_worksheet in sheets:

@@ -47,10 +47,12 @@ def _points_by_student(rows: list[dict]) -> dict[tuple[str, str], dict]:
 def canvas_csv(rows: list[dict], students: list[dict], course, columns: list[tuple[str, str]]) -> str:
     """Canvas's gradebook import: ``Student, ID, SIS User ID, SIS Login ID, Section`` then one column
     per assignment, ``<title> (<Canvas assignment id>)``; no total column (Canvas would make it an
-    assignment); a missing or unscored submission blank."""
+    assignment); a missing or unscored submission blank. Assignments that share a ``canvas_id`` (chapter
+    4's two, graded from one notebook, in one Canvas assignment) share one column: the sum of their
+    points, blank only where none of them was scored."""
     return _gradebook(rows, students, course, columns,
                       {"Student": "name", "ID": "id", "SIS User ID": "sis_user_id", "SIS Login ID": "login",
-                       "Section": "section"})
+                       "Section": "section"}, by_canvas_id=True)
 
 
 def moodle_csv(rows: list[dict], students: list[dict], course, columns: list[tuple[str, str]]) -> str:
@@ -61,19 +63,38 @@ def moodle_csv(rows: list[dict], students: list[dict], course, columns: list[tup
                        "ID number": "sis_user_id"})
 
 
+def _columns(course, columns: list[tuple[str, str]], by_canvas_id: bool) -> list[tuple[str, list[str]]]:
+    """``[(header, [assignment, ...])]``: a column per assignment, or with ``by_canvas_id`` one per Canvas
+    assignment id, shared by the assignments that name it (in ``columns``' order; titles joined by " + ")."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for ch, a in columns:
+        cid = course.assignment(a).canvas_id if by_canvas_id else ""
+        groups.setdefault(cid or f"\0{ch}\0{a}", []).append((ch, a))
+    out = []
+    for cid, parts in groups.items():
+        if len(parts) == 1:
+            out.append((column_title(course, *parts[0]), [parts[0][1]]))
+        else:
+            titles = " + ".join(course.assignment(a).title or f"{ch} {a}" for ch, a in parts)
+            out.append((f"{titles} ({cid})", [a for _, a in parts]))
+    return out
+
+
 def _gradebook(rows: list[dict], students: list[dict], course, columns: list[tuple[str, str]],
-               identity: dict[str, str]) -> str:
+               identity: dict[str, str], by_canvas_id: bool = False) -> str:
     """One row per student: the ``identity`` columns (header -> student field), then each
-    assignment's points, blank where nothing was scored."""
+    assignment's points (or, ``by_canvas_id``, each Canvas assignment's: :func:`_columns`), blank where
+    nothing was scored."""
     by = _points_by_student(rows)
+    groups = _columns(course, columns, by_canvas_id)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(list(identity) + [column_title(course, ch, a) for ch, a in columns])
+    writer.writerow(list(identity) + [header for header, _ in groups])
     for s in students:
         cells = []
-        for _, a in columns:
-            r = by.get((s["student"], a))
-            cells.append(r["points"] if r is not None and r["status"] in GRADED else "")
+        for _, names in groups:
+            scored = [r for a in names if (r := by.get((s["student"], a))) is not None and r["status"] in GRADED]
+            cells.append(round(sum(r["points"] for r in scored), 2) if scored else "")
         writer.writerow([_safe(s[field]) for field in identity.values()] + cells)
     return out.getvalue()
 

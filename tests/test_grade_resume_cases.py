@@ -16,7 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
-import course as course_module
 import grade
 from test_grade import SCAFFOLD, notebook
 from test_grade_engine import FakeGrader, fake_grading
@@ -70,13 +69,3 @@ def test_a_folder_graded_before_the_record_is_checked_by_its_case_counts(tmp_pat
     journal.write_text("".join(json.dumps(dict(r, total=r["total"] - 1)) + "\n" for r in rows))
     with pytest.raises(grade.GradeError, match="the cases of masked_softmax changed"):
         grade.grade(*args, **kw, resume=True)
-
-
-def test_one_canvas_id_for_two_assignments_is_refused_naming_both(tmp_path):
-    (tmp_path / "c.toml").write_text('[assignments.masked_cross_entropy]\ncanvas_id = "4720"\n'
-                                     '[assignments.bleu]\ncanvas_id = "4720"\n'
-                                     '[assignments.masked_softmax]\n')
-    with pytest.raises(course_module.CourseError,
-                       match=r"\[assignments.masked_cross_entropy\] and \[assignments.bleu\] have the same "
-                             "canvas_id 4720"):
-        course_module.load_course(tmp_path / "c.toml")
