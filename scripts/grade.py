@@ -2088,6 +2088,39 @@ def late_basis(course, submitted, due, extended: bool = False, excused: bool = F
             f"({course.timezone or 'UTC'}){grace}; {policy}")
 
 
+# What a notebook has no business using, which gets past the blocks that hold only while the grader calls the
+# student's function (a fresh attacker, r3, 4/10: a thread or a subprocess doing the forbidden call, stepping
+# out of the dispatcher's mode, or one assignment to the grading module's state each scored full marks). Those
+# blocks live in the student's own process, so the grader cannot make them hold; it flags the notebook for
+# the instructor to read (gradebook status "REVIEW: ...", and the run's summary), and leaves the score alone.
+REVIEW_CODE = re.compile(r"\b(threading|_thread|subprocess|multiprocessing|concurrent\.futures|os\.fork|os\.system|"
+                         r"os\.popen|os\.exec\w*|os\.spawn\w*|ctypes|_python_dispatch|_disable_current_modes|"
+                         r"assignments\.grading|assignments import grading|_CALLING|_during_call|_guarded|"
+                         r"TORCH_BLOCKED|DURING_CALL|_forbidden|__import__|importlib|_decomp|_refs|as_strided)\b")
+# and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python
+# im2col and nll_loss_forward, pixel_unshuffle, soft-label cross-entropy with a reduction)
+REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv\w*|Conv\w*|pixel_unshuffle|im2col)\b"),
+                "masked_cross_entropy": re.compile(r"\b(ignore_index|nll_loss|NLLLoss|one_hot)\b")}
+
+
+def review_code(path, assignment: str = "") -> list[str]:
+    """The :data:`REVIEW_CODE` words (and ``assignment``'s :data:`REVIEW_TORCH` words) the code cells of the
+    notebook at ``path`` use, beyond those of the reference notebook's own cells (none if unreadable)."""
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    found = set()
+    for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            src = cell.get("source", "")
+            text = "".join(map(str, src)) if isinstance(src, list) else str(src)
+            found |= {m.group(1) for m in REVIEW_CODE.finditer(text)}
+            if assignment in REVIEW_TORCH:
+                found |= {m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)}
+    return sorted(found)
+
+
 def score_row(row: dict, course, submitted) -> dict:
     """Points from the passed cases' weights, the assignment's points and the late policy, then the
     instructor's override for this student and assignment, if any ([overrides]: at every run and regrade,
@@ -2404,6 +2437,14 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             r["not_in_worksheet"] = sheet.path  # no Moodle participant to take its grade or feedback (i11)
         r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
+        r.pop("review", None)
+        if r.get("path") and r["status"] not in ("not submitted", "misnamed file", "refused"):
+            if review := sorted(set(review_code(r["path"], r["assignment"]))
+                                - set(review_code(reference / r["notebook"], r["assignment"]))):
+                r["review"] = review
+                print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
+                      "processes and the grading module get past the in-call blocks: read it; "
+                      "book/instructors.md, 'What scores 0')")
         when = submitted_at(r)
         score_row(r, course, when)
         # a row with no points to take (kernel died, not implemented, 0 points) is left out: a fresh instructor
@@ -2758,7 +2799,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                          if r.get("canvas_late") else "")
                       + (f"; {r['override']}" if r.get("override") else "")
                       + ("; not in the Moodle worksheet: left out of its upload and of moodle_feedback.zip"
-                         if r.get("not_in_worksheet") else "")]
+                         if r.get("not_in_worksheet") else "")
+                      + (f"; REVIEW: its code uses {', '.join(r['review'])}" if r.get("review") else "")]
         book_rows.append(cells)
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:

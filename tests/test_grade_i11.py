@@ -186,3 +186,31 @@ def test_a_weight_for_an_extra_case_without_its_file_is_refused_with_the_reason(
         assert "only with the file that adds them: extra_cases" in str(err), err
     else:
         raise AssertionError("a weight matching no case was accepted")
+
+
+def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, monkeypatch, capsys):
+    """Fresh attackers r2 and r3 (4/10, 5/10): a thread or subprocess doing the forbidden call, stepping out of
+    the dispatcher's mode, one assignment to the grading module's state, PyTorch's own Python im2col or
+    nll_loss_forward each scored full marks. Those blocks live in the student's process; the grader flags
+    such a notebook for the instructor (gradebook status, console), score unchanged."""
+    nb = lambda code: json.dumps({"cells": [{"cell_type": "code", "source": code}], "nbformat": 4})  # noqa: E731
+    (tmp_path / "a.ipynb").write_text(nb(["import attention_book.assignments.grading as G\n",
+                                         "G._CALLING.clear()\n"]))
+    (tmp_path / "b.ipynb").write_text(nb("from torch._decomp.decompositions import im2col\nt = threading"))
+    (tmp_path / "c.ipynb").write_text(nb("x = F.unfold(X, 2)"))
+    assert grade.review_code(tmp_path / "a.ipynb") == ["_CALLING", "assignments.grading"]
+    assert grade.review_code(tmp_path / "b.ipynb") == ["_decomp", "threading"]
+    assert grade.review_code(tmp_path / "c.ipynb") == [] and grade.review_code(tmp_path / "c.ipynb",
+                                                                                "patchify") == ["unfold"]
+    for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells
+        for a in ("", "patchify", "masked_cross_entropy"):
+            assert grade.review_code(ROOT / "notebooks" / f"{name}.ipynb", a) == [], (name, a)
+    ref, course_file = _moodle_class(tmp_path, monkeypatch)
+    subs = _download(tmp_path / "dl", "4411", "4412")
+    (subs / _folder("4412") / "ch03_exercises.ipynb").write_text(nb("import subprocess"))
+    out = _grade(tmp_path, subs, ref, course_file)
+    book = {r["Student"]: r for r in csv.DictReader((out / "gradebook.csv").open(encoding="utf-8"))}
+    assert book[_folder("4412")]["ch03 masked_softmax status"] == "graded; REVIEW: its code uses subprocess", book
+    assert "REVIEW" not in book[_folder("4411")]["ch03 masked_softmax status"]
+    assert book[_folder("4412")]["ch03 masked_softmax (10 pts)"] == "10.0"
+    assert f"REVIEW: {_folder('4412')} masked_softmax: its code uses subprocess" in capsys.readouterr().out
