@@ -2402,8 +2402,11 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     def submitted_at(r):
         if submitted and r["key"] in submitted:
             return submitted[r["key"]]
-        when = times.get((unicodedata.normalize("NFC", r["key"]), r["notebook"])) or times.get(
-            (unicodedata.normalize("NFC", r["key"]), r["assignment"]))
+        # the key, or the roster's folder for a Canvas file (the guide's example keys ada, the roster's folder,
+        # where Canvas's download gives ada_101: a fresh instructor, i12, lost every late penalty to it)
+        whos = [unicodedata.normalize("NFC", r["key"])] + ([by_roster[r["key"]]] if r["key"] in by_roster else [])
+        when = next((times[(who, what)] for who in whos for what in (r["notebook"], r["assignment"])
+                     if (who, what) in times), None)
         if when is None and course.late_source == "mtime" and r.get("path"):
             when = _mtime(r["path"])
         if when is None and course.late_source == "moodle_worksheet" and (pid := MOODLE_FOLDER.match(r["key"])):
@@ -2412,7 +2415,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
 
     # a times-file line that matches no student of this run changes nobody: said, with the near name (as the
     # overrides file does; a fresh instructor, i10, wrote 'Ivo Late' for 'Ivo Late_1000009_assignsubmission_file')
-    known = {unicodedata.normalize("NFC", k) for k in keys}
+    known = {unicodedata.normalize("NFC", k) for k in keys} | set(by_roster.values())
     by_id = {str(info.id).strip(): folder for folder, info in (roster or {}).items() if str(info.id).strip()}
     for who, what in sorted(times):
         if who not in known:

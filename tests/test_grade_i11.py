@@ -214,3 +214,46 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     assert "REVIEW" not in book[_folder("4411")]["ch03 masked_softmax status"]
     assert book[_folder("4412")]["ch03 masked_softmax (10 pts)"] == "10.0"
     assert f"REVIEW: {_folder('4412')} masked_softmax: its code uses subprocess" in capsys.readouterr().out
+
+
+def test_the_students_own_message_shows_when_it_cannot_carry_an_input():
+    """i12: ``raise ValueError('I could not figure out the window')`` read "your function raised ValueError"."""
+    from attention_book.assignments.grading import own_message
+
+    def cases(*errors):
+        return [{"visible": False, "status": "raised", "why": "your function raised ValueError", "cause": "",
+                 "detail": f"raised {e}"} for e in errors]
+    same = cases("ValueError: I could not figure out the window", "ValueError: I could not figure out the window")
+    own_message(same)
+    assert all(c["why"] == "your function raised ValueError: 'I could not figure out the window' (your own "
+               "message, the same on every case that raised it)" for c in same), same
+    for hidden in (cases("ValueError: bad window", "ValueError: other window"),  # varies with the case
+                   cases("ValueError: length 7 is wrong", "ValueError: length 7 is wrong"),  # a digit
+                   cases("ValueError: tensor(...)", "ValueError: tensor(...)"),  # a bracket
+                   cases("ValueError: I could not figure out the window")):  # one case: cannot tell
+        own_message(hidden)
+        assert all(c["why"] == "your function raised ValueError" and not c["cause"] for c in hidden), hidden
+
+
+def test_a_times_file_keyed_by_the_rosters_folder_applies_to_canvas_files(tmp_path, capsys):
+    """i12: the guide's example times file keys ``ada``, the roster's folder; Canvas's download gives
+    ``ada_101_501_...``, so no time matched, every late penalty was lost, with a WARNING per line."""
+    subs, reference = _handed(tmp_path / "subs"), tmp_path / "ref"
+    subs.mkdir()
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (subs / "kochbea_102_502_ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (tmp_path / "roster.csv").write_text("folder,name,id,login\nkochbea,Bea Koch,102,bkoch\n")
+    (tmp_path / "times.csv").write_text("student,notebook,submitted_at\n"
+                                        "kochbea,ch03_exercises.ipynb,2027-05-02T09:30:00+02:00\n")
+    (tmp_path / "c.toml").write_text('[late]\nper_day = 0.1\nsource = "csv"\ntimes = "times.csv"\n'
+                                     '[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
+                                     'due = 2027-04-30T23:59:00\n')
+    import pytest
+    from test_grade_engine import fake_grading
+    with pytest.MonkeyPatch.context() as mp:
+        fake_grading(mp)
+        (row,) = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
+                             course_file=tmp_path / "c.toml")
+    assert row["late_days"] == 2 and row["penalty"] == 0.2, row
+    assert "matches no student" not in capsys.readouterr().out
