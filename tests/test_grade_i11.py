@@ -120,20 +120,31 @@ def test_a_real_run_grades_nothing_for_a_stray_beside_the_right_name(tmp_path):
     assert row["status"] == "misnamed file" and "'homework.ipynb'" in row["reason"], row
 
 
-def test_a_times_line_for_a_student_with_no_graded_file_names_the_roster_row(tmp_path, capsys):
-    """i11: ``kochbea_102`` in the times file (the documented key) got "did you mean 'kochbea'?", the roster's
-    folder, when the run ignored Bea's file; the key was right, so the warning says whose it is instead."""
-    subs, reference = _handed(tmp_path / "subs", "kochbea_102_502_ch03.pdf"), tmp_path / "ref"
+def _bea_with_times(tmp_path, handed: str, key: str, monkeypatch=None) -> list[dict]:
+    """Grade Canvas's file ``handed`` (an empty notebook, or any file) of Bea (roster folder kochbea, user id 102),
+    with a times file keyed ``key``, 2 days after the due date, 10 % a day; with ``monkeypatch``, nothing runs."""
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    subs.mkdir()
     reference.mkdir()
     (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (subs / handed).write_text(json.dumps(notebook(SCAFFOLD)))
     (tmp_path / "roster.csv").write_text("folder,name,id,login\nkochbea,Bea Koch,102,bkoch\n")
-    (tmp_path / "times.csv").write_text("student,notebook,submitted_at\n"
-                                        "kochbea_102,ch03_exercises.ipynb,2027-05-02T09:30:00+02:00\n")
+    (tmp_path / "times.csv").write_text(f"student,notebook,submitted_at\n"
+                                        f"{key},ch03_exercises.ipynb,2027-05-02T09:30:00+02:00\n")
     (tmp_path / "c.toml").write_text('[late]\nper_day = 0.1\nsource = "csv"\ntimes = "times.csv"\n'
                                      '[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
                                      'due = 2027-04-30T23:59:00\n')
-    grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
-                course_file=tmp_path / "c.toml")
+    if monkeypatch is not None:
+        from test_grade_engine import fake_grading
+        fake_grading(monkeypatch)
+    return grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
+                       course_file=tmp_path / "c.toml")
+
+
+def test_a_times_line_for_a_student_with_no_graded_file_names_the_roster_row(tmp_path, capsys):
+    """i11: ``kochbea_102`` in the times file (the documented key) got "did you mean 'kochbea'?", the roster's
+    folder, when the run ignored Bea's file; the key was right, so the warning says whose it is instead."""
+    _bea_with_times(tmp_path, "kochbea_102_502_ch03.pdf", "kochbea_102")
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if x.startswith("WARNING: times file")]
     assert "user id 102 is the roster's 'kochbea', who has no graded notebook" in line, line
@@ -235,25 +246,9 @@ def test_the_students_own_message_shows_when_it_cannot_carry_an_input():
         assert all(c["why"] == "your function raised ValueError" and not c["cause"] for c in hidden), hidden
 
 
-def test_a_times_file_keyed_by_the_rosters_folder_applies_to_canvas_files(tmp_path, capsys):
+def test_a_times_file_keyed_by_the_rosters_folder_applies_to_canvas_files(tmp_path, capsys, monkeypatch):
     """i12: the guide's example times file keys ``ada``, the roster's folder; Canvas's download gives
     ``ada_101_501_...``, so no time matched, every late penalty was lost, with a WARNING per line."""
-    subs, reference = _handed(tmp_path / "subs"), tmp_path / "ref"
-    subs.mkdir()
-    reference.mkdir()
-    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
-    (subs / "kochbea_102_502_ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
-    (tmp_path / "roster.csv").write_text("folder,name,id,login\nkochbea,Bea Koch,102,bkoch\n")
-    (tmp_path / "times.csv").write_text("student,notebook,submitted_at\n"
-                                        "kochbea,ch03_exercises.ipynb,2027-05-02T09:30:00+02:00\n")
-    (tmp_path / "c.toml").write_text('[late]\nper_day = 0.1\nsource = "csv"\ntimes = "times.csv"\n'
-                                     '[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\n'
-                                     'due = 2027-04-30T23:59:00\n')
-    import pytest
-    from test_grade_engine import fake_grading
-    with pytest.MonkeyPatch.context() as mp:
-        fake_grading(mp)
-        (row,) = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
-                             course_file=tmp_path / "c.toml")
+    (row,) = _bea_with_times(tmp_path, "kochbea_102_502_ch03_exercises.ipynb", "kochbea", monkeypatch)
     assert row["late_days"] == 2 and row["penalty"] == 0.2, row
     assert "matches no student" not in capsys.readouterr().out
