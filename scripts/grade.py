@@ -93,8 +93,8 @@ if _MISSING is not None:
              "`make grade GRADE_PYTHON=/path/to/python`, or run `/path/to/python scripts/grade.py ...`")
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer, dump_data,
-                                                grading_cases, hidden_arguments, package_without)
+from attention_book.assignments.grading import (DURING_CALL, IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer,
+                                                dump_data, grading_cases, hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -2104,21 +2104,31 @@ REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv\w*|Conv\w*|pixel_
 
 
 def review_code(path, assignment: str = "") -> list[str]:
-    """The :data:`REVIEW_CODE` words (and ``assignment``'s :data:`REVIEW_TORCH` words) the code cells of the
-    notebook at ``path`` use, beyond those of the reference notebook's own cells (none if unreadable)."""
+    """The :data:`REVIEW_CODE` words (and ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL``
+    names) the code cells of the notebook at ``path`` use (none if unreadable)."""
+    return sorted(review_counts(path, assignment))
+
+
+def review_counts(path, assignment: str = "") -> dict[str, int]:
+    """How often the code cells of the notebook at ``path`` use each word :func:`review_code` looks for."""
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
-        return []
-    found = set()
+        return {}
+    during = [spec.split(":")[1] for spec in DURING_CALL.get(assignment, [])]
+    found: dict[str, int] = {}
     for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             src = cell.get("source", "")
             text = "".join(map(str, src)) if isinstance(src, list) else str(src)
-            found |= {m.group(1) for m in REVIEW_CODE.finditer(text)}
+            words = [m.group(1) for m in REVIEW_CODE.finditer(text)]
             if assignment in REVIEW_TORCH:
-                found |= {m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)}
-    return sorted(found)
+                words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
+            # the package functions blocked only during the call, used anywhere (r3: masks built in an earlier cell)
+            words += [name for name in during for _ in re.finditer(rf"\b{re.escape(name)}\b", text)]
+            for word in words:
+                found[word] = found.get(word, 0) + 1
+    return found
 
 
 def score_row(row: dict, course, submitted) -> dict:
@@ -2442,8 +2452,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
         r.pop("review", None)
         if r.get("path") and r["status"] not in ("not submitted", "misnamed file", "refused"):
-            if review := sorted(set(review_code(r["path"], r["assignment"]))
-                                - set(review_code(reference / r["notebook"], r["assignment"]))):
+            mine, book = (review_counts(path, r["assignment"]) for path in (r["path"], reference / r["notebook"]))
+            if review := sorted(word for word, n in mine.items() if n > book.get(word, 0)):  # more than the book's
                 r["review"] = review
                 print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
                       "processes and the grading module get past the in-call blocks: read it; "

@@ -213,6 +213,8 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     assert grade.review_code(tmp_path / "b.ipynb") == ["_decomp", "threading"]
     assert grade.review_code(tmp_path / "c.ipynb") == [] and grade.review_code(tmp_path / "c.ipynb",
                                                                                 "patchify") == ["unfold"]
+    (tmp_path / "d.ipynb").write_text(nb("CM = {n: causal_mask(n, n) for n in range(1, 49)}"))  # an earlier cell
+    assert grade.review_code(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]
     for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells
         for a in ("", "patchify", "masked_cross_entropy"):
             assert grade.review_code(ROOT / "notebooks" / f"{name}.ipynb", a) == [], (name, a)
