@@ -2103,14 +2103,9 @@ REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv\w*|Conv\w*|pixel_
                 "masked_cross_entropy": re.compile(r"\b(ignore_index|nll_loss|NLLLoss|one_hot)\b")}
 
 
-def review_code(path, assignment: str = "") -> list[str]:
-    """The :data:`REVIEW_CODE` words (and ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL``
-    names) the code cells of the notebook at ``path`` use (none if unreadable)."""
-    return sorted(review_counts(path, assignment))
-
-
 def review_counts(path, assignment: str = "") -> dict[str, int]:
-    """How often the code cells of the notebook at ``path`` use each word :func:`review_code` looks for."""
+    """How often the code cells of the notebook at ``path`` use each :data:`REVIEW_CODE` word, and
+    ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL`` names (nothing if unreadable)."""
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):

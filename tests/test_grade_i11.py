@@ -204,20 +204,21 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     the dispatcher's mode, one assignment to the grading module's state, PyTorch's own Python im2col or
     nll_loss_forward each scored full marks. Those blocks live in the student's process; the grader flags
     such a notebook for the instructor (gradebook status, console), score unchanged."""
+    review = lambda path, a="": sorted(grade.review_counts(path, a))  # noqa: E731
     nb = lambda code: json.dumps({"cells": [{"cell_type": "code", "source": code}], "nbformat": 4})  # noqa: E731
     (tmp_path / "a.ipynb").write_text(nb(["import attention_book.assignments.grading as G\n",
                                          "G._CALLING.clear()\n"]))
     (tmp_path / "b.ipynb").write_text(nb("from torch._decomp.decompositions import im2col\nt = threading"))
     (tmp_path / "c.ipynb").write_text(nb("x = F.unfold(X, 2)"))
-    assert grade.review_code(tmp_path / "a.ipynb") == ["_CALLING", "assignments.grading"]
-    assert grade.review_code(tmp_path / "b.ipynb") == ["_decomp", "threading"]
-    assert grade.review_code(tmp_path / "c.ipynb") == [] and grade.review_code(tmp_path / "c.ipynb",
+    assert review(tmp_path / "a.ipynb") == ["_CALLING", "assignments.grading"]
+    assert review(tmp_path / "b.ipynb") == ["_decomp", "threading"]
+    assert review(tmp_path / "c.ipynb") == [] and review(tmp_path / "c.ipynb",
                                                                                 "patchify") == ["unfold"]
     (tmp_path / "d.ipynb").write_text(nb("CM = {n: causal_mask(n, n) for n in range(1, 49)}"))  # an earlier cell
-    assert grade.review_code(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]
+    assert review(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]
     for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells
         for a in ("", "patchify", "masked_cross_entropy"):
-            assert grade.review_code(ROOT / "notebooks" / f"{name}.ipynb", a) == [], (name, a)
+            assert review(ROOT / "notebooks" / f"{name}.ipynb", a) == [], (name, a)
     ref, course_file = _moodle_class(tmp_path, monkeypatch)
     subs = _download(tmp_path / "dl", "4411", "4412")
     (subs / _folder("4412") / "ch03_exercises.ipynb").write_text(nb("import subprocess"))
