@@ -821,25 +821,7 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
         else:
             item.update(_verdict(case, records[i], item["visible"]))
         out.append(item)
-    own_message(out)
     return out
-
-
-def own_message(out: list[dict]) -> None:
-    """Show the student's own exception message on the hidden cases that raised it, where it cannot carry an
-    input: the same first line on two or more cases (so it depends on none of their inputs), no digit, bracket
-    or operator in it, at most 160 characters. A fresh instructor (i12): ``raise ValueError('I could not figure
-    out the window')`` read "your function raised ValueError" and no more. Any other text stays out."""
-    raised = [c for c in out if c.get("status") == "raised" and not c["visible"] and not c.get("cause")]
-    firsts = {str(c.get("detail", "")).removeprefix("raised ").split("\n", 1)[0] for c in raised}
-    if len(raised) < 2 or len(firsts) != 1:
-        return
-    kind, _, message = firsts.pop().partition(": ")
-    if kind.isidentifier() and message.strip() and len(message) <= 160 \
-            and not re.search(r"[0-9\[\](){}<>=+*/\\|^%$#@`~]", message):
-        cause = f"'{message.strip()}' (your own message, the same on every case that raised it)"
-        for c in raised:
-            c.update(why=f"your function raised {kind}: {cause}", cause=cause)
 
 
 # Exceptions whose cause can be named without any value of the case: (pattern in the error text, cause).
