@@ -495,7 +495,7 @@ def worksheet_times(sheet: Worksheet, zone: str) -> dict[str, dt.datetime]:
     return out
 
 
-def _near(value: str, known, cutoff: float = 0.6) -> str:
+def near(value: str, known, cutoff: float = 0.6) -> str:
     """`` (did you mean 'x'?)`` for the name in ``known`` nearest ``value``, or ''. A name that starts with
     ``value`` and ``_`` comes first: a Moodle folder's Full name_participant id_assignsubmission_file, where
     an instructor wrote the Full name (a fresh instructor, i10: 'Ivo Late')."""
@@ -529,7 +529,7 @@ def load_overrides(path: Path, course: Course) -> dict[tuple[str, str], Override
             raise CourseError(f"{where}: no student")
         if v["assignment"] not in course.assignments:
             raise CourseError(f"{where}: the course file names no assignment {v['assignment']!r}"
-                              f"{_near(v['assignment'], course.assignments)}; its assignments: "
+                              f"{near(v['assignment'], course.assignments)}; its assignments: "
                               f"{', '.join(sorted(course.assignments)) or 'none'}")
         if key in out:
             raise CourseError(f"{where}: a second line for {key[0]!r} and {key[1]!r} (one line each)")
@@ -560,7 +560,7 @@ def check_override_students(course: Course, students) -> None:
     for student, assignment in course.overrides:
         if student not in known:
             raise CourseError(f"overrides {course.overrides_file}: no student {student!r} in this class"
-                              f"{_near(student, known)} (the student column is the folder name, or the "
+                              f"{near(student, known)} (the student column is the folder name, or the "
                               "roster's folder column)")
 
 

@@ -855,7 +855,7 @@ def next_step(row: dict, sealed: bool = False, named: bool = True) -> str:
                                        if "hidden tests were running" in row.get("reason", "") else
                                        "if it finishes well within the limit, tell your instructor")
                 + ", then hand the notebook in again")
-    step = NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
+    step = row.get("step") or NEXT_STEP.get(row["status"], "ask your instructor what this status means for you")
     if row["status"] == "graded" and not named:
         raised = sorted({raised_kind(c) for c in row.get("cases") or [] if not c["passed"]} - {""})
         said = (f" (your function raised {' and '.join(raised)} in the grader's run; the report shows the line "
@@ -1529,13 +1529,36 @@ def place_strays(strays: dict[str, list[str]], found: list[Submission], misnamed
             misnamed[(key, missing[0])] = sorted(files)[0]
             why = (f"misnamed: not graded; no assignment has this name, and {missing[0]} (the name to hand it "
                    "in under) is the notebook of this run the student did not hand in")
-        elif missing:
-            why = ("not graded: no assignment has this name, and it could stand for any of "
+        elif missing:  # each missing notebook gets a 'misnamed file' row naming the candidates (stray_reason)
+            for ref in missing:
+                misnamed[(key, ref)] = sorted(files)[0]
+            why = ("misnamed: not graded; no assignment has this name, and it could stand for any of "
                    f"{', '.join(missing)} (the student handed in none of them)")
         else:
             why = "not graded: no assignment has this name (the student's notebooks of this run are graded)"
         ignored += [(Path(rel), why) for rel in files]
     return ignored
+
+
+def stray_reason(files: list[str], candidates: list[str], notebook: str) -> tuple[str, str]:
+    """A 'misnamed file' row's reason and next step for a student whose notebooks named no assignment
+    (``files``, placed by :func:`place_strays`) where ``notebook`` is missing, one of ``candidates``: every
+    file is named (the feedback used to name the first of several only), and with several candidates the
+    student is told to rename each file to the assignment it answers, not which one it is (no guess)."""
+    names = [repr(display_name(handed_name(rel))) for rel in sorted(files)]
+    handed = (f"handed in {names[0]}, whose name is no assignment's" if len(names) == 1 else
+              f"handed in {len(names)} notebooks whose names are no assignment's: {', '.join(names)}")
+    if len(candidates) == 1:
+        what = (f"{handed}, and {notebook} is missing: rename the file and hand it in again" if len(names) == 1
+                else f"{handed}, and {notebook} is missing: rename the one that answers it to {notebook} and "
+                     "hand it in again")
+        return what, ("rename your file to {notebook} and hand it in again" if len(names) == 1 else
+                      "rename the notebook that answers this assignment to {notebook} and hand it in again")
+    others = ", ".join(sorted(candidates))
+    return (f"{handed}; this run's {others} are all missing, so the grader cannot tell which one "
+            f"{'it answers' if len(names) == 1 else 'each answers'}: rename each notebook to its assignment's "
+            "name and hand it in again"), ("rename the notebook that answers this assignment to {notebook} "
+                                           "and hand it in again")
 
 
 def _plain_in_folder(sub: Submission, references) -> bool:
@@ -2097,6 +2120,16 @@ REVIEW_CODE = re.compile(r"\b(threading|_thread|subprocess|multiprocessing|concu
                          r"os\.popen|os\.exec\w*|os\.spawn\w*|ctypes|_python_dispatch|_disable_current_modes|"
                          r"assignments\.grading|assignments import grading|_CALLING|_during_call|_guarded|"
                          r"TORCH_BLOCKED|DURING_CALL|_forbidden|__import__|importlib|_decomp|_refs|as_strided)\b")
+# and code that names what it runs only at run time, which hides any word above from a word match: a name
+# built from strings (getattr, vars, __dict__, attrgetter), source run from a string (exec, eval, compile,
+# base64, a file written then imported), torch's operator registry, and IPython's magics and shell lines
+REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delattr|globals|locals|vars|dir|"
+                            r"breakpoint)\s*\(|\b(__dict__|__builtins__|builtins|__getattribute__|__setattr__|"
+                            r"__code__|__globals__|__closure__|__subclasses__|__loader__|__spec__|attrgetter|"
+                            r"methodcaller|getmembers|sys\.modules|sys\.path|base64|codecs|binascii|marshal|pickle|"
+                            r"dill|zlib|fromhex|runpy|CodeType|FunctionType|get_ipython|torch\.ops|torch\._C|"
+                            r"torch\.library|write_text|write_bytes)\b|(\.write)\s*\(")
+MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!)", re.MULTILINE)
 # and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python
 # im2col and nll_loss_forward, pixel_unshuffle, soft-label cross-entropy with a reduction)
 REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv\w*|Conv\w*|pixel_unshuffle|im2col)\b"),
@@ -2115,8 +2148,11 @@ def review_counts(path, assignment: str = "") -> dict[str, int]:
     for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             src = cell.get("source", "")
-            text = "".join(map(str, src)) if isinstance(src, list) else str(src)
+            # as Python reads identifiers (NFKC: a fresh attacker's 'ｓｕｂｐｒｏｃｅｓｓ' runs as subprocess)
+            text = unicodedata.normalize("NFKC", "".join(map(str, src)) if isinstance(src, list) else str(src))
             words = [m.group(1) for m in REVIEW_CODE.finditer(text)]
+            words += [next(g for g in m.groups() if g) for m in REVIEW_DYNAMIC.finditer(text)]
+            words += ["!shell" if m.group(1) == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
             if assignment in REVIEW_TORCH:
                 words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
             # the package functions blocked only during the call, used anywhere (r3: masks built in an earlier cell)
@@ -2391,14 +2427,16 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             if (k, n) not in have and not partial:
                 wrong = next((rel for (who, ref), rel in misnamed.items() if who == k and n in references[ref]), "")
                 ref = next((ref for (who, ref) in misnamed if who == k and n in references[ref]), "")
+                reason, step = ((f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
+                                 "rename the file and hand it in again") if wrong else "", "")
+                if wrong and wrong in strays.get(k, ()):  # no assignment's name: every file, every candidate
+                    reason, step = stray_reason(strays[k], sorted(r for (who, r), rel in misnamed.items()
+                                                                  if who == k and rel == wrong), ref)
                 rows.append(dict(student=students[k]["student"], key=k, notebook=ref, assignment=n, passed=0,
                                  total=case_count(n, extras.get(n)), cases=[],
-                                 status="misnamed file" if wrong else "not submitted",
-                                 reason=(f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
-                                         "rename the "
-                                         "file and hand it in again") if wrong else "",
+                                 status="misnamed file" if wrong else "not submitted", reason=reason,
                                  sha256="", seed="", handed_in=display_name(handed_name(wrong)) if wrong else "",
-                                 handed_path=wrong))
+                                 handed_path=wrong, **({"step": step} if step else {})))
     several = {(s.key, s.reference): s for s in found if s.others}
     for r in rows:  # from this run's files, also for a row kept from an earlier run (--resume, --regrade)
         if (r["key"], r["notebook"]) in several:
@@ -2429,7 +2467,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             uid = re.fullmatch(r".+_(\d+)", who)
             hint = (f" (user id {uid.group(1)} is the roster's {by_id[uid.group(1)]!r}, who has no graded notebook "
                     "in this run: see ignored.csv for a file of theirs)" if uid and uid.group(1) in by_id
-                    else course_mod._near(who, known, cutoff=0.5))
+                    else course_mod.near(who, known, cutoff=0.5))
             line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
                     + hint + ": the student column is the "
                     "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "

@@ -69,10 +69,23 @@ def test_place_strays_one_missing_notebook_several_or_none():
     assert misnamed == {("ann", "ch03_exercises.ipynb"): "ann/a.ipynb"}, misnamed
     assert "ch03_exercises.ipynb (the name to hand it in under)" in ignored[Path("ann/b.ipynb")]
     assert ignored[Path("bob/scratch.ipynb")].startswith("not graded: no assignment has this name (the student's")
-    # nobody handed in a right name and two notebooks are graded: no guess, both named
+    # nobody handed in a right name and two notebooks are graded: no guess, both named, and each missing
+    # notebook's row is 'misnamed file' (it used to be 'not submitted', with no feedback)
     misnamed = {}
     ignored = dict(grade.place_strays({"ann": ["ann/a.ipynb"]}, [], misnamed, refs))
-    assert not misnamed and "any of ch03_exercises.ipynb, ch04_exercises.ipynb" in ignored[Path("ann/a.ipynb")]
+    assert misnamed == {("ann", "ch03_exercises.ipynb"): "ann/a.ipynb", ("ann", "ch04_exercises.ipynb"): "ann/a.ipynb"}
+    assert "any of ch03_exercises.ipynb, ch04_exercises.ipynb" in ignored[Path("ann/a.ipynb")]
+
+
+def test_stray_reason_names_every_file_and_never_guesses():
+    one, step = grade.stray_reason(["ann/hw.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
+    assert "'hw.ipynb'" in one and "ch03_exercises.ipynb is missing" in one and "{notebook}" in step, one
+    two, step = grade.stray_reason(["ann/b.ipynb", "ann/a.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
+    assert "2 notebooks" in two and two.index("'a.ipynb'") < two.index("'b.ipynb'"), two
+    assert "the one that answers it" in two and "the notebook that answers" in step, (two, step)
+    many, step = grade.stray_reason(["ann/a.ipynb"], ["ch04_exercises.ipynb", "ch03_exercises.ipynb"],
+                                    "ch04_exercises.ipynb")
+    assert "ch03_exercises.ipynb, ch04_exercises.ipynb are all missing" in many and "cannot tell" in many, many
 
 
 def test_a_canvas_file_with_the_students_prefix_is_their_misnamed_row(tmp_path):
@@ -118,6 +131,19 @@ def test_a_real_run_grades_nothing_for_a_stray_beside_the_right_name(tmp_path):
     rows = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40)
     (row,) = rows
     assert row["status"] == "misnamed file" and "'homework.ipynb'" in row["reason"], row
+
+
+def test_a_real_run_names_both_stray_files_in_the_feedback(tmp_path):
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    _handed(subs, "hal/homework.ipynb", "hal/homework (1).ipynb")
+    (row,) = grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40)
+    assert row["status"] == "misnamed file" and "'homework (1).ipynb', 'homework.ipynb'" in row["reason"], row
+    (page,) = (tmp_path / "out" / "feedback").iterdir()
+    text = page.read_text()
+    assert "homework (1).ipynb" in text and "the notebook that answers this assignment to ch03_exercises.ipynb" \
+        in text, text
 
 
 def _bea_with_times(tmp_path, handed: str, key: str, monkeypatch=None) -> list[dict]:
@@ -216,9 +242,10 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
                                                                                 "patchify") == ["unfold"]
     (tmp_path / "d.ipynb").write_text(nb("CM = {n: causal_mask(n, n) for n in range(1, 49)}"))  # an earlier cell
     assert review(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]
-    for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells
-        for a in ("", "patchify", "masked_cross_entropy"):
-            assert review(ROOT / "notebooks" / f"{name}.ipynb", a) == [], (name, a)
+    for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells:
+        for a in ("", "patchify", "masked_cross_entropy"):  # only the Colab install cell, which a student keeps
+            assert grade.review_counts(ROOT / "notebooks" / f"{name}.ipynb", a) == {"sys.modules": 1, "%pip": 1}, \
+                (name, a)
     ref, course_file = _moodle_class(tmp_path, monkeypatch)
     subs = _download(tmp_path / "dl", "4411", "4412")
     (subs / _folder("4412") / "ch03_exercises.ipynb").write_text(nb("import subprocess"))
@@ -229,6 +256,21 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     assert book[_folder("4412")]["ch03 masked_softmax (10 pts)"] == "10.0"
     assert f"REVIEW: {_folder('4412')} masked_softmax: its code uses subprocess" in capsys.readouterr().out
 
+
+def test_code_that_hides_its_words_is_flagged_too(tmp_path):
+    """What a word match cannot see through is itself a word: names built from strings, source run from a
+    string or a written file, torch's operator registry, IPython magics and shell lines, and identifiers in
+    another Unicode form (Python reads them NFKC). A model's .eval() and torch.compile are not flagged."""
+    def review(*lines):
+        (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": list(lines)}]}))
+        return sorted(grade.review_counts(tmp_path / "n.ipynb", "patchify"))
+    assert review('f = getattr(torch, "as_" + "strided")\n') == ["getattr"]
+    assert review("exec(base64.b64decode(s))\n") == ["base64", "exec"]
+    assert review("%%writefile helper.py\n") == ["%%writefile"] and review("  !python x.py\n") == ["!shell"]
+    assert review("import \uff53\uff55\uff42\uff50\uff52\uff4f\uff43\uff45\uff53\uff53\n") == ["subprocess"]
+    assert review("y = torch.ops.aten.im2col(x, (2, 2), (1, 1), (0, 0), (2, 2))\n") == ["im2col", "torch.ops"]
+    assert review("f = vars(torch.Tensor)['as_' 'strided']\n") == ["vars"]
+    assert review("model.eval()\n", "m = torch.compile(model)\n", "r = a % b\n", "open('a.py').read()\n") == []
 
 
 def test_a_times_file_keyed_by_the_rosters_folder_applies_to_canvas_files(tmp_path, capsys, monkeypatch):

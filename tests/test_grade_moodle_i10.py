@@ -218,7 +218,7 @@ def test_an_unreadable_date_says_which_formats_are_read(tmp_path, monkeypatch):
 
 
 def test_an_override_for_a_moodle_full_name_is_said_with_the_near_folder():
-    """The overrides file's did-you-mean is the times file's (one course._near): 'Ann Lee' -> her folder."""
+    """The overrides file's did-you-mean is the times file's (one course.near): 'Ann Lee' -> her folder."""
     taught = course.Course(overrides_file="o.csv")
     taught.overrides[("Ann Lee", "masked_softmax")] = course.Override("Ann Lee", "masked_softmax")
     with pytest.raises(course.CourseError, match=f"no student 'Ann Lee' in this class \\(did you mean "
