@@ -1511,54 +1511,66 @@ def find_submissions(submissions: Path, references, misnamed: dict | None = None
     return graded, sorted(ignored, key=lambda x: str(x[0]))
 
 
-def place_strays(strays: dict[str, list[str]], found: list[Submission], misnamed: dict, references) -> list:
+def place_strays(strays: dict[str, list[str]], found: list[Submission], misnamed: dict, references,
+                 files_of: dict | None = None) -> list:
     """Each student's notebooks whose names are no assignment's (``strays``, from :func:`find_submissions`),
-    placed: where exactly one notebook of this run (``references``, the course's; those someone handed in,
-    else all) is missing for that student, the files stand for it and go in ``misnamed``, so the student
-    gets a 'misnamed file' row and feedback naming the notebook to hand in (a fresh instructor, i11:
-    ``my homework (1).ipynb`` alone in a Moodle folder, and a Canvas file with the student's LMS prefix,
-    were reported 'not submitted', without feedback). Otherwise they stay ungraded and are listed, with
-    why. Returns the ``ignored`` entries."""
+    placed among the notebooks of this run (``references``, the course's; those someone handed in, else all)
+    that the student has no graded file for: where exactly one has no file at all, the strays stand for it
+    and go in ``misnamed``, so the student gets a 'misnamed file' row and feedback naming the notebook to hand
+    in (a fresh instructor, i11: ``my homework (1).ipynb`` alone in a Moodle folder, and a Canvas file with the
+    student's LMS prefix, were reported 'not submitted', without feedback); where several do, each of them,
+    and its row says the grader cannot tell which (:func:`misnamed_reason`); where every ungraded notebook
+    already has a loosely named file (``ch03 Exercises.ipynb``), they join it. ``files_of`` gets every file
+    of each misnamed row, so that its feedback names them all (i14: ``hw3.ipynb`` beside ``ch03
+    Exercises.ipynb`` was named nowhere the student saw). Returns the ``ignored`` entries."""
     present = {s.reference for s in found} | {ref for _, ref in misnamed}
     pool = sorted(ref for ref in (present or set(references)) if ref in references)
+    files_of = {} if files_of is None else files_of
+    for (key, ref), rel in misnamed.items():
+        files_of.setdefault((key, ref), [rel])
     ignored = []
     for key, files in sorted(strays.items()):
-        taken = {s.reference for s in found if s.key == key} | {ref for who, ref in misnamed if who == key}
-        missing = [ref for ref in pool if ref not in taken]
-        if len(missing) == 1:
-            misnamed[(key, missing[0])] = sorted(files)[0]
-            why = (f"misnamed: not graded; no assignment has this name, and {missing[0]} (the name to hand it "
+        graded = {s.reference for s in found if s.key == key}
+        missing = [ref for ref in pool if ref not in graded]
+        free = [ref for ref in missing if (key, ref) not in misnamed]
+        for ref in free or missing:
+            misnamed.setdefault((key, ref), sorted(files)[0])  # a loosely named file stays the row's first
+            files_of.setdefault((key, ref), [])
+            files_of[(key, ref)] = sorted(set(files_of[(key, ref)]) | set(files))
+        if len(free) == 1:
+            why = (f"misnamed: not graded; no assignment has this name, and {free[0]} (the name to hand it "
                    "in under) is the notebook of this run the student did not hand in")
-        elif missing:  # each missing notebook gets a 'misnamed file' row naming the candidates (stray_reason)
-            for ref in missing:
-                misnamed[(key, ref)] = sorted(files)[0]
+        elif free:
             why = ("misnamed: not graded; no assignment has this name, and it could stand for any of "
-                   f"{', '.join(missing)} (the student handed in none of them)")
+                   f"{', '.join(free)} (the student handed in none of them)")
+        elif missing:
+            why = (f"misnamed: not graded; no assignment has this name, and the student handed in "
+                   f"{', '.join(missing)} only under another name (said in their feedback)")
         else:
             why = "not graded: no assignment has this name (the student's notebooks of this run are graded)"
         ignored += [(Path(rel), why) for rel in files]
     return ignored
 
 
-def stray_reason(files: list[str], candidates: list[str], notebook: str) -> tuple[str, str]:
-    """A 'misnamed file' row's reason and next step for a student whose notebooks named no assignment
-    (``files``, placed by :func:`place_strays`) where ``notebook`` is missing, one of ``candidates``: every
-    file is named (the feedback used to name the first of several only), and with several candidates the
-    student is told to rename each file to the assignment it answers, not which one it is (no guess)."""
+def misnamed_reason(files: list[str], candidates: list[str], notebook: str) -> tuple[str, str]:
+    """A 'misnamed file' row's reason and next step: ``files``, every file standing for ``notebook``
+    (:func:`place_strays`); ``candidates``, the notebooks of the run those same files could stand for.
+    Every file is named (the feedback used to name the first of several only), and with several
+    candidates the student is told to rename each file to the assignment it answers: no guess."""
     names = [repr(display_name(handed_name(rel))) for rel in sorted(files)]
-    handed = (f"handed in {names[0]}, whose name is no assignment's" if len(names) == 1 else
-              f"handed in {len(names)} notebooks whose names are no assignment's: {', '.join(names)}")
-    if len(candidates) == 1:
-        what = (f"{handed}, and {notebook} is missing: rename the file and hand it in again" if len(names) == 1
-                else f"{handed}, and {notebook} is missing: rename the one that answers it to {notebook} and "
-                     "hand it in again")
-        return what, ("rename your file to {notebook} and hand it in again" if len(names) == 1 else
-                      "rename the notebook that answers this assignment to {notebook} and hand it in again")
-    others = ", ".join(sorted(candidates))
-    return (f"{handed}; this run's {others} are all missing, so the grader cannot tell which one "
-            f"{'it answers' if len(names) == 1 else 'each answers'}: rename each notebook to its assignment's "
-            "name and hand it in again"), ("rename the notebook that answers this assignment to {notebook} "
-                                           "and hand it in again")
+    if len(candidates) > 1:
+        handed = (f"handed in {names[0]}, whose name is no assignment's" if len(names) == 1 else
+                  f"handed in {len(names)} notebooks whose names are no assignment's: {', '.join(names)}")
+        return (f"{handed}; this run's {', '.join(sorted(candidates))} are all missing, so the grader cannot "
+                f"tell which one {'it answers' if len(names) == 1 else 'each answers'}: rename each notebook to "
+                "its assignment's name and hand it in again"), ("rename the notebook that answers this "
+                                                                "assignment to {notebook} and hand it in again")
+    if len(names) == 1:
+        return (f"handed in {names[0]}, which is not named {notebook}: rename the file and hand it in again",
+                "rename your file to {notebook} and hand it in again")
+    return (f"handed in {len(names)} notebooks, none named {notebook}: {', '.join(names)}: rename the one that "
+            f"answers this assignment to {notebook} and hand it in again"), (
+        "rename the notebook that answers this assignment to {notebook} and hand it in again")
 
 
 def _plain_in_folder(sub: Submission, references) -> bool:
@@ -1883,8 +1895,16 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += what_to_do(step)
             continue
         numbered: dict[str, int] = {}
+        # with one mistake, every failed hidden case that reads the same without it is listed on one line
+        # (a fresh instructor, i14: a crash printed 9 sections of "your function raised RuntimeError (the cause
+        # named above)")
+        bare = {c["why"].removesuffix(": " + common) for c in failed} if common and hidden_details and not any(
+            c.get("visible") for c in failed) else set()
+        compact = len(bare) == 1 and bare != {failed[0]["why"]}
         if common:  # one mistake explains every failed case: say it first, once
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(common), ""]
+            if compact:
+                lines += [f"The cases: {cases_line(failed)}; in each, {bare.pop()}.", ""]
         elif once:
             lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(once), "",
                       "The cases:", "", fenced("\n".join(capital(lms_export.hidden_title(c)) + c["why"][len(once):]
@@ -1901,7 +1921,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 lines += [(f"Cause {numbered[c]}, in " if numbered else "In ")
                           + f"{causes.count(c)} of {len(failed)} failed cases:", "", fenced(c), ""]
         for c in failed:
-            if once:
+            if once or compact:
                 break
             if c.get("visible"):
                 lines += [f"### Case {c['index']}: a case your checker cell shows", "",
@@ -1923,7 +1943,24 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         step = next_step(r, sealed=bool(sealed), named=named)
         if step:  # every outcome but full marks ends with what to do next, after what it refers to
             lines += what_to_do(step)
-    return "\n".join(lines)
+    return "\n".join(lines + ([] if sealed else canvas_totals(rows, course)))
+
+
+def canvas_totals(rows: list[dict], course) -> list[str]:
+    """The feedback's closing lines for assignments that share one Canvas assignment (``canvas_id``), where the
+    student sees only their sum (a fresh instructor, i14: the page showed no total)."""
+    shared: dict[str, list[dict]] = {}
+    for r in rows:
+        spec = course.assignments.get(r["assignment"]) if course is not None else None
+        if spec is not None and spec.canvas_id and r.get("max_points") is not None:
+            shared.setdefault(spec.canvas_id, []).append(r)
+    lines = []
+    for rs in shared.values():
+        if len(rs) > 1 and any(r["points"] is not None for r in rs):
+            titles = [" ".join(course.assignments[r["assignment"]].title.split()) or r["assignment"] for r in rs]
+            lines += [f"**In Canvas, {' and '.join(titles)} are one assignment:** "
+                      f"{sum(r['points'] or 0 for r in rs):g} of {sum(r['max_points'] for r in rs):g} points.", ""]
+    return lines
 
 
 def capital(text: str) -> str:
@@ -2002,7 +2039,7 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
     data = lms_export.gradescope_results([dict(r, points=r["points"] or 0.0) for r in rows],
                                          feedback_markdown(student, rows, hidden_details=False, course=course))
     if scores == "visible":
-        return data
+        return dict(data, tests=data["tests"] + review_tests(rows, "visible"))
     ran = []
     for r in rows:  # at once: only what does not depend on the draw (feedback_markdown's ``sealed``)
         hidden_cases = hidden_count(r)
@@ -2028,7 +2065,20 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
     points = {"name": "Your points, with the feedback on the hidden cases", "visibility": scores,
               "status": "passed" if every else "failed", "output": data["output"], "output_format": "md"}
     return dict(data, output=feedback_markdown(student, rows, hidden_details=False, sealed=scores, course=course),
-                tests=ran + data["tests"] + [points])
+                tests=ran + data["tests"] + review_tests(rows, scores) + [points])
+
+
+def review_tests(rows: list[dict], visibility: str) -> list[dict]:
+    """A Gradescope test per row the review flag marked (its code uses words that get past the in-call
+    blocks), failed and worth nothing, so that the flag is on the submission's page, not only in the
+    autograder's log (a fresh instructor, i14). It shows when the per-case tests do (``visibility``): a test
+    "hidden" from students would hide their total score for good (Gradescope's specification), and only
+    theirs; the student reads that the instructor will read the notebook, which is true."""
+    return [{"name": f"{r['assignment']}: REVIEW: your instructor will read this notebook",
+             "visibility": visibility, "status": "failed", "score": 0.0, "max_score": 0.0,
+             "output": f"Its code uses {', '.join(r['review'])}, which can get past the grader's checks, so "
+                       "your instructor will read it. Your points stand until then."}
+            for r in rows if r.get("review")]
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
@@ -2128,12 +2178,37 @@ REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delat
                             r"__code__|__globals__|__closure__|__subclasses__|__loader__|__spec__|attrgetter|"
                             r"methodcaller|getmembers|sys\.modules|sys\.path|base64|codecs|binascii|marshal|pickle|"
                             r"dill|zlib|fromhex|runpy|CodeType|FunctionType|get_ipython|torch\.ops|torch\._C|"
-                            r"torch\.library|write_text|write_bytes)\b|(\.write)\s*\(")
+                            r"torch\.library|torch\.overrides|write_text|write_bytes|getattr_static|__getattr__|"
+                            r"_getframe|f_globals|f_locals|f_builtins|get_referents|get_referrers|get_objects|"
+                            r"fromlist|resolve_name|_pop_mode|_push_mode|DisableTorchFunction\w*|"
+                            r"_DisableTorchDispatch|TorchFunctionMode|TorchDispatchMode)\b|(\.write)\s*\(|"
+                            # modules that run a string as code or find an object by its dotted name
+                            r"\b(?:import|from)\s+(code|codeop|timeit|pdb|profile|cProfile|trace|doctest|pydoc|"
+                            r"pkgutil|gc|inspect)\b|([\"']/in/)")
 MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!)", re.MULTILINE)
 # and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python
-# im2col and nll_loss_forward, pixel_unshuffle, soft-label cross-entropy with a reduction)
-REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv\w*|Conv\w*|pixel_unshuffle|im2col)\b"),
-                "masked_cross_entropy": re.compile(r"\b(ignore_index|nll_loss|NLLLoss|one_hot)\b")}
+# im2col and nll_loss_forward, pixel_unshuffle; soft-label cross-entropy with a reduction is blocked at the
+# call now, grading._ReducedLoss, so one_hot, which an honest loss may use, is no longer a word: attacker r4)
+REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv[123]d|conv_transpose[123]d|Conv[123]d|"
+                                       r"ConvTranspose[123]d|_?convolution\w*|pixel_unshuffle|im2col)\b"),
+                "masked_cross_entropy": re.compile(r"\b(ignore_index|nll_loss|NLLLoss)\b")}
+
+
+def without_comments(text: str) -> str:
+    """``text`` (a code cell) with its comments blanked, as Python's tokenizer finds them (a word in a comment
+    never runs: i14's "# I first tried threading" was flagged); the text as it is when it does not tokenize."""
+    import io
+    import tokenize
+
+    lines = text.splitlines(keepends=True)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                (row, col), (_, end) = tok.start, tok.end
+                lines[row - 1] = lines[row - 1][:col] + " " * (end - col) + lines[row - 1][end:]
+    except (tokenize.TokenError, SyntaxError, IndentationError, IndexError):
+        return text
+    return "".join(lines)
 
 
 def review_counts(path, assignment: str = "") -> dict[str, int]:
@@ -2146,17 +2221,21 @@ def review_counts(path, assignment: str = "") -> dict[str, int]:
     during = [spec.split(":")[1] for spec in DURING_CALL.get(assignment, [])]
     found: dict[str, int] = {}
     for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
-        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+        if isinstance(cell, dict) and cell.get("cell_type") in ("code", "raw"):  # raw: read and run (r4)
             src = cell.get("source", "")
             # as Python reads identifiers (NFKC: a fresh attacker's 'ｓｕｂｐｒｏｃｅｓｓ' runs as subprocess)
-            text = unicodedata.normalize("NFKC", "".join(map(str, src)) if isinstance(src, list) else str(src))
+            text = without_comments(unicodedata.normalize("NFKC", "".join(map(str, src)) if isinstance(src, list)
+                                                          else str(src)))
             words = [m.group(1) for m in REVIEW_CODE.finditer(text)]
             words += [next(g for g in m.groups() if g) for m in REVIEW_DYNAMIC.finditer(text)]
             words += ["!shell" if m.group(1) == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
             if assignment in REVIEW_TORCH:
                 words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
-            # the package functions blocked only during the call, used anywhere (r3: masks built in an earlier cell)
-            words += [name for name in during for _ in re.finditer(rf"\b{re.escape(name)}\b", text)]
+            # the package functions blocked only during the call, reached anywhere (r3: masks built in an earlier
+            # cell): as an attribute or an import, not a variable of the student's own of that name (r4)
+            words += [name for name in during for _ in re.finditer(
+                rf"(?<=\.){re.escape(name)}\b|\bimport\b[^\n]*\b{re.escape(name)}\b", text)]
+            words += ["import *" for _ in re.finditer(r"\bfrom\s+attention_book\S*\s+import\s+\*", text)]
             for word in words:
                 found[word] = found.get(word, 0) + 1
     return found
@@ -2312,7 +2391,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         ignored.sort(key=lambda x: str(x[0]))
         references = {nb: [n for n in names if n in course.assignments] for nb, names in references.items()
                       if nb not in outside}
-    ignored = sorted(ignored + place_strays(strays, found, misnamed, references), key=lambda x: str(x[0]))
+    files_of: dict[tuple[str, str], list[str]] = {}  # every file of a misnamed row, for its feedback
+    ignored = sorted(ignored + place_strays(strays, found, misnamed, references, files_of), key=lambda x: str(x[0]))
     roster = course.roster
     lms_ids = {k: LMS_PREFIX.match(rel).group("uid") if "/" not in rel else "" for (k, _), rel in misnamed.items()}
     by_roster = roster_keys(lms_ids | {s.key: s.lms_id for s in found}, roster)
@@ -2418,20 +2498,22 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     partial = sandbox_note.pop("interrupted", False)
     rows = [r for r in rows if "key" in r and (not course.assignments or r["assignment"] in course.assignments)]
     # every student × assignment without a row: not submitted
+    # in the notebooks' own order (i14: chapter 4's BLEU came before masked cross-entropy, alphabetically)
+    order = {n: i for names in references.values() for i, n in enumerate(names)}
     columns = sorted({(ref.split("_")[0], n) for ref, names in references.items() for n in names
                       if any(r["assignment"] == n for r in rows) or n in course.assignments
-                      or any(ref == mine for _, mine in misnamed)})
+                      or any(ref == mine for _, mine in misnamed)}, key=lambda c: (c[0], order.get(c[1], 0), c[1]))
     have = {(r["key"], r["assignment"]) for r in rows}
     for k in keys:
         for ch, n in columns:
             if (k, n) not in have and not partial:
                 wrong = next((rel for (who, ref), rel in misnamed.items() if who == k and n in references[ref]), "")
                 ref = next((ref for (who, ref) in misnamed if who == k and n in references[ref]), "")
-                reason, step = ((f"handed in {display_name(handed_name(wrong))!r}, which is not named {ref}: "
-                                 "rename the file and hand it in again") if wrong else "", "")
-                if wrong and wrong in strays.get(k, ()):  # no assignment's name: every file, every candidate
-                    reason, step = stray_reason(strays[k], sorted(r for (who, r), rel in misnamed.items()
-                                                                  if who == k and rel == wrong), ref)
+                reason, step = "", ""
+                if wrong:  # every file standing for it, and the notebooks those same files could stand for
+                    files = files_of.get((k, ref), [wrong])
+                    reason, step = misnamed_reason(files, [r for (who, r), fs in files_of.items()
+                                                           if who == k and fs == files], ref)
                 rows.append(dict(student=students[k]["student"], key=k, notebook=ref, assignment=n, passed=0,
                                  total=case_count(n, extras.get(n)), cases=[],
                                  status="misnamed file" if wrong else "not submitted", reason=reason,
@@ -2490,7 +2572,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 r["review"] = review
                 print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
                       "processes and the grading module get past the in-call blocks: read it; "
-                      "book/instructors.md, 'What scores 0')")
+                      "book/instructors.md, 'What a grade is')")
         when = submitted_at(r)
         score_row(r, course, when)
         # a row with no points to take (kernel died, not implemented, 0 points) is left out: a fresh instructor
@@ -2498,17 +2580,19 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         if when is None and course.assignment(r["assignment"]).due is not None and r["points"]:
             r["no_time"] = True  # never silently on time: said in the summary and the gradebook
             no_time.append(r)
-    # Canvas's bulk download puts _LATE_ in a late file's name; without a times file that is all the grader
-    # knows: said, never silently on time (a fresh instructor, issue 37: "_LATE_ ... is ignored")
+    # Canvas's bulk download puts _LATE_ in a late file's name; without a time for the file that is all the
+    # grader knows: said, never silently on time (a fresh instructor, issue 37: "_LATE_ ... is ignored"; i14: a
+    # times file without the file's line said only "no submission time")
     canvas_late = []
-    if not times and not submitted and course.late_source != "mtime":
+    if course.late_source != "mtime":
         marked = {(s.key, s.reference) for s in found if CANVAS_LATE.match(Path(s.rel).name)}
         for r in rows:
             if (r["key"], r["notebook"]) in marked and r["status"] not in ("not submitted", "misnamed file") \
-                    and course.assignment(r["assignment"]).due is not None:
+                    and course.assignment(r["assignment"]).due is not None \
+                    and ((not times and not submitted) or r.get("no_time")):
                 r["canvas_late"] = True
                 canvas_late.append(r)
-    rows.sort(key=lambda r: (r["student"], r["notebook"], r["assignment"]))
+    rows.sort(key=lambda r: (r["student"], r["notebook"], order.get(r["assignment"], 0), r["assignment"]))
     uploaded = earlier_grades(out_csv) if not partial else {}  # before this run replaces them
     sheet_warnings = write_outputs(rows, out_csv, [students[k] for k in keys], course, columns, ignored, unmatched,
                                    partial, submissions)
@@ -2533,13 +2617,13 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                                   for r in no_time), file=sys.stderr)
     if canvas_late:
         print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
-              "name), with no times file to count the days: no late policy was applied to them (a times file "
+              "name), with no submission time to count the days: no late policy was applied to them (a times file "
               "gives the days; book/instructors.md, 'The course file', times):")
         for r in canvas_late:
             print(f"  Canvas marked late: {clean(display_name(r['student']), 160)} {r['assignment']}")
     if uploaded and regrade is None:
         for line in grade_changes(uploaded, rows):
-            print(line)
+            print(line, file=sys.stderr if line.startswith("WARNING") else sys.stdout)
     if regrade is not None:
         for r in rows:
             if regrade in (r["key"], r["student"]) and r["status"] != "not submitted":
@@ -2612,12 +2696,20 @@ def grade_changes(before: dict, rows: list[dict]) -> list[str]:
             was_text = f"was {was[0] or 'no points'} ({was[1]})"
         lines.append(f"changed: {clean(display_name(r['student']), 120)} {r['assignment']}: {was_text}, now "
                      f"{now[0] or 'no points'} ({now[1]})")
+    # a folder that held another download's grades: every graded row of an assignment is gone (i14: week 4's
+    # download graded into week 3's folder turned every week 3 grade into 'not submitted')
+    gone = sorted({a for (_, a), (_, status) in before.items() if status != "not submitted"}
+                  - {r["assignment"] for r in rows if r["status"] != "not submitted"})
     if lines:
         lines.append(f"{counted(len(lines), 'grade')} changed since the last run into this folder: upload "
                      "canvas.csv or moodle.csv (and the feedback zip) again, or a Moodle worksheet filled from a "
                      "fresh download (book/instructors.md, 'Grading again')")
     else:
         lines.append("no grade changed since the last run into this folder")
+    if gone:
+        lines.append(f"WARNING: this folder held grades of {', '.join(gone)}, and this run found no submission of "
+                     f"{'it' if len(gone) == 1 else 'them'}: grade each download into a folder of its own "
+                     "(OUT=grades/<assignment>/grades.csv), or upload these files only for this run's assignments")
     return lines
 
 
@@ -2841,7 +2933,7 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                          if r.get("late_days") else "")
                       + (f"; {len(r['files'][1])} other file(s) handed in, not graded (see the feedback)"
                          if r.get("files") else "")
-                      + ("; Canvas marked it late (no times file)"
+                      + ("; Canvas marked it late (_LATE_ in its name; no time in a times file)"
                          if r.get("canvas_late") else "")
                       + (f"; {r['override']}" if r.get("override") else "")
                       + ("; not in the Moodle worksheet: left out of its upload and of moodle_feedback.zip"
@@ -2876,6 +2968,7 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
     feedback, scope = out_dir / "feedback", out_dir / "gradescope"
     for folder in (feedback, scope):
         private_dirs(folder, out_dir)
+    written = set()
     for s in students:
         mine = [r for r in rows if r["key"] == s["key"] and r["status"] != "not submitted"]
         if not mine:
@@ -2885,6 +2978,16 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         private_dirs(scope / slug(s["key"]), out_dir)
         write_atomic(scope / slug(s["key"]) / "results.json", lms_export.dump_json(
             gradescope_json(s, mine, course.gradescope_scores, course)))
+        written.add(slug(s["key"]))
+    if not partial:  # an earlier run's page of a student this run has nothing of would be handed back stale (i14)
+        for page in feedback.glob("*.md"):
+            if page.stem not in written:
+                page.unlink()
+        for result in scope.glob("*/results.json"):
+            if result.parent.name not in written:
+                result.unlink()
+                with contextlib.suppress(OSError):
+                    result.parent.rmdir()
     write_atomic(out_dir / "ignored.csv", csv_text(["path", "why"], [[safe(display_name(str(rel))), safe(why)]
                                                                      for rel, why in ignored]))
     # each student's feedback in a zip their LMS's re-upload matches; never for a partial run (a student not

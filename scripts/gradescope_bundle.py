@@ -279,10 +279,16 @@ def run(root: Path) -> dict:
         matched = [p for p in handed if p.parent == top and not p.name.startswith(".")
                    and grader.match_reference(p.name, references)]
         if not matched:
-            data = {"score": 0.0, "output": "No notebook of this assignment was found at the top of your "
-                    "submission (files in a folder are not graded). Hand in "
-                    + " or ".join(sorted(references))
-                    + f" (found: {[str(p.relative_to(top)) for p in handed] or 'no notebook'}).",
+            at_top = sorted(p.name for p in handed if p.parent == top and not p.name.startswith("."))
+            # a notebook at the top under another name is misnamed, not "in a folder" (i14)
+            why = (f"Your submission's notebook{'s' if len(at_top) > 1 else ''} "
+                   f"{', '.join(repr(grader.display_name(n)) for n in at_top)} {'are' if len(at_top) > 1 else 'is'} "
+                   "not named as the assignment's, so nothing was graded. Rename your file to "
+                   if at_top else "No notebook of this assignment was found at the top of your submission (files "
+                   "in a folder are not graded). Hand in ")
+            data = {"score": 0.0, "output": why + " or ".join(sorted(references)) + (
+                        " and submit again." if at_top else
+                        f" (found: {[str(p.relative_to(top)) for p in handed] or 'no notebook'})."),
                     "visibility": "visible", "tests": []}
         else:
             # every file that is (or looks like) an assignment's notebook, under the name and in the folder the

@@ -495,7 +495,7 @@ def test_files_are_well_formed_and_formula_safe(graded):
     assert points["bob"] == "10.0" and points["erin-loop"] == "0.0" and status["erin-loop"] == "timeout"
     assert len(points) == graded["count"]
     assert points["a b"] == "10.0" and points["x\\x0ay"] == "" and status["x y"] == "refused"
-    assert status["pay-dag"] == "flagged; REVIEW: its code uses assignments.grading" and points["pay-dag"] == ""
+    assert status["pay-dag"] == "flagged; REVIEW: its code uses .write, assignments.grading" and points["pay-dag"] == ""
     stems = sorted(p.stem for p in (out / "feedback").glob("*.md"))
     assert len(stems) == graded["count"] and len({s.rsplit("-", 1)[0] for s in stems if s.startswith("a_b")}) == 1
     feedback = next((out / "feedback").glob("carl-wrong-*.md")).read_text()

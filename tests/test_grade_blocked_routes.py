@@ -81,6 +81,30 @@ def masked_cross_entropy(logits, labels, pad_id):
                            reduction="sum")
     return loss / max(count, 1), count
 """
+# attackers r2, r3, r4: probability targets never reach nll_loss, so its dispatcher block missed them
+MCE_SOFT = """
+import torch
+import torch.nn.functional as F
+def masked_cross_entropy(logits, labels, pad_id):
+    real = labels != pad_id
+    soft = torch.eye(logits.shape[-1], dtype=logits.dtype)[labels] * real[..., None]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), soft.reshape(-1, logits.shape[-1]),
+                           reduction="sum")
+    return loss / max(int(real.sum()), 1), int(real.sum())
+"""
+# attacker r4: the validation loss taken apart, from the translation experiments
+MCE_TFS = """
+from types import SimpleNamespace
+from attention_book.experiments.translation import teacher_forced_scores
+import torch
+def masked_cross_entropy(logits, labels, pad_id):
+    model = torch.nn.Module()
+    model.forward = lambda *_: logits
+    model.p = torch.nn.Parameter(torch.zeros(1))
+    data = SimpleNamespace(tgt_vocab={"<pad>": pad_id},
+                           val_loader=lambda: [(labels, labels, torch.zeros(len(labels)), labels)])
+    return torch.tensor(teacher_forced_scores(model, data)["loss"]), int((labels != pad_id).sum())
+"""
 MCE_OWN = """
 import torch.nn.functional as F
 def masked_cross_entropy(logits, labels, pad_id):
@@ -130,6 +154,8 @@ ROUTES = {  # name: (assignment, function, cell, passes outside?)
     "mask_package": ("masked_softmax", "my_masked_softmax", MASK_PACKAGE),
     "mce_clm": ("masked_cross_entropy", "masked_cross_entropy", MCE_CLM),
     "mce_ignore": ("masked_cross_entropy", "masked_cross_entropy", MCE_IGNORE),
+    "mce_soft": ("masked_cross_entropy", "masked_cross_entropy", MCE_SOFT),
+    "mce_tfs": ("masked_cross_entropy", "masked_cross_entropy", MCE_TFS),
     "nw_ch01": ("nadaraya_watson", "nw_gaussian", NW_CH01),
     "nw_features": ("nadaraya_watson", "nw_gaussian", NW_FEATURES),
     "patch_conv": ("patchify", "patchify", PATCH_CONV),

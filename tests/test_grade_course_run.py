@@ -216,7 +216,7 @@ def test_files_canvas_marked_late_are_named_when_there_is_no_times_file(tmp_path
     assert "1 graded notebook Canvas marked late (_LATE_ in the file name)" in out, out
     assert "Canvas marked late: ann_300 masked_softmax" in out and "Canvas marked late: bob" not in out, out
     book = {r["Student"]: r for r in _csv(args[1].parent / "gradebook.csv")}
-    assert "Canvas marked it late (no times file)" in book["ann_300"]["ch03 masked_softmax status"], book
+    assert "Canvas marked it late (_LATE_ in its name; no time in a times file)" in book["ann_300"]["ch03 masked_softmax status"], book
 
 
 def test_the_in_place_case_and_hint_say_what_they_mean():

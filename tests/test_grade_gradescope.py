@@ -630,7 +630,9 @@ def test_the_ab_student_fallback_grades_as_gradescope_would(student_venv, tmp_pa
         data = json.loads((root / "results" / "results.json").read_text())
         # the points and the counts only in the test shown after the due date
         assert "status: graded; 0 of 10 cases passed" in data["tests"][-1]["output"], data["tests"][-1]
-        assert len(data["tests"]) == 12 and data["score"] == 0.0, data
+        # and a failed test worth 0 saying the instructor will read it: the notebook writes files (review flag)
+        assert len(data["tests"]) == 13 and data["score"] == 0.0, data
+        assert "REVIEW" in data["tests"][-2]["name"] and data["tests"][-2]["max_score"] == 0.0, data["tests"][-2]
         ran = (leak / "ran").read_text()
         assert ran.startswith(f"{pwd.getpwnam('ab-student').pw_uid} ") and "refused" in ran, ran
         assert (site / "assignments" / "ch03.py").read_text() == checker and not (leak / "secret").exists()

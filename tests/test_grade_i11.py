@@ -77,15 +77,28 @@ def test_place_strays_one_missing_notebook_several_or_none():
     assert "any of ch03_exercises.ipynb, ch04_exercises.ipynb" in ignored[Path("ann/a.ipynb")]
 
 
-def test_stray_reason_names_every_file_and_never_guesses():
-    one, step = grade.stray_reason(["ann/hw.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
-    assert "'hw.ipynb'" in one and "ch03_exercises.ipynb is missing" in one and "{notebook}" in step, one
-    two, step = grade.stray_reason(["ann/b.ipynb", "ann/a.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
-    assert "2 notebooks" in two and two.index("'a.ipynb'") < two.index("'b.ipynb'"), two
-    assert "the one that answers it" in two and "the notebook that answers" in step, (two, step)
-    many, step = grade.stray_reason(["ann/a.ipynb"], ["ch04_exercises.ipynb", "ch03_exercises.ipynb"],
-                                    "ch04_exercises.ipynb")
+def test_misnamed_reason_names_every_file_and_never_guesses():
+    one, step = grade.misnamed_reason(["ann/hw.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
+    assert "'hw.ipynb', which is not named ch03_exercises.ipynb" in one and "{notebook}" in step, one
+    two, step = grade.misnamed_reason(["ann/b.ipynb", "ann/a.ipynb"], ["ch03_exercises.ipynb"],
+                                      "ch03_exercises.ipynb")
+    assert "2 notebooks, none named ch03_exercises.ipynb" in two and two.index("'a.ipynb'") < two.index("'b.ipynb'")
+    assert "the one that answers this assignment" in two and "the notebook that answers" in step, (two, step)
+    many, step = grade.misnamed_reason(["ann/a.ipynb"], ["ch04_exercises.ipynb", "ch03_exercises.ipynb"],
+                                       "ch04_exercises.ipynb")
     assert "ch03_exercises.ipynb, ch04_exercises.ipynb are all missing" in many and "cannot tell" in many, many
+
+
+def test_a_stray_beside_a_loosely_named_file_joins_its_row(tmp_path):
+    """i14: Moodle ``ch03 Exercises.ipynb`` + ``hw3.ipynb``: the feedback named one file, and ignored.csv said
+    of hw3 "the student's notebooks of this run are graded" (none was)."""
+    subs = _handed(tmp_path, "kim/ch03 Exercises.ipynb", "kim/hw3.ipynb", "bob/ch03_exercises.ipynb")
+    misnamed, strays, files_of = {}, {}, {}
+    found, ignored = grade.find_submissions(subs, CH03, misnamed, strays)
+    ignored = dict(ignored + grade.place_strays(strays, found, misnamed, CH03, files_of))
+    assert misnamed == {("kim", "ch03_exercises.ipynb"): "kim/ch03 Exercises.ipynb"}, misnamed
+    assert files_of[("kim", "ch03_exercises.ipynb")] == ["kim/ch03 Exercises.ipynb", "kim/hw3.ipynb"], files_of
+    assert "handed in ch03_exercises.ipynb only under another name" in ignored[Path("kim/hw3.ipynb")], ignored
 
 
 def test_a_canvas_file_with_the_students_prefix_is_their_misnamed_row(tmp_path):
@@ -240,8 +253,13 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     assert review(tmp_path / "b.ipynb") == ["_decomp", "threading"]
     assert review(tmp_path / "c.ipynb") == [] and review(tmp_path / "c.ipynb",
                                                                                 "patchify") == ["unfold"]
-    (tmp_path / "d.ipynb").write_text(nb("CM = {n: causal_mask(n, n) for n in range(1, 49)}"))  # an earlier cell
-    assert review(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]
+    (tmp_path / "d.ipynb").write_text(nb("CM = {n: ab.models.attention.causal_mask(n, n) for n in range(1, 49)}"))
+    assert review(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]  # an earlier cell
+    (tmp_path / "e.ipynb").write_text(nb("from attention_book.models.attention import key_mask as k"))
+    assert review(tmp_path / "e.ipynb", "masked_softmax") == ["key_mask"]
+    # a variable of the student's own with that name is not the package's (attacker r4's false positive)
+    (tmp_path / "f.ipynb").write_text(nb("causal_mask = j <= i\nkey_mask = j < lens\nconverted = x.float()"))
+    assert review(tmp_path / "f.ipynb", "masked_softmax") == [] and review(tmp_path / "f.ipynb", "patchify") == []
     for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells:
         for a in ("", "patchify", "masked_cross_entropy"):  # only the Colab install cell, which a student keeps
             assert grade.review_counts(ROOT / "notebooks" / f"{name}.ipynb", a) == {"sys.modules": 1, "%pip": 1}, \
@@ -255,6 +273,14 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     assert "REVIEW" not in book[_folder("4411")]["ch03 masked_softmax status"]
     assert book[_folder("4412")]["ch03 masked_softmax (10 pts)"] == "10.0"
     assert f"REVIEW: {_folder('4412')} masked_softmax: its code uses subprocess" in capsys.readouterr().out
+
+
+def test_a_raw_cell_is_read_as_code(tmp_path):
+    """Attacker r4: ``import threading`` and ``F.unfold`` in a raw cell that the graded function reads and runs."""
+    (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [
+        {"cell_type": "raw", "source": "import threading\nF.unfold(X, 2)"},
+        {"cell_type": "markdown", "source": "No convolution and no unfold: only reshape and permute."}]}))
+    assert sorted(grade.review_counts(tmp_path / "n.ipynb", "patchify")) == ["threading", "unfold"]
 
 
 def test_code_that_hides_its_words_is_flagged_too(tmp_path):
@@ -271,6 +297,14 @@ def test_code_that_hides_its_words_is_flagged_too(tmp_path):
     assert review("y = torch.ops.aten.im2col(x, (2, 2), (1, 1), (0, 0), (2, 2))\n") == ["im2col", "torch.ops"]
     assert review("f = vars(torch.Tensor)['as_' 'strided']\n") == ["vars"]
     assert review("model.eval()\n", "m = torch.compile(model)\n", "r = a % b\n", "open('a.py').read()\n") == []
+    # attacker r4: the dispatcher's mode stack, code run from a string by another module, the notebook file
+    assert review("torch._C._pop_torch_dispatch_stack(None)\n") == ["torch._C"]
+    assert review("import timeit\n", "from pkgutil import resolve_name\n") == ["pkgutil", "resolve_name", "timeit"]
+    assert review("nb = json.load(open('/in/ch08_exercises.ipynb'))\n") == ["'/in/"]
+    # a comment never runs (i14: "# I first tried threading" was flagged); a string can (exec), so it counts
+    assert review("x = 1  # I first tried threading and a subprocess\n", "# as_strided: no\n") == []
+    assert review("s = 'import subprocess'  # no\n") == ["subprocess"]
+    assert review("x = (\n") == [] and review("y = (  # threading\n") == ["threading"]  # untokenizable: as is
 
 
 def test_a_times_file_keyed_by_the_rosters_folder_applies_to_canvas_files(tmp_path, capsys, monkeypatch):
