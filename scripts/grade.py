@@ -1826,6 +1826,9 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
             lines += [words[:1].upper() + words[1:] + ".", ""]
+        if r.get("canvas_late"):  # i15: the student heard nothing of it
+            lines += ["Canvas marked this file late. Your instructor applies the late policy once they have its "
+                      "submission time, so these points may change.", ""]
         lines += other_files(r)
         if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
@@ -2178,20 +2181,27 @@ REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delat
                             r"__code__|__globals__|__closure__|__subclasses__|__loader__|__spec__|attrgetter|"
                             r"methodcaller|getmembers|sys\.modules|sys\.path|base64|codecs|binascii|marshal|pickle|"
                             r"dill|zlib|fromhex|runpy|CodeType|FunctionType|get_ipython|torch\.ops|torch\._C|"
-                            r"torch\.library|torch\.overrides|write_text|write_bytes|getattr_static|__getattr__|"
+                            r"torch\.library|torch\.overrides|write_text|write_bytes|writelines|getattr_static|__getattr__|"
                             r"_getframe|f_globals|f_locals|f_builtins|get_referents|get_referrers|get_objects|"
                             r"fromlist|resolve_name|_pop_mode|_push_mode|DisableTorchFunction\w*|"
                             r"_DisableTorchDispatch|TorchFunctionMode|TorchDispatchMode)\b|(\.write)\s*\(|"
-                            # modules that run a string as code or find an object by its dotted name
-                            r"\b(?:import|from)\s+(code|codeop|timeit|pdb|profile|cProfile|trace|doctest|pydoc|"
-                            r"pkgutil|gc|inspect)\b|([\"']/in/)")
-MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!)", re.MULTILINE)
+                            # modules that run a string as code or find an object by its dotted name (r5:
+                            # after a comma too), the notebook's own file, other threads and processes
+                            r"\b(?:import\s+(?:[\w.]+\s*(?:as\s+\w+\s*)?,\s*)*|from\s+)(code|gc|inspect|trace|profile|"
+                            r"pdb)\b|\b(codeop|timeit|doctest|pydoc|pkgutil|cProfile|runpy|get_field|__self__|_C|"
+                            r"posix_spawnp?|forkpty|pty|create_subprocess_\w+|spawn\w*|fork|joblib|loky|dask|ray|"
+                            r"thread_map|process_map|ThreadPool\w*|ProcessPool\w*|Pool|asyncio|to_thread|"
+                            r"run_in_executor|multiprocess|executable)\b|(\.(?:getattr|setattr|delattr|exec|vars|"
+                            r"globals|locals|__import__))\s*\(|(from\s+(?:sys|os|builtins)\s+import|import\s+(?:sys|os)"
+                            r"\s+as)\b|(\.ipynb\b|[\"']/?in/?[\"'])")
+# a magic or shell line, and a shell line's output assigned (r5: ``log = !cmd``); ``!=`` starting a line is Python
+MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!(?!=))|=[ \t]*(!)(?!=)", re.MULTILINE)
 # and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python
 # im2col and nll_loss_forward, pixel_unshuffle; soft-label cross-entropy with a reduction is blocked at the
 # call now, grading._ReducedLoss, so one_hot, which an honest loss may use, is no longer a word: attacker r4)
 REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv[123]d|conv_transpose[123]d|Conv[123]d|"
                                        r"ConvTranspose[123]d|_?convolution\w*|pixel_unshuffle|im2col)\b"),
-                "masked_cross_entropy": re.compile(r"\b(ignore_index|nll_loss|NLLLoss)\b")}
+                "masked_cross_entropy": re.compile(r"\b(ignore_index)\b")}  # nll_loss: allowed with "none" (r5)
 
 
 def without_comments(text: str) -> str:
@@ -2211,9 +2221,12 @@ def without_comments(text: str) -> str:
     return "".join(lines)
 
 
-def review_counts(path, assignment: str = "") -> dict[str, int]:
-    """How often the code cells of the notebook at ``path`` use each :data:`REVIEW_CODE` word, and
-    ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL`` names (nothing if unreadable)."""
+def review_counts(path, assignment: str = "", chapter: frozenset | set = frozenset()) -> dict[str, int]:
+    """How often the code and raw cells of the notebook at ``path`` use each :data:`REVIEW_CODE` word, and
+    ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL`` names (nothing if unreadable), apart from
+    the cells that are the chapter's own as given (``chapter``: :func:`chapter_sources`). Only the cells the
+    student wrote or changed count: a budget of the chapter's own words let a fresh attacker (r5) delete the
+    demo cell that uses ``softmax_block`` and spell it once in the graded cell."""
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # a hostile file: JSON nested past Python's limit (test_grade)
@@ -2222,19 +2235,22 @@ def review_counts(path, assignment: str = "") -> dict[str, int]:
     found: dict[str, int] = {}
     for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") in ("code", "raw"):  # raw: read and run (r4)
+            if cell.get("cell_type") == "code" and _source(cell).strip() in chapter:
+                continue
             src = cell.get("source", "")
             # as Python reads identifiers (NFKC: a fresh attacker's 'ｓｕｂｐｒｏｃｅｓｓ' runs as subprocess)
             text = without_comments(unicodedata.normalize("NFKC", "".join(map(str, src)) if isinstance(src, list)
                                                           else str(src)))
             words = [m.group(1) for m in REVIEW_CODE.finditer(text)]
             words += [next(g for g in m.groups() if g) for m in REVIEW_DYNAMIC.finditer(text)]
-            words += ["!shell" if m.group(1) == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
+            words += ["!shell" if (m.group(1) or "!") == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
             if assignment in REVIEW_TORCH:
                 words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
             # the package functions blocked only during the call, reached anywhere (r3: masks built in an earlier
             # cell): as an attribute or an import, not a variable of the student's own of that name (r4)
             words += [name for name in during for _ in re.finditer(
-                rf"(?<=\.){re.escape(name)}\b|\bimport\b[^\n]*\b{re.escape(name)}\b", text)]
+                rf"(?<=\.){re.escape(name)}\b|\bimport\b[^\n]*\b{re.escape(name)}\b|"
+                rf"\bimport\s*\([^)]*\b{re.escape(name)}\b", text)]  # an import in parentheses too (r5)
             words += ["import *" for _ in re.finditer(r"\bfrom\s+attention_book\S*\s+import\s+\*", text)]
             for word in words:
                 found[word] = found.get(word, 0) + 1
@@ -2558,6 +2574,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             print(line, file=sys.stderr)
 
     no_time = []
+    chapter_of: dict[str, frozenset] = {}  # each reference notebook's own cells, for the review flag
     for r in rows:
         r.setdefault("seconds", 0.0)
         sheet, pid = course.worksheets.get(r["assignment"]), MOODLE_FOLDER.match(r["key"])
@@ -2567,8 +2584,11 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
         r.pop("review", None)
         if r.get("path") and r["status"] not in ("not submitted", "misnamed file", "refused"):
-            mine, book = (review_counts(path, r["assignment"]) for path in (r["path"], reference / r["notebook"]))
-            if review := sorted(word for word, n in mine.items() if n > book.get(word, 0)):  # more than the book's
+            if r["notebook"] not in chapter_of:
+                with contextlib.suppress(OSError, ValueError):
+                    chapter_of[r["notebook"]] = frozenset(chapter_sources(json.loads(
+                        (reference / r["notebook"]).read_text(encoding="utf-8"))))
+            if review := sorted(review_counts(r["path"], r["assignment"], chapter_of.get(r["notebook"], frozenset()))):
                 r["review"] = review
                 print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
                       "processes and the grading module get past the in-call blocks: read it; "
@@ -2618,7 +2638,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     if canvas_late:
         print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
               "name), with no submission time to count the days: no late policy was applied to them (a times file "
-              "gives the days; book/instructors.md, 'The course file', times):")
+              "gives the days; book/instructors.md, 'The course file', times)"
+              + (": their canvas.csv cells are left blank until it does" if course.per_day else "") + ":")
         for r in canvas_late:
             print(f"  Canvas marked late: {clean(display_name(r['student']), 160)} {r['assignment']}")
     if uploaded and regrade is None:
@@ -2674,7 +2695,11 @@ def earlier_grades(out_csv: Path) -> dict[tuple[str, str], tuple[str, str]]:
     (what may already be uploaded); {} when there is none or it cannot be read."""
     with contextlib.suppress(OSError, ValueError, KeyError, csv.Error):
         with open(out_csv, newline="", encoding="utf-8") as f:
-            return {(r["student"], r["assignment"]): (r["points"], r["status"]) for r in csv.DictReader(f)}
+            # by the student's login where the roster gives one: a Canvas student's key is their file's name key
+            # in a week they handed in (kimtwo_105) and the roster's folder in a week they did not (kimtwo), and
+            # a lost grade read "no earlier grade" (a fresh instructor, i15)
+            return {(r.get("login") or r["student"], r["assignment"]): (r["points"], r["status"])
+                    for r in csv.DictReader(f)}
     return {}
 
 
@@ -2685,7 +2710,7 @@ def grade_changes(before: dict, rows: list[dict]) -> list[str]:
     lines = []
     for r in rows:
         now = ("" if r.get("points") is None else f"{r['points']:g}", r["status"])
-        was = before.get((safe(r["student"]), r["assignment"]))
+        was = before.get((safe(r["login"]) if r.get("login") else safe(r["student"]), r["assignment"]))
         if was is None:
             was_text = "no earlier grade"
         else:
@@ -2954,7 +2979,10 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         refused = {r["key"] for r in rows if r["status"] == "refused"}
         lms = [s for s in students if (course.roster is None or s["key"] not in unmatched)
                and s["key"] not in refused]
-        export_rows = [dict(r, points=r["points"]) for r in rows]
+        # a file Canvas marked late, with no time to count its days, is held out of canvas.csv where a late
+        # policy would take points: uploaded unpenalised it was full credit for late work (a fresh instructor, i15)
+        export_rows = [dict(r, points=r["points"], **({"status": "held"} if r.get("canvas_late") and course.per_day
+                                                      else {})) for r in rows]
         if course.roster is None:  # no Canvas ID or SIS login to match a row by: not an upload (NO_ROSTER)
             with contextlib.suppress(FileNotFoundError):
                 (out_dir / "canvas.csv").unlink()  # an earlier run's would no longer match these grades

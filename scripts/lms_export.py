@@ -94,7 +94,9 @@ def _gradebook(rows: list[dict], students: list[dict], course, columns: list[tup
         cells = []
         for _, names in groups:
             scored = [r for a in names if (r := by.get((s["student"], a))) is not None and r["status"] in GRADED]
-            cells.append(round(sum(r["points"] for r in scored), 2) if scored else "")
+            held = any((r := by.get((s["student"], a))) is not None and r["status"] == "held" for a in names)
+            # a held part (grade.py: late, no time yet) blanks a shared column: never a partial sum
+            cells.append(round(sum(r["points"] for r in scored), 2) if scored and not held else "")
         writer.writerow([_safe(s[field]) for field in identity.values()] + cells)
     return out.getvalue()
 

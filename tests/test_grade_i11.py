@@ -300,7 +300,7 @@ def test_code_that_hides_its_words_is_flagged_too(tmp_path):
     # attacker r4: the dispatcher's mode stack, code run from a string by another module, the notebook file
     assert review("torch._C._pop_torch_dispatch_stack(None)\n") == ["torch._C"]
     assert review("import timeit\n", "from pkgutil import resolve_name\n") == ["pkgutil", "resolve_name", "timeit"]
-    assert review("nb = json.load(open('/in/ch08_exercises.ipynb'))\n") == ["'/in/"]
+    assert review("nb = json.load(open('/in/ch08_exercises.ipynb'))\n") == [".ipynb"]
     # a comment never runs (i14: "# I first tried threading" was flagged); a string can (exec), so it counts
     assert review("x = 1  # I first tried threading and a subprocess\n", "# as_strided: no\n") == []
     assert review("s = 'import subprocess'  # no\n") == ["subprocess"]

@@ -109,6 +109,23 @@ def test_a_canvas_late_file_without_its_times_line_says_canvas_marked_it(tmp_pat
     assert "Canvas marked it late (_LATE_ in its name; no time in a times file)" in book, book
     said = capsys.readouterr()
     assert "1 graded notebook Canvas marked late" in said.out + said.err
+    # i15: it went to canvas.csv at full credit; held out (blank) until a time gives the days, and said
+    import csv as csv_mod
+
+    (canvas,) = list(csv_mod.DictReader((tmp_path / "again" / "out" / "canvas.csv").open(encoding="utf-8")))
+    assert [v for k, v in canvas.items() if "masked_softmax" in k.lower() or "Masked" in k] == [""], canvas
+    assert "left blank until it does" in said.out + said.err
+    (page,) = (tmp_path / "again" / "out" / "feedback").iterdir()
+    assert "Canvas marked this file late" in page.read_text()
+
+
+def test_a_lost_grade_is_reported_by_login_whatever_the_key():
+    """i15: a Canvas student is kimtwo_105 in a week she handed in and the roster's kimtwo in a week she did
+    not; the lost 2.22 read "no earlier grade"."""
+    before = {("kim2", "masked_softmax"): ("2.22", "graded")}
+    rows = [dict(student="kimtwo", login="kim2", assignment="masked_softmax", points=None, status="not submitted")]
+    assert grade.grade_changes(before, rows)[0] == ("changed: kimtwo masked_softmax: was 2.22 (graded), now no "
+                                                    "points (not submitted)")
 
 
 def test_a_gradescope_file_at_the_top_under_another_name_is_not_said_to_be_in_a_folder(tmp_path, monkeypatch):
@@ -131,3 +148,40 @@ def test_one_mistake_on_every_hidden_case_lists_the_cases_on_one_line():
     assert text.count(cause) == 1 and "One mistake explains all 9 failed cases" in text, text
     assert "The cases: hidden cases 1, 2, 3, 4, 5, 6, 7, 8 and 9; in each, your function raised RuntimeError." \
         in text and "###" not in text, text
+
+
+def test_the_routes_a_fresh_attacker_r5_hid_are_words_too(tmp_path):
+    """Attacker r5 (c6954a6): ten 10/10 routes past the flag: another library's threads and processes,
+    ``string.Formatter().get_field``, ``print.__self__`` (the builtins module), ``from torch import _C``,
+    ``from sys import modules``, ``import json, pydoc``, ``os.posix_spawn``, code in a markdown cell run by
+    reading the notebook's own file."""
+    def review(code, assignment="patchify"):
+        (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+        return sorted(grade.review_counts(tmp_path / "n.ipynb", assignment))
+    assert review("from tqdm.contrib.concurrent import thread_map\n") == ["thread_map"]
+    assert review("from joblib import Parallel, delayed\n") == ["joblib"]
+    assert review("f = string.Formatter().get_field('0.un' + 'fold', (F,), {})[0]\n") == ["get_field"]
+    assert review("B = print.__self__\nB.getattr(ab, 'x')\n") == [".getattr", "__self__"]
+    assert review("from torch import _C as c\n") == ["_C"]
+    assert review("from sys import modules\n") == ["from sys import"]
+    assert review("import json, pydoc\nimport os, gc\n") == ["gc", "pydoc"]
+    assert review("os.posix_spawn(s.executable, [], {})\n") == ["executable", "posix_spawn"]
+    assert review("p = os.path.join('/', 'in')\nnb = [f for f in os.listdir(p) if f.endswith('.ipynb')]\n") \
+        == ["'in'", ".ipynb"]
+
+
+def test_only_the_cells_a_student_wrote_or_changed_count(tmp_path):
+    """Attacker r5: the flag compared counts with the chapter's, so deleting the demo cell that uses
+    ``ab.softmax_block`` let the graded cell spell it once. Now a cell counts unless it is the chapter's own,
+    as the committed notebook or an edition gives it; the student edition itself has no word."""
+    import editions
+
+    ref = json.loads((ROOT / "notebooks" / "ch10_exercises.ipynb").read_text())
+    chapter = grade.chapter_sources(ref)
+    student = editions.make_edition(ref, "student")
+    (tmp_path / "s.ipynb").write_text(json.dumps(student))
+    assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {}
+    assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax")  # without the chapter: its own words
+    student["cells"].append({"cell_type": "code", "source": "m = ab.softmax_block(s, v)", "metadata": {}})
+    (tmp_path / "s.ipynb").write_text(json.dumps(student))
+    assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {"softmax_block": 1}
