@@ -1568,8 +1568,13 @@ def misnamed_reason(files: list[str], candidates: list[str], notebook: str) -> t
     if len(names) == 1:
         return (f"handed in {names[0]}, which is not named {notebook}: rename the file and hand it in again",
                 "rename your file to {notebook} and hand it in again")
+    # the one whose name looks like the notebook's, said (a fresh instructor, i15: the grader knew, the student
+    # was left to guess)
+    likely = [repr(display_name(handed_name(rel))) for rel in sorted(files)
+              if near_reference(Path(handed_name(rel)).name, [notebook]) == notebook]
+    hint = f" ({likely[0]} looks like it)" if len(likely) == 1 else ""
     return (f"handed in {len(names)} notebooks, none named {notebook}: {', '.join(names)}: rename the one that "
-            f"answers this assignment to {notebook} and hand it in again"), (
+            f"answers this assignment{hint} to {notebook} and hand it in again"), (
         "rename the notebook that answers this assignment to {notebook} and hand it in again")
 
 
@@ -1879,10 +1884,13 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 lines += [f"Apart from that, its results were right in {sum(c['result_right'] for c in right)} "
                           f"of {len(right)} cases (not scored).", ""]
             lines += ["The cases: " + cases_line(written) + ".", ""]
-            # "fix the failed cases it shows, and the write named above first" read awkwardly (issue 37)
+            # "fix the failed cases it shows, and the write named above first" read awkwardly (issue 37); with every
+            # result right, there is nothing else to fix (a fresh instructor, i15)
             step = next_step(r, named=True).replace(
                 "fix the failed cases it shows, and the causes named above,",
-                "first stop your function writing into its input (above), then fix the failed cases it shows,")
+                "first stop your function writing into its input (above), then fix the failed cases it shows,"
+                if not (right and all(c["result_right"] for c in right) and len(right) == len(failed)) else
+                "stop your function writing into its input (above): its results were right,")
             lines += what_to_do(step)
             continue
         if same and not common:

@@ -185,3 +185,26 @@ def test_only_the_cells_a_student_wrote_or_changed_count(tmp_path):
     student["cells"].append({"cell_type": "code", "source": "m = ab.softmax_block(s, v)", "metadata": {}})
     (tmp_path / "s.ipynb").write_text(json.dumps(student))
     assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {"softmax_block": 1}
+
+
+def test_the_loosely_named_file_is_said_to_look_like_the_notebook():
+    """i15: beside a stray hw3.ipynb, the grader knew 'ch03 Exercises.ipynb' looked like ch03 but did not say."""
+    why, _ = grade.misnamed_reason(["lea/ch03 Exercises.ipynb", "lea/hw3.ipynb"], ["ch03_exercises.ipynb"],
+                                   "ch03_exercises.ipynb")
+    assert "rename the one that answers this assignment ('ch03 Exercises.ipynb' looks like it) to " \
+           "ch03_exercises.ipynb" in why, why
+    why, _ = grade.misnamed_reason(["lea/a.ipynb", "lea/hw3.ipynb"], ["ch03_exercises.ipynb"], "ch03_exercises.ipynb")
+    assert "looks like" not in why
+
+
+def test_an_in_place_writer_with_every_result_right_is_not_told_to_fix_failed_cases():
+    """i15: 9 of 9 right apart from the write, and still "then fix the failed cases it shows"."""
+    from attention_book.assignments import grading
+
+    cases = [{"index": i, "passed": False, "visible": False, "label": f"l{i}", "cause": "", "result_right": True,
+              "status": "ok", "why": grading.IN_PLACE + " (scores[~keep] = ...)"} for i in range(1, 10)]
+    row = dict(student="ida", notebook="ch03_exercises.ipynb", assignment="masked_softmax", points=0.0,
+               max_points=20.0, passed=0, total=9, cases=cases, status="graded", reason="")
+    text = grade.feedback_markdown({"student": "ida"}, [row])
+    assert "its results were right in 9 of 9 cases" in text and "fix the failed cases it shows" not in text, text
+    assert "stop your function writing into its input (above): its results were right" in text, text
