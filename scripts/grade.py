@@ -2201,7 +2201,13 @@ REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delat
                             r"thread_map|process_map|ThreadPool\w*|ProcessPool\w*|Pool|asyncio|to_thread|"
                             r"run_in_executor|multiprocess|executable)\b|(\.(?:getattr|setattr|delattr|exec|vars|"
                             r"globals|locals|__import__))\s*\(|(from\s+(?:sys|os|builtins)\s+import|import\s+(?:sys|os)"
-                            r"\s+as)\b|(\.ipynb\b|[\"']/?in/?[\"'])")
+                            r"\s+as)\b|(\.ipynb\b|[\"']/in/?[\"'])|"
+                            # attacker r6: the dispatcher switched off, TorchScript, a module printed to a file
+                            # and put on the path, pickles run by torch.load, string annotations evaluated, other
+                            # ways to a thread or a process
+                            r"\b(no_dispatch|_mode_utils|CompilationUnit|torch\.jit|torch\._ops|Formatter|"
+                            r"format_field|addsitedir|zipimport|writestr|weights_only|get_type_hints|"
+                            r"forkserver|multiprocessing_context|QueueListener|Thread\w*|\w+Thread)\b|(file\s*=)")
 # a magic or shell line, and a shell line's output assigned (r5: ``log = !cmd``); ``!=`` starting a line is Python
 MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!(?!=))|=[ \t]*(!)(?!=)", re.MULTILINE)
 # and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python

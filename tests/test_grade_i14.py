@@ -160,14 +160,15 @@ def test_the_routes_a_fresh_attacker_r5_hid_are_words_too(tmp_path):
         return sorted(grade.review_counts(tmp_path / "n.ipynb", assignment))
     assert review("from tqdm.contrib.concurrent import thread_map\n") == ["thread_map"]
     assert review("from joblib import Parallel, delayed\n") == ["joblib"]
-    assert review("f = string.Formatter().get_field('0.un' + 'fold', (F,), {})[0]\n") == ["get_field"]
+    assert review("f = string.Formatter().get_field('0.un' + 'fold', (F,), {})[0]\n") == ["Formatter", "get_field"]
     assert review("B = print.__self__\nB.getattr(ab, 'x')\n") == [".getattr", "__self__"]
     assert review("from torch import _C as c\n") == ["_C"]
     assert review("from sys import modules\n") == ["from sys import"]
     assert review("import json, pydoc\nimport os, gc\n") == ["gc", "pydoc"]
     assert review("os.posix_spawn(s.executable, [], {})\n") == ["executable", "posix_spawn"]
     assert review("p = os.path.join('/', 'in')\nnb = [f for f in os.listdir(p) if f.endswith('.ipynb')]\n") \
-        == ["'in'", ".ipynb"]
+        == [".ipynb"]
+    assert review("vocab = ['the', 'in', 'hat']\n") == []  # attacker r6's false positive: the word "in"
 
 
 def test_only_the_cells_a_student_wrote_or_changed_count(tmp_path):
@@ -208,3 +209,20 @@ def test_an_in_place_writer_with_every_result_right_is_not_told_to_fix_failed_ca
     text = grade.feedback_markdown({"student": "ida"}, [row])
     assert "its results were right in 9 of 9 cases" in text and "fix the failed cases it shows" not in text, text
     assert "stop your function writing into its input (above): its results were right" in text, text
+
+
+def test_the_routes_a_fresh_attacker_r6_hid_are_words_too(tmp_path):
+    """Attacker r6 (80d92c1): eight 10/10 routes past the flag: the dispatcher switched off (no_dispatch),
+    TorchScript, a module printed to a file and put on the path, a pickle run by torch.load, a string
+    annotation evaluated, a DataLoader's forkserver worker, a logging QueueListener's thread."""
+    def review(code):
+        (tmp_path / "n.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+        return sorted(grade.review_counts(tmp_path / "n.ipynb", "patchify"))
+    assert review("from torch.utils._mode_utils import no_dispatch\n") == ["_mode_utils", "no_dispatch"]
+    assert review("cu = torch.jit.CompilationUnit(src)\n") == ["CompilationUnit", "torch.jit"]
+    assert review("print(MOD, file=f)\nsite.addsitedir(d)\n") == ["addsitedir", "file="]
+    assert review("torch.load(b, weights_only=False)\n") == ["weights_only"]
+    assert review("typing.get_type_hints(h)\n") == ["get_type_hints"]
+    assert review("DataLoader(d, num_workers=1, multiprocessing_context='forkserver')\n") == [
+        "forkserver", "multiprocessing_context"]
+    assert review("q = logging.handlers.QueueListener(queue, h)\n") == ["QueueListener"]
