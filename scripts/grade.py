@@ -93,7 +93,7 @@ if _MISSING is not None:
              "`make grade GRADE_PYTHON=/path/to/python`, or run `/path/to/python scripts/grade.py ...`")
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (DURING_CALL, IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer,
+from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer,
                                                 dump_data, grading_cases, hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -2179,8 +2179,8 @@ def late_basis(course, submitted, due, extended: bool = False, excused: bool = F
 # the instructor to read (gradebook status "REVIEW: ...", and the run's summary), and leaves the score alone.
 REVIEW_CODE = re.compile(r"\b(threading|_thread|subprocess|multiprocessing|concurrent\.futures|os\.fork|os\.system|"
                          r"os\.popen|os\.exec\w*|os\.spawn\w*|ctypes|_python_dispatch|_disable_current_modes|"
-                         r"assignments\.grading|assignments import grading|_CALLING|_during_call|_guarded|"
-                         r"TORCH_BLOCKED|DURING_CALL|_forbidden|__import__|importlib|_decomp|_refs|as_strided)\b")
+                         r"assignments\.grading|assignments import grading|TORCH_BLOCKED|_forbidden|"
+                         r"__import__|importlib|_decomp|_refs|as_strided)\b")
 # and code that names what it runs only at run time, which hides any word above from a word match: a name
 # built from strings (getattr, vars, __dict__, attrgetter), source run from a string (exec, eval, compile,
 # base64, a file written then imported), torch's operator registry, and IPython's magics and shell lines
@@ -2236,16 +2236,15 @@ def without_comments(text: str) -> str:
 
 
 def review_counts(path, assignment: str = "", chapter: frozenset | set = frozenset()) -> dict[str, int]:
-    """How often the code and raw cells of the notebook at ``path`` use each :data:`REVIEW_CODE` word, and
-    ``assignment``'s :data:`REVIEW_TORCH` words and ``DURING_CALL`` names (nothing if unreadable), apart from
-    the cells that are the chapter's own as given (``chapter``: :func:`chapter_sources`). Only the cells the
-    student wrote or changed count: a budget of the chapter's own words let a fresh attacker (r5) delete the
-    demo cell that uses ``softmax_block`` and spell it once in the graded cell."""
+    """How often the code and raw cells of the notebook at ``path`` use each :data:`REVIEW_CODE` word and
+    ``assignment``'s :data:`REVIEW_TORCH` words (nothing if unreadable), apart from the cells that are the
+    chapter's own as given (``chapter``: :func:`chapter_sources`). Only the cells the student wrote or changed
+    count: a budget of the chapter's own words let a fresh attacker (r5) delete a demo cell and spell its word
+    once in the graded cell."""
     try:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):  # a hostile file: JSON nested past Python's limit (test_grade)
         return {}
-    during = [spec.split(":")[1] for spec in DURING_CALL.get(assignment, [])]
     found: dict[str, int] = {}
     for cell in nb.get("cells", []) if isinstance(nb, dict) and isinstance(nb.get("cells"), list) else []:
         if isinstance(cell, dict) and cell.get("cell_type") in ("code", "raw"):  # raw: read and run (r4)
@@ -2260,11 +2259,6 @@ def review_counts(path, assignment: str = "", chapter: frozenset | set = frozens
             words += ["!shell" if (m.group(1) or "!") == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
             if assignment in REVIEW_TORCH:
                 words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
-            # the package functions blocked only during the call, reached anywhere (r3: masks built in an earlier
-            # cell): as an attribute or an import, not a variable of the student's own of that name (r4)
-            words += [name for name in during for _ in re.finditer(
-                rf"(?<=\.){re.escape(name)}\b|\bimport\b[^\n]*\b{re.escape(name)}\b|"
-                rf"\bimport\s*\([^)]*\b{re.escape(name)}\b", text)]  # an import in parentheses too (r5)
             words += ["import *" for _ in re.finditer(r"\bfrom\s+attention_book\S*\s+import\s+\*", text)]
             for word in words:
                 found[word] = found.get(word, 0) + 1

@@ -204,17 +204,22 @@ def test_the_allowed_torch_route_still_scores_in_the_copy(tmp_path):
     assert all(c["passed"] for c in cases), [c["why"] for c in cases if not c["passed"]]
 
 
-def test_a_function_blocked_only_during_the_call_still_works_in_the_notebooks_cells(tmp_path):
-    """Chapter 10's demo cell builds its states with softmax_block; chapter 3's scoring modules call key_mask."""
-    for graded, code in ((["merge_softmax"], "m, l, a = ab.softmax_block(torch.randn(2, 5), torch.randn(5, 3))"),
+def test_the_routes_once_blocked_only_during_the_call_are_not_in_the_copy_at_all(tmp_path):
+    """softmax_block and key_mask were blocked only while the grader called the student's function, because a
+    demo cell used them; attacker r3 built the masks in an earlier cell, and five attackers got past the
+    in-process guard. Now they are removed like the answers: outside the call too, in the copy they raise."""
+    for i, (graded, code) in enumerate((
+                         (["merge_softmax"], "ab.softmax_block(torch.randn(2, 5), torch.randn(5, 3))"),
+                         (["merge_softmax"], "ab.online_softmax(torch.randn(2, 6), 3)"),
                          (["masked_softmax"], "from attention_book.models.attention import key_mask\n"
-                                              "a = key_mask(torch.tensor([2]), 1, 3, 3)")):
-        package_without(graded, tmp_path / graded[0])
-        code = "import torch, attention_book as ab\n" + code + "\nprint(a.ndim)"
+                                              "key_mask(torch.tensor([2]), 1, 3, 3)"),
+                         (["masked_softmax"], "ab.causal_mask(3, 3)"))):
+        package_without(graded, tmp_path / str(i))
+        code = ("import torch, attention_book as ab\nfrom attention_book.assignments.grading import BlockedAnswer\n"
+                f"try:\n{textwrap.indent(code, '    ')}\nexcept BlockedAnswer as err:\n    print('blocked', err.name)")
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONPATH=str(tmp_path / graded[0]), OMP_NUM_THREADS="1"))
-        assert run.returncode == 0 and run.stdout.split() == [str(2 + (graded[0] == "masked_softmax"))], \
-            run.stderr[-2000:]
+                             env=dict(os.environ, PYTHONPATH=str(tmp_path / str(i)), OMP_NUM_THREADS="1"))
+        assert run.returncode == 0 and run.stdout.startswith("blocked "), (code, run.stdout, run.stderr[-2000:])
 
 
 def test_every_other_chapters_checker_is_stripped_in_the_copy(tmp_path):

@@ -249,15 +249,12 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
                                          "G._CALLING.clear()\n"]))
     (tmp_path / "b.ipynb").write_text(nb("from torch._decomp.decompositions import im2col\nt = threading"))
     (tmp_path / "c.ipynb").write_text(nb("x = F.unfold(X, 2)"))
-    assert review(tmp_path / "a.ipynb") == ["_CALLING", "assignments.grading"]
+    assert review(tmp_path / "a.ipynb") == ["assignments.grading"]
     assert review(tmp_path / "b.ipynb") == ["_decomp", "threading"]
     assert review(tmp_path / "c.ipynb") == [] and review(tmp_path / "c.ipynb",
                                                                                 "patchify") == ["unfold"]
-    (tmp_path / "d.ipynb").write_text(nb("CM = {n: ab.models.attention.causal_mask(n, n) for n in range(1, 49)}"))
-    assert review(tmp_path / "d.ipynb", "masked_softmax") == ["causal_mask"]  # an earlier cell
-    (tmp_path / "e.ipynb").write_text(nb("from attention_book.models.attention import key_mask as k"))
-    assert review(tmp_path / "e.ipynb", "masked_softmax") == ["key_mask"]
-    # a variable of the student's own with that name is not the package's (attacker r4's false positive)
+    # the package's masks, which r3 built in an earlier cell, are not in the sandbox's copy at all now
+    # (test_grade_blocked_routes): a student's variable of that name is no word either (r4's false positive)
     (tmp_path / "f.ipynb").write_text(nb("causal_mask = j <= i\nkey_mask = j < lens\nconverted = x.float()"))
     assert review(tmp_path / "f.ipynb", "masked_softmax") == [] and review(tmp_path / "f.ipynb", "patchify") == []
     for name in ("ch03_exercises", "ch04_exercises", "ch08_exercises", "ch10_exercises"):  # the books' own cells:

@@ -173,7 +173,7 @@ def test_the_routes_a_fresh_attacker_r5_hid_are_words_too(tmp_path):
 
 def test_only_the_cells_a_student_wrote_or_changed_count(tmp_path):
     """Attacker r5: the flag compared counts with the chapter's, so deleting the demo cell that uses
-    ``ab.softmax_block`` let the graded cell spell it once. Now a cell counts unless it is the chapter's own,
+    ``ab.softmax_block`` let the graded cell spell it once (softmax_block is now removed from the sandbox). Now a cell counts unless it is the chapter's own,
     as the committed notebook or an edition gives it; the student edition itself has no word."""
     import editions
 
@@ -183,9 +183,9 @@ def test_only_the_cells_a_student_wrote_or_changed_count(tmp_path):
     (tmp_path / "s.ipynb").write_text(json.dumps(student))
     assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {}
     assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax")  # without the chapter: its own words
-    student["cells"].append({"cell_type": "code", "source": "m = ab.softmax_block(s, v)", "metadata": {}})
+    student["cells"].append({"cell_type": "code", "source": "import threading", "metadata": {}})
     (tmp_path / "s.ipynb").write_text(json.dumps(student))
-    assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {"softmax_block": 1}
+    assert grade.review_counts(tmp_path / "s.ipynb", "merge_softmax", chapter) == {"threading": 1}
 
 
 def test_the_loosely_named_file_is_said_to_look_like_the_notebook():

@@ -66,7 +66,11 @@ BLOCKED: dict[str, list[str]] = {
     "softmax_pool": ["attention_book.experiments.lookup:attention_pool", *_SOFTMAX_PATHS],
     "nadaraya_watson": ["attention_book.models.kernels:nadaraya_watson",
                         "attention_book.experiments.long_context:feature_nadaraya_watson", *_SOFTMAX_PATHS],
-    "masked_softmax": ["attention_book.models.attention:masked_softmax", *_SOFTMAX_PATHS],
+    # the assignment says "build the mask from the positions i and j yourself": the package's masks go too
+    # (key_mask, causal_mask, and the tiled path's _tile_mask, which is the sliding window itself)
+    "masked_softmax": ["attention_book.models.attention:masked_softmax", "attention_book.models.attention:key_mask",
+                       "attention_book.models.attention:causal_mask", "attention_book.models.tiled:_tile_mask",
+                       *_SOFTMAX_PATHS],
     # the language-model losses are _token_ce (F.cross_entropy with ignore_index) on a model's logits
     "masked_cross_entropy": ["attention_book.models.seq2seq:masked_cross_entropy",
                              "attention_book.models.objectives:_token_ce", "attention_book.models.objectives:clm_loss",
@@ -81,17 +85,10 @@ BLOCKED: dict[str, list[str]] = {
     "warmup_cosine": ["attention_book.core.train:warmup_cosine_factor"],
     "patchify": ["attention_book.models.vit:patchify"],
     "mlm_masking": ["attention_book.models.objectives:mask_for_mlm"],
-    "merge_softmax": ["attention_book.models.tiled:merge_softmax", "attention_book.models.tiled:tiled_forward"],
-}
-# Blocked only while the grader calls the student's function (run_hidden): package functions that compute the
-# answer but that the notebook's own cells, or the package's modules its cells use, call elsewhere. Chapter 10's
-# demo cell builds its states with softmax_block, which is also the merge when given each state's log-sum-exp as
-# a score and acc / l as a value (attacker r1: 10/10); chapter 3's scoring modules build their masks with
-# key_mask, and tiled's _tile_mask is the sliding window itself (attacker r1: 10/10 with the two).
-DURING_CALL: dict[str, list[str]] = {
-    "masked_softmax": ["attention_book.models.attention:key_mask", "attention_book.models.attention:causal_mask",
-                       "attention_book.models.tiled:_tile_mask"],
-    "merge_softmax": ["attention_book.models.tiled:softmax_block", "attention_book.models.tiled:finish_softmax",
+    # softmax_block is also the merge, given each state's log-sum-exp as a score and acc / l as a value
+    # (attacker r1: 10/10); the demo cell that builds its states with it runs in the student's own session
+    "merge_softmax": ["attention_book.models.tiled:merge_softmax", "attention_book.models.tiled:tiled_forward",
+                      "attention_book.models.tiled:softmax_block", "attention_book.models.tiled:finish_softmax",
                       "attention_book.models.tiled:online_softmax"],
 }
 # Torch operations an assignment's own text forbids, blocked while the grader calls the student's function, at
@@ -134,9 +131,9 @@ class BlockedAnswer(RuntimeError):
 
 
 def blocked_names(name: str) -> set[str]:
-    """The package functions assignment ``name`` blocks: its routes (``BLOCKED``, ``DURING_CALL``), every
-    checker module's functions, and the words naming the torch operations it blocks (``TORCH_BLOCKED``)."""
-    names = {spec.split(":")[1] for spec in BLOCKED.get(name, []) + DURING_CALL.get(name, [])}
+    """The package functions assignment ``name`` blocks: its routes (``BLOCKED``), every checker module's
+    functions, and the words naming the torch operations it blocks (``TORCH_BLOCKED``)."""
+    names = {spec.split(":")[1] for spec in BLOCKED.get(name, [])}
     names |= set(TORCH_BLOCKED.get(name, {}).values())
     for path in Path(__file__).resolve().parent.glob("ch[0-9][0-9].py"):  # every chapter's checker module
         code = path.read_text(encoding="utf-8")
@@ -158,15 +155,11 @@ def package_without(names, dest: Path) -> Path:
     if REPORT_PATH.is_file():  # the seed check's report lives outside the package in a clone
         shutil.copyfile(REPORT_PATH, target / "book" / "claims_report.json")
     by_file: dict[str, list[str]] = {}
-    guarded: dict[str, list[str]] = {}
     graded_modules = set()
     for name in names:
         for spec in BLOCKED.get(name, []):
             module, attr = spec.split(":")
             by_file.setdefault(module, []).append(attr)
-        for spec in DURING_CALL.get(name, []):
-            module, attr = spec.split(":")
-            guarded.setdefault(module, []).append(attr)
         module, keep = _checker_module(name)
         graded_modules.add(module)
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
@@ -179,69 +172,36 @@ def package_without(names, dest: Path) -> Path:
             code = path.read_text(encoding="utf-8")
             by_file.setdefault(module, []).extend(
                 n.name for n in ast.parse(code).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-    for module in {*by_file, *guarded}:
+    for module, attrs in by_file.items():
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
-        attrs = sorted(set(by_file.get(module, [])))
-        code = _without_definitions(path.read_text(encoding="utf-8"), attrs, module)
-        path.write_text(_guarded(code, sorted(set(guarded.get(module, [])) - set(attrs)), module), encoding="utf-8")
+        code = _without_definitions(path.read_text(encoding="utf-8"), sorted(set(attrs)), module)
+        path.write_text(code, encoding="utf-8")
     return Path(dest)
-
-
-def _guarded(code: str, attrs: list[str], module: str) -> str:
-    """``code`` with a first line in each top-level ``def attr`` that raises :class:`BlockedAnswer` while the
-    grader calls a student's function of an assignment that blocks it (``DURING_CALL``); elsewhere (the
-    notebook's own cells) the function works as before."""
-    lines = code.splitlines(keepends=True)
-    found = {}
-    for node in ast.parse(code).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in attrs:
-            first = node.body[0]
-            found[node.name] = (first.lineno, first.col_offset)
-    missing = set(attrs) - set(found)
-    if missing:
-        raise RuntimeError(f"{module} defines no top-level function {sorted(missing)}; update DURING_CALL")
-    for name, (line, col) in sorted(found.items(), key=lambda item: -item[1][0]):
-        lines.insert(line - 1, " " * col + f"__import__('attention_book.assignments.grading', fromlist=['_'])"
-                     f"._during_call({module.rsplit('.', 1)[1] + ':' + name!r})\n")
-    return "".join(lines)
-
-
-_CALLING: list[str] = []  # the assignment whose student function run_hidden is calling now (in the sandbox)
-
-
-def _during_call(where: str) -> None:
-    """The guard :func:`_guarded` puts first in a ``DURING_CALL`` function (``where``: ``module:name``)."""
-    if _CALLING and any(spec.endswith("." + where) for spec in DURING_CALL.get(_CALLING[-1], [])):
-        raise BlockedAnswer(where.split(":")[1])
 
 
 def _torch_guard(name: str):
     """A context in which the torch operations assignment ``name`` forbids (``TORCH_BLOCKED``) raise
-    :class:`BlockedAnswer`, and the ``DURING_CALL`` functions of the package raise too."""
+    :class:`BlockedAnswer`."""
     rules = TORCH_BLOCKED.get(name, {})
 
     @contextlib.contextmanager
     def guard():
-        _CALLING.append(name)
-        try:
-            if not rules:
-                yield
-                return
-            from torch.utils._python_dispatch import TorchDispatchMode
+        if not rules:
+            yield
+            return
+        from torch.utils._python_dispatch import TorchDispatchMode
 
-            class Forbid(TorchDispatchMode):
-                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                    kwargs = kwargs or {}
-                    op = func.overloadpacket.__name__
-                    words = rules.get(op)
-                    if words is not None and _forbidden(op, args, kwargs):
-                        raise BlockedAnswer(words)
-                    return func(*args, **kwargs)
+        class Forbid(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                op = func.overloadpacket.__name__
+                words = rules.get(op)
+                if words is not None and _forbidden(op, args, kwargs):
+                    raise BlockedAnswer(words)
+                return func(*args, **kwargs)
 
-            with Forbid(), _ReducedLoss(rules):
-                yield
-        finally:
-            _CALLING.pop()
+        with Forbid(), _ReducedLoss(rules):
+            yield
 
     return guard()
 
