@@ -132,6 +132,7 @@ class Course:
     # [late] source = "moodle_worksheet": assignment -> {participant id: Last modified (submission)}
     submitted: dict[str, dict[str, dt.datetime]] = field(default_factory=dict)
     in_place: str = IN_PLACE_POLICIES[0]  # [course] in_place; an assignment's own in_place wins
+    hold_flagged: bool = False  # [course] hold_flagged: a notebook the review flag marks is left out of the uploads
 
     def assignment(self, name: str) -> Assignment:
         return self.assignments.get(name) or Assignment(name)
@@ -170,7 +171,7 @@ def _when(value, zone: str, where: str) -> dt.datetime:
 # "[late] per_dya") is refused rather than ignored (it left the name empty and no late penalty, unsaid)
 COURSE_KEYS: dict[str | None, tuple[str, ...]] = {
     None: ("course", "late", "roster", "gradescope", "assignments", "overrides"),
-    "course": ("name", "timezone", "secret_file", "in_place"),
+    "course": ("name", "timezone", "secret_file", "in_place", "hold_flagged"),
     "late": ("per_day", "cap", "grace_minutes", "source", "times"),
     "roster": ("file",),
     "overrides": ("file",),
@@ -244,6 +245,10 @@ def load_course(path: Path | None) -> Course:
                               "its result; the assignment's own in-place case still fails), not "
                               f"{spec['in_place']!r}")
     course.in_place = str(top.get("in_place", IN_PLACE_POLICIES[0]))
+    if not isinstance(top.get("hold_flagged", False), bool):
+        raise CourseError(f"course file {path}: [course] hold_flagged is true or false (not "
+                          f"{top['hold_flagged']!r})")
+    course.hold_flagged = top.get("hold_flagged", False)
     for name, spec in data.get("assignments", {}).items():  # tables of known keys (_check_keys)
         weights = {str(k): float(v) for k, v in spec.get("weights", {}).items()}
         if any(w < 0 for w in weights.values()):

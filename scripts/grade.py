@@ -833,6 +833,8 @@ NEXT_STEP = {
 # Statuses decided from the handed-in file alone, before anything of it runs: the same whatever hidden
 # cases a submission draws, so a sealed Gradescope result may show them at once (see feedback_markdown).
 DECIDED_BEFORE_RUNNING = frozenset({"unreadable", "misnamed file", "not submitted", "refused"})
+# the statuses that are the notebook's, not one assignment's (the same for each assignment of chapter 4's)
+WHOLE_NOTEBOOK = DECIDED_BEFORE_RUNNING | {"timeout", "memory", "kernel died"}
 
 
 def next_step(row: dict, sealed: bool = False, named: bool = True) -> str:
@@ -1561,7 +1563,9 @@ def misnamed_reason(files: list[str], candidates: list[str], notebook: str) -> t
     if len(candidates) > 1:
         handed = (f"handed in {names[0]}, whose name is no assignment's" if len(names) == 1 else
                   f"handed in {len(names)} notebooks whose names are no assignment's: {', '.join(names)}")
-        return (f"{handed}; this run's {', '.join(sorted(candidates))} are all missing, so the grader cannot "
+        listed, every = (" and ".join(sorted(candidates)), "both") if len(candidates) == 2 else (
+            ", ".join(sorted(candidates)), "all")
+        return (f"{handed}; this run's {listed} are {every} missing, so the grader cannot "
                 f"tell which one {'it answers' if len(names) == 1 else 'each answers'}: rename each notebook to "
                 "its assignment's name and hand it in again"), ("rename the notebook that answers this "
                                                                 "assignment to {notebook} and hand it in again")
@@ -1798,6 +1802,7 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
     plain = lambda text: " ".join(str(text).split())  # noqa: E731 (the instructor's text, on one line)
     lines = [f"# Feedback: {plain(course.name)}" if course is not None and course.name.strip() else "# Feedback",
              "", "Student:", "", fenced(who), ""]
+    said_for: dict[tuple, str] = {}  # (notebook, status, reason) of a WHOLE_NOTEBOOK outcome: the assignment it is under
     for r in rows:
         spec = course.assignments.get(r["assignment"]) if course is not None else None
         assignment = f"{plain(spec.title)} ({r['assignment']})" if spec is not None and spec.title.strip() \
@@ -1828,12 +1833,25 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
             lines += [f"## {title}", "", f"**{points or 'no points'}** — status: {r['status']}"
                       + (f"; {r['passed']} of {r['total']} cases passed" + weighted_cases(r)
                          if r["status"] in ("graded", "not implemented") else ""), ""]
+        # one notebook's outcome for all its assignments (chapter 4's two: a misnamed file, a timeout) is said
+        # under the first; the second said it all again (a fresh instructor, i15)
+        whole = (r["status"], r.get("reason") or r["notebook"])  # a misnamed file's reason is the file's
+        if r["status"] in WHOLE_NOTEBOOK and whole in said_for:
+            lines += [f"The same file as {said_for[whole]} above, with the same outcome: what the grader saw, "
+                      "and what to do, are said there.", ""]
+            continue
+        if r["status"] in WHOLE_NOTEBOOK:
+            said_for[whole] = assignment
         if r["status"] not in ("graded",):
             words = STATUS_WORDS.get(r["status"], r["status"])
             lines += [words[:1].upper() + words[1:] + ".", ""]
         if r.get("canvas_late"):  # i15: the student heard nothing of it
             lines += ["Canvas marked this file late. Your instructor applies the late policy once they have its "
                       "submission time, so these points may change.", ""]
+        if r.get("review") and hidden_details:  # the LMS's feedback; on Gradescope its REVIEW test says it
+            lines += [REVIEW_WORDS.format(words=", ".join(r["review"])) + (
+                " These points are not uploaded until then." if course is not None and held_out(r, course)
+                == "review" else " Your points stand until then." if not r.get("override") else ""), ""]
         lines += other_files(r)
         if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
@@ -1960,13 +1978,12 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
 def canvas_totals(rows: list[dict], course) -> list[str]:
     """The feedback's closing lines for assignments that share one Canvas assignment (``canvas_id``), where the
     student sees only their sum (a fresh instructor, i14: the page showed no total)."""
-    shared: dict[str, list[dict]] = {}
-    for r in rows:
-        spec = course.assignments.get(r["assignment"]) if course is not None else None
-        if spec is not None and spec.canvas_id and r.get("max_points") is not None:
-            shared.setdefault(spec.canvas_id, []).append(r)
+    if course is None:
+        return []
+    scored = {r["assignment"]: r for r in rows if r.get("max_points") is not None}
     lines = []
-    for rs in shared.values():
+    for names in lms_export.canvas_groups(course, list(scored)).values():
+        rs = [scored[a] for a in names]
         if len(rs) > 1 and any(r["points"] is not None for r in rs):
             titles = [" ".join(course.assignments[r["assignment"]].title.split()) or r["assignment"] for r in rs]
             lines += [f"**In Canvas, {' and '.join(titles)} are one assignment:** "
@@ -2079,6 +2096,9 @@ def gradescope_json(student: dict, rows: list[dict], scores: str = "after_due_da
                 tests=ran + data["tests"] + review_tests(rows, scores) + [points])
 
 
+REVIEW_WORDS = "Your code uses {words}, which can get past the grader's checks, so your instructor will read it."
+
+
 def review_tests(rows: list[dict], visibility: str) -> list[dict]:
     """A Gradescope test per row the review flag marked (its code uses words that get past the in-call
     blocks), failed and worth nothing, so that the flag is on the submission's page, not only in the
@@ -2087,8 +2107,7 @@ def review_tests(rows: list[dict], visibility: str) -> list[dict]:
     theirs; the student reads that the instructor will read the notebook, which is true."""
     return [{"name": f"{r['assignment']}: REVIEW: your instructor will read this notebook",
              "visibility": visibility, "status": "failed", "score": 0.0, "max_score": 0.0,
-             "output": f"Its code uses {', '.join(r['review'])}, which can get past the grader's checks, so "
-                       "your instructor will read it. Your points stand until then."}
+             "output": REVIEW_WORDS.format(words=", ".join(r["review"])) + " Your points stand until then."}
             for r in rows if r.get("review")]
 
 
@@ -2437,6 +2456,7 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                                                                     (names or {}).get(k) or display_name(k)),
                        "id": info.id if info else "", "sis_user_id": info.sis_user_id if info else "",
                        "login": info.login if info and info.login else display_name(k),
+                       "roster_login": bool(info and info.login),
                        "section": info.section if info else "", "email": info.email if info else ""}
     try:  # an override for a student the class does not have changes nobody: refused, with the near name
         check_override_students(course, set(keys) | set(by_roster.values()))
@@ -2570,9 +2590,13 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         if who not in known:
             # a right key (smithjohn_103) whose student has no graded file in this run: no other name to suggest
             # (a fresh instructor, i11: 'did you mean kochbea?', the roster's folder, for a file the run ignored)
-            uid = re.fullmatch(r".+_(\d+)", who)
-            hint = (f" (user id {uid.group(1)} is the roster's {by_id[uid.group(1)]!r}, who has no graded notebook "
-                    "in this run: see ignored.csv for a file of theirs)" if uid and uid.group(1) in by_id
+            uid = re.fullmatch(r"(.+)_(\d+)", who)
+            # "see ignored.csv" only where it has a file of theirs (i15: Oki handed in nothing this week)
+            theirs = uid is not None and any(re.match(rf"{re.escape(uid.group(1))}(?:_LATE)?_{uid.group(2)}_",
+                                                      Path(str(rel)).name) for rel, _ in ignored)
+            hint = (f" (user id {uid.group(2)} is the roster's {by_id[uid.group(2)]!r}, who has no graded notebook "
+                    + ("in this run: see ignored.csv for a file of theirs)" if theirs else
+                       "in this run and no file in this download)") if uid and uid.group(2) in by_id
                     else course_mod.near(who, known, cutoff=0.5))
             line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
                     + hint + ": the student column is the "
@@ -2600,7 +2624,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 r["review"] = review
                 print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
                       "processes and the grading module get past the in-call blocks: read it; "
-                      "book/instructors.md, 'What a grade is')")
+                      "book/instructors.md, 'What a grade is')"
+                      + ("; held out of the uploads ([course] hold_flagged)" if course.hold_flagged else ""))
         when = submitted_at(r)
         score_row(r, course, when)
         # a row with no points to take (kernel died, not implemented, 0 points) is left out: a fresh instructor
@@ -2956,7 +2981,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         header += [f"{ch} {a} ({course.assignment(a).points:g} pts)", f"{ch} {a} status"]
     book_rows = []
     for s in students:
-        cells = [safe(s["student"]), safe(s["login"]), safe(s["section"])]
+        # a login only where the roster gives one (i14: a Moodle folder's name stood under "SIS Login ID")
+        cells = [safe(s["student"]), safe(s["login"]) if s.get("roster_login") else "", safe(s["section"])]
         for _, a in columns:
             r = by.get((s["key"], a))
             cells += ["" if r is None or r["points"] is None else r["points"],
@@ -2971,8 +2997,15 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                       + (f"; {r['override']}" if r.get("override") else "")
                       + ("; not in the Moodle worksheet: left out of its upload and of moodle_feedback.zip"
                          if r.get("not_in_worksheet") else "")
-                      + (f"; REVIEW: its code uses {', '.join(r['review'])}" if r.get("review") else "")]
+                      + (f"; REVIEW: its code uses {', '.join(r['review'])}" if r.get("review") else "")
+                      + ("; held out of canvas.csv, moodle.csv and the Moodle worksheet until you read it "
+                         "([course] hold_flagged; an override's points release it)"
+                         if held_out(r, course) == "review" else "")]
         book_rows.append(cells)
+    # a file Canvas marked late, with no time to count its days, is held out of canvas.csv where a late policy
+    # would take points: uploaded unpenalised it was full credit for late work (a fresh instructor, i15); and,
+    # with [course] hold_flagged, a notebook the review flag marked, until the instructor has read it (i15)
+    export_rows = [dict(r, **({"status": "held"} if held_out(r, course) else {})) for r in rows]
     stale = ["gradebook.csv", "canvas.csv", "moodle.csv"] if partial else ["gradebook.partial.csv", "PARTIAL.txt"]
     for name in stale:
         with contextlib.suppress(FileNotFoundError):
@@ -2987,10 +3020,6 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         refused = {r["key"] for r in rows if r["status"] == "refused"}
         lms = [s for s in students if (course.roster is None or s["key"] not in unmatched)
                and s["key"] not in refused]
-        # a file Canvas marked late, with no time to count its days, is held out of canvas.csv where a late
-        # policy would take points: uploaded unpenalised it was full credit for late work (a fresh instructor, i15)
-        export_rows = [dict(r, points=r["points"], **({"status": "held"} if r.get("canvas_late") and course.per_day
-                                                      else {})) for r in rows]
         if course.roster is None:  # no Canvas ID or SIS login to match a row by: not an upload (NO_ROSTER)
             with contextlib.suppress(FileNotFoundError):
                 (out_dir / "canvas.csv").unlink()  # an earlier run's would no longer match these grades
@@ -3045,7 +3074,20 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
                 "by hand, from feedback/)")
         print(line)
         print(f"WARNING: {line}", file=sys.stderr)
-    return moodle_worksheets(rows, course, out_dir, partial)
+    return moodle_worksheets(export_rows, course, out_dir, partial)
+
+
+def held_out(row: dict, course) -> str:
+    """Why ``row``'s grade is left out of canvas.csv, moodle.csv and the Moodle worksheet (blank; the LMS keeps
+    what it has), or '': "late", a file Canvas marked late with no time to count its days, where a late policy
+    takes points; "review", a notebook the review flag marked, where the course file says ``hold_flagged``,
+    until an override gives its points (the instructor has read it)."""
+    if row.get("canvas_late") and course.per_day:
+        return "late"
+    decided = course.overrides.get((unicodedata.normalize("NFC", row.get("key", "")), row["assignment"]))
+    if row.get("review") and course.hold_flagged and (decided is None or decided.points is None):
+        return "review"
+    return ""
 
 
 def worksheet_participants(course, keys) -> set[str]:

@@ -63,15 +63,25 @@ def moodle_csv(rows: list[dict], students: list[dict], course, columns: list[tup
                        "ID number": "sis_user_id"})
 
 
+def canvas_groups(course, names: list[str]) -> dict[str, list[str]]:
+    """``{Canvas assignment id: [assignment, ...]}``, in ``names``' order: the assignments of ``names`` that share
+    one Canvas assignment (chapter 4's two, graded from one notebook); an assignment with no ``canvas_id`` is a
+    group of its own, under a key that is no id."""
+    groups: dict[str, list[str]] = {}
+    for a in names:
+        groups.setdefault(course.assignment(a).canvas_id or f"\0{a}", []).append(a)
+    return groups
+
+
 def _columns(course, columns: list[tuple[str, str]], by_canvas_id: bool) -> list[tuple[str, list[str]]]:
     """``[(header, [assignment, ...])]``: a column per assignment, or with ``by_canvas_id`` one per Canvas
     assignment id, shared by the assignments that name it (in ``columns``' order; titles joined by " + ")."""
-    groups: dict[str, list[tuple[str, str]]] = {}
-    for ch, a in columns:
-        cid = course.assignment(a).canvas_id if by_canvas_id else ""
-        groups.setdefault(cid or f"\0{ch}\0{a}", []).append((ch, a))
+    chapter = {a: ch for ch, a in columns}
+    names = [a for _, a in columns]
+    groups = canvas_groups(course, names) if by_canvas_id else {a: [a] for a in names}
     out = []
-    for cid, parts in groups.items():
+    for cid, names in groups.items():
+        parts = [(chapter[a], a) for a in names]
         if len(parts) == 1:
             out.append((column_title(course, *parts[0]), [parts[0][1]]))
         else:

@@ -86,7 +86,7 @@ def test_misnamed_reason_names_every_file_and_never_guesses():
     assert "the one that answers this assignment" in two and "the notebook that answers" in step, (two, step)
     many, step = grade.misnamed_reason(["ann/a.ipynb"], ["ch04_exercises.ipynb", "ch03_exercises.ipynb"],
                                        "ch04_exercises.ipynb")
-    assert "ch03_exercises.ipynb, ch04_exercises.ipynb are all missing" in many and "cannot tell" in many, many
+    assert "ch03_exercises.ipynb and ch04_exercises.ipynb are both missing" in many and "cannot tell" in many, many
 
 
 def test_a_stray_beside_a_loosely_named_file_joins_its_row(tmp_path):

@@ -100,6 +100,11 @@ def assignment_names() -> list[str]:
     return [n[len("check_"):] for n in __all__ if n.startswith("check_")]
 
 
+# the words a case's reason begins with when the function wrote into an input it must leave as it is (a
+# case's ``unchanged`` begins with them, then says how to avoid it; the grader's hidden-case reason too)
+IN_PLACE = "your function changed its input in place"
+
+
 @dataclass
 class Case:
     """One test case: call ``fn(*args, **kwargs)``; ``check(got)`` returns ``None``

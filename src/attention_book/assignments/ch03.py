@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Case, Diagnosis, Report, case_generator, compare, draw, run_checks
+from . import IN_PLACE, Case, Diagnosis, Report, case_generator, compare, draw, run_checks
 
 __all__ = ["check_masked_softmax"]
 
@@ -32,8 +32,8 @@ def reference(scores, valid_lens, window):
     return (torch.softmax(x, dim=-1) * keep).to(scores.dtype)
 
 
-IN_PLACE = ("your function changed its input scores in place (scores[~keep] = ..., or masked_fill_ with its "
-            "trailing underscore): use masked_fill (no underscore) or torch.where, which return new tensors")
+IN_PLACE = (f"{IN_PLACE} (scores[~keep] = ..., or masked_fill_ with its trailing underscore): use masked_fill "
+            "(no underscore) or torch.where, which return new tensors")
 FLOAT16 = ("the result is infinite or NaN in float16: -1e6 and -1e9 overflow float16 to -inf; fill with "
            "torch.finfo(scores.dtype).min, the most negative finite number of any dtype")
 EMPTY_NAN = ("a row with no allowed key is NaN: filling with -inf gives 0/0; multiply the softmax by the mask so "

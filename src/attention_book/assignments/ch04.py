@@ -213,16 +213,19 @@ NO_CLIPPING = ("every predicted n-gram found in the label was counted; clip the 
 
 
 def _mistaken_bleu(pred_seq: str, label_seq: str, k: int, clip: bool = True, penalty: str = "min",
-                   weights: str = "1/2^n") -> float:
+                   weights: str = "1/2^n", match_all: bool = False) -> float:
     """BLEU with one mistake switched on: ``clip=False`` counts every predicted n-gram found in the label,
-    however often; ``penalty`` "none" leaves the brevity penalty out, "always" drops its min(0, ·);
-    ``weights`` "1/k" weighs every p_n alike."""
+    however often; ``match_all`` counts every predicted n-gram, found in the label or not (every p_n is 1);
+    ``penalty`` "none" leaves the brevity penalty out, "always" drops its min(0, ·); ``weights`` "1/k" weighs
+    every p_n alike."""
     parts, label = bleu_parts(pred_seq, label_seq, k), label_seq.split()
     ratio = 1.0 - len(label) / max(len(pred_seq.split()), 1)
     score = {"min": parts["penalty"], "none": 1.0, "always": math.exp(ratio)}[penalty]
     for order in parts["orders"]:
         n = order["n"]
-        if clip:
+        if match_all:
+            precision = 1.0
+        elif clip:
             precision = order["precision"]
         else:
             found = {" ".join(label[i:i + n]) for i in range(len(label) - n + 1)}
@@ -241,8 +244,12 @@ NO_PENALTY = ("the brevity penalty is missing: multiply by exp(min(0, 1 - len_la
 PENALTY_ALWAYS = ("the brevity penalty also changes a prediction longer than its label: exp(min(0, 1 - len_label "
                   "/ len_pred)) is 1 when the prediction is at least as long as the label")
 WEIGHTS_1_K = "every p_n is weighted 1 / k: the exponent of p_n is 1 / 2^n"
+# a fresh instructor's student (i15) counted a match wherever a label count was above -99: seven failed cases,
+# each with its own hint, and no cause named
+MATCH_ALL = ("every predicted n-gram was counted as a match, those the label does not have too, so every p_n is "
+             "1 and only the brevity penalty is left: count an n-gram only while the label has it left to match")
 # Common mistakes: (cause, keyword arguments of _mistaken_bleu that make it).
-BLEU_MISTAKES = [(NO_CLIPPING, {"clip": False}), (NO_PENALTY, {"penalty": "none"}),
+BLEU_MISTAKES = [(NO_CLIPPING, {"clip": False}), (MATCH_ALL, {"match_all": True}), (NO_PENALTY, {"penalty": "none"}),
                  (PENALTY_ALWAYS, {"penalty": "always"}), (WEIGHTS_1_K, {"weights": "1/k"})]
 
 

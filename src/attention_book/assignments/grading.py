@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
+from . import IN_PLACE, Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
 
 __all__ = ["BLOCKED", "BlockedAnswer", "blocked_names", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
@@ -864,9 +864,6 @@ def raised_cause(error: str) -> str:
     return next((cause for pattern, cause in RAISED_CAUSES if pattern.search(str(error))), "")
 
 
-IN_PLACE = "your function changed its input in place"  # a hidden case's reason when it wrote into its inputs
-
-
 def _verdict(case: Case, record: dict, visible: bool) -> dict:
     """A case's outcome. For a hidden case the reason names only the kind of failure (never an input,
     an expected value, or the text of an exception, which could carry the inputs out)."""
@@ -925,8 +922,8 @@ def _verdict(case: Case, record: dict, visible: bool) -> dict:
         kind = (IN_PLACE if written else "the result has the wrong form (type, length, shape or dtype)" if form
                 else "the result is wrong")
         said = f": {cause}" if cause else hint
-        if written and cause.startswith("your function changed its input") and " in place" in cause:
-            said = cause.split(" in place", 1)[1]  # ch03's own in-place cause, not said twice (i14)
+        if written and cause.startswith(IN_PLACE):
+            said = cause[len(IN_PLACE):]  # a case's own in-place reason says these words once (i14)
         return {"passed": False, "status": "ok", "why": kind + said,
                 "detail": str(why)[:4000], "cause": cause, **({"result_right": right} if written else {})}
     # as the student's checker does: a named cause needs no case hint beside it (it may point elsewhere)

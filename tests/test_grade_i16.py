@@ -1,0 +1,128 @@
+"""A fresh instructor's remaining findings (issue 37, i15, 8/10: "yes for a pilot section; no for all 300 yet"):
+no way to keep a flagged notebook's grade out of the uploads until it is read."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import grade  # noqa: E402
+from test_grade import SCAFFOLD, notebook  # noqa: E402
+from test_grade_engine import FakeGrader, fake_grading  # noqa: E402
+
+
+def _class(tmp_path, monkeypatch, hold: bool, override: str = "") -> Path:
+    """Two Canvas students with one passed case each; ann's notebook starts a thread (the review flag)."""
+    subs, reference = tmp_path / "subs", tmp_path / "ref"
+    subs.mkdir()
+    reference.mkdir()
+    (reference / "ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    flagged = notebook(SCAFFOLD)
+    flagged["cells"].append({"cell_type": "code", "source": "import threading", "metadata": {}, "outputs": [],
+                             "execution_count": None})
+    (subs / "ann_101_501_ch03_exercises.ipynb").write_text(json.dumps(flagged))
+    (subs / "bob_102_502_ch03_exercises.ipynb").write_text(json.dumps(notebook(SCAFFOLD)))
+    (tmp_path / "roster.csv").write_text("folder,name,id,login\nann,Ann A,101,ann1\nbob,Bob B,102,bob1\n")
+    (tmp_path / "o.csv").write_text(f"student,assignment,points,note\n{override}\n")
+    (tmp_path / "c.toml").write_text(("[course]\nhold_flagged = true\n" if hold else "")
+                                     + ('[overrides]\nfile = "o.csv"\n' if override else "")
+                                     + '[roster]\nfile = "roster.csv"\n[assignments.masked_softmax]\npoints = 10\n')
+
+    class Passing(FakeGrader):
+        def grade_notebook(self, who, path, reference, seeds):
+            rows = super().grade_notebook(who, path, reference, seeds)
+            return [dict(r, cases=[dict(name="a", label="a", index=1, passed=True, why="")]) for r in rows]
+
+    fake_grading(monkeypatch)
+    monkeypatch.setattr(grade, "Grader", Passing)
+    grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
+                course_file=tmp_path / "c.toml")
+    return tmp_path / "out"
+
+
+def _canvas(out: Path) -> dict[str, str]:
+    rows = list(csv.DictReader((out / "canvas.csv").open(encoding="utf-8")))
+    return {r["SIS Login ID"]: next(v for k, v in r.items() if "masked_softmax" in k.lower()) for r in rows}
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_hold_flagged_keeps_a_flagged_grade_out_of_the_uploads(tmp_path, monkeypatch, capsys, hold):
+    """i15 M4: the flag was in the gradebook, but canvas.csv uploaded the flagged grade with the others."""
+    out = _class(tmp_path, monkeypatch, hold)
+    assert _canvas(out) == {"ann1": "" if hold else "10.0", "bob1": "10.0"}, (out / "canvas.csv").read_text()
+    book = (out / "gradebook.csv").read_text()
+    assert ("held out of canvas.csv, moodle.csv and the Moodle worksheet until you read it" in book) == hold, book
+    said = capsys.readouterr().out
+    (line,) = [x for x in said.splitlines() if x.startswith("REVIEW: ann")]
+    assert line.endswith("held out of the uploads ([course] hold_flagged)") == hold, line
+    page = next(p for p in (out / "feedback").iterdir() if p.name.startswith("ann")).read_text()
+    assert "Your code uses threading, which can get past the grader's checks, so your instructor will read it." \
+        in page, page
+    assert ("These points are not uploaded until then." in page) == hold, page
+    bob = next(p for p in (out / "feedback").iterdir() if p.name.startswith("bob")).read_text()
+    assert "instructor will read" not in bob
+
+
+def test_hold_flagged_is_true_or_false(tmp_path):
+    (tmp_path / "c.toml").write_text('[course]\nhold_flagged = "yes"\n')
+    with pytest.raises(grade.CourseError, match="hold_flagged is true or false"):
+        grade.course_mod.load_course(tmp_path / "c.toml")
+
+
+def test_an_overrides_points_release_the_hold(tmp_path, monkeypatch):
+    """Read, then decided: the override's points go to the upload, and nothing is said to be held."""
+    out = _class(tmp_path, monkeypatch, True, "ann,masked_softmax,8,read it: its thread only prints")
+    assert _canvas(out) == {"ann1": "8.0", "bob1": "10.0"}, (out / "canvas.csv").read_text()
+    assert "held out" not in (out / "gradebook.csv").read_text()
+    page = next(p for p in (out / "feedback").iterdir() if p.name.startswith("ann")).read_text()
+    assert "not uploaded" not in page and "Your instructor changed this grade" in page, page
+
+
+def test_bleu_that_counts_every_ngram_as_a_match_is_named(tmp_path):
+    """i15 C1: a BLEU whose test `unused[gram] > -99` matched every n-gram got seven failed cases, each with its
+    own hint and no cause; the feedback now names the one mistake."""
+    import collections
+    import math
+
+    from attention_book.assignments import check_bleu, hidden_cases
+    from attention_book.assignments.ch04 import MATCH_ALL
+
+    def my_bleu(pred_seq, label_seq, k=2):
+        pred, label = pred_seq.split(), label_seq.split()
+        if not pred:
+            return 0.0
+        score = math.exp(min(0.0, 1.0 - len(label) / len(pred)))
+        for n in range(1, min(k, len(pred)) + 1):
+            unused = collections.Counter(tuple(label[i:i + n]) for i in range(len(label) - n + 1))
+            matches = 0
+            for i in range(len(pred) - n + 1):
+                gram = tuple(pred[i:i + n])
+                if unused[gram] > -99:
+                    unused[gram] -= 1
+                    matches += 1
+            score *= (matches / (len(pred) - n + 1)) ** (0.5 ** n)
+        return score
+
+    for seed in (0, 5, 77):
+        with hidden_cases(seed):
+            report = check_bleu(my_bleu, verbose=False)
+        failed = [why for _, ok, why in report.results if not ok]
+        assert len(failed) >= 5 and all(why.endswith(MATCH_ALL) for why in failed), failed
+
+
+def test_a_times_line_of_a_student_with_no_file_at_all_does_not_point_at_ignored_csv(tmp_path, capsys):
+    """i15 A2: "see ignored.csv for a file of theirs" for a student who handed in nothing this week."""
+    from test_grade_i11 import _bea_with_times
+
+    _bea_with_times(tmp_path, "someone_999_1_ch03_exercises.ipynb", "kochbea_102")
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("WARNING: times file")]
+    assert "user id 102 is the roster's 'kochbea', who has no graded notebook in this run and no file in this " \
+           "download" in line and "ignored.csv" not in line, line
