@@ -2224,9 +2224,14 @@ REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delat
                             # attacker r6: the dispatcher switched off, TorchScript, a module printed to a file
                             # and put on the path, pickles run by torch.load, string annotations evaluated, other
                             # ways to a thread or a process
-                            r"\b(no_dispatch|_mode_utils|CompilationUnit|torch\.jit|torch\._ops|Formatter|"
-                            r"format_field|addsitedir|zipimport|writestr|weights_only|get_type_hints|"
-                            r"forkserver|multiprocessing_context|QueueListener|Thread\w*|\w+Thread)\b|(file\s*=)")
+                            r"\b(no_dispatch|_mode_utils|CompilationUnit|torch\.jit|torch\._ops|string\.Formatter|"
+                            r"from\s+string\s+import|format_field|addsitedir|zipimport|writestr|get_type_hints|"
+                            r"forkserver|multiprocessing_context|QueueListener|Thread\w*|\w+Thread|"
+                            # attacker r7: a fresh Python started through IPython's or Jupyter's own runners
+                            r"getoutput|getstatusoutput|pexpect|jupyter_client|nbclient|nbconvert|"
+                            r"start_new_kernel|KernelManager|IPython\.utils)\b|(\bfile\s*=(?!=)|"
+                            # r7's false positives: torch.load's safe weights_only=True, results_file = ...
+                            r"\bweights_only\s*=\s*(?!True\b))")
 # a magic or shell line, and a shell line's output assigned (r5: ``log = !cmd``); ``!=`` starting a line is Python
 MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!(?!=))|=[ \t]*(!)(?!=)", re.MULTILINE)
 # and, per assignment, the torch routes around what its text forbids (attackers r2, r3: PyTorch's own Python

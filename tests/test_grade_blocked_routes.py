@@ -148,7 +148,57 @@ def patchify(X, patch_size):
     ph, pw = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
     return F.unfold(X, (ph, pw), stride=(ph, pw)).transpose(1, 2)
 """
+# attacker r7 (85a078e, 10/10 each): package functions no list named. Chapter 10's tile planner is chapter 3's
+# mask (1x1 tiles: a tile is skipped exactly when its pair is hidden), and so is its window slider's figure; the
+# attention core of chapter 3 does chapter 10's merge (a softmax over the blocks' log-sum-exps). The copy is
+# sealed now: no function of the package keeps its code there (grading.SEALED_KEEP)
+MASK_TILE_PLAN = """
+import torch
+from attention_book.models.tiled import tile_plan
+def my_masked_softmax(scores, valid_lens, window):
+    n = scores.shape[-1]
+    band = tile_plan(n, n, 1, 1, window=window) != 0
+    rows = tile_plan(n + 1, n + 1, 1, 1, causal=True)[:, 1:] != 0
+    keep = (band[None] & rows[valid_lens.cpu().clamp(0, n)][:, None, :]).to(scores.device)
+    x = scores.double().masked_fill(~keep, torch.finfo(torch.float64).min)
+    return (torch.softmax(x, dim=-1) * keep).to(scores.dtype)
+"""
+MASK_FIGURE = """
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from attention_book.experiments.long_context import window_figure
+def _band(n, w):
+    fig = window_figure(w, nn.Embedding(24, 1), lengths=(4,), show_len=n)
+    band = torch.as_tensor(fig.axes[0].images[0].get_array()) > 0.5
+    plt.close(fig)
+    return band
+def my_masked_softmax(scores, valid_lens, window):
+    n = scores.shape[-1]
+    rows = _band(n + 1, n + 1)[:, 1:]
+    keep = (_band(n, window)[None] & rows[valid_lens.cpu().clamp(0, n)][:, None, :]).to(scores.device)
+    x = scores.double().masked_fill(~keep, torch.finfo(torch.float64).min)
+    return (torch.softmax(x, dim=-1) * keep).to(scores.dtype)
+"""
+MERGE_ATTEND = """
+import torch
+from attention_book.models.attention import attend
+def merge_states(states):
+    m = torch.stack([s[0] for s in states], -1)
+    l = torch.stack([s[1] for s in states], -1)
+    acc = torch.stack([s[2] for s in states], -2)
+    lse = torch.where(l > 0, m + torch.log(l), torch.full_like(m, float("-inf")))
+    vals = torch.where((l > 0)[..., None], acc / torch.where(l > 0, l, 1.0)[..., None], 0.0)
+    zeros = m.new_zeros(m.shape[0], 1, 1)
+    out, _ = attend(zeros, m.new_zeros(*m.shape, 1), vals, bias=lse[:, None, :])
+    return out[:, 0], torch.logsumexp(lse, dim=-1)
+"""
 ROUTES = {  # name: (assignment, function, cell, passes outside?)
+    "mask_tile_plan": ("masked_softmax", "my_masked_softmax", MASK_TILE_PLAN),
+    "mask_figure": ("masked_softmax", "my_masked_softmax", MASK_FIGURE),
+    "merge_attend": ("merge_softmax", "merge_states", MERGE_ATTEND),
     "merge_loop": ("merge_softmax", "merge_states", MERGE_LOOP),
     "merge_block": ("merge_softmax", "merge_states", MERGE_BLOCK),
     "mask_package": ("masked_softmax", "my_masked_softmax", MASK_PACKAGE),

@@ -96,7 +96,7 @@ def my_masked_softmax(scores, valid_lens, window):
 """
 
 
-@pytest.mark.parametrize("route, called", [(TILED, "tiled_forward"), (FUSED, "attend"),
+@pytest.mark.parametrize("route, called", [(TILED, "tiled_attention"), (FUSED, "attend"),
                                            (SAMPLER, "next_token_distribution")])
 def test_the_package_and_its_other_routes_earn_nothing(tmp_path, route, called):
     """A masked softmax that wraps ab.tiled_attention, attend's fused path or the sampler's softmax passes

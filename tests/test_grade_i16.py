@@ -126,3 +126,22 @@ def test_a_times_line_of_a_student_with_no_file_at_all_does_not_point_at_ignored
     (line,) = [x for x in out.splitlines() if x.startswith("WARNING: times file")]
     assert "user id 102 is the roster's 'kochbea', who has no graded notebook in this run and no file in this " \
            "download" in line and "ignored.csv" not in line, line
+
+
+def test_attacker_r7s_runners_are_words_and_its_false_positives_are_not(tmp_path):
+    """Attacker r7 (85a078e): IPython's getoutput started a fresh Python that ran F.unfold outside the guard,
+    10/10 with no flag; and an honest `results_file = ...`, torch.load's safe `weights_only=True` and
+    `logging.Formatter` were flagged."""
+    def review(code: str) -> list[str]:
+        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
+                                                      "nbformat": 4}))
+        return sorted(grade.review_counts(tmp_path / "a.ipynb", "patchify"))
+
+    assert review("from IPython.utils.process import getoutput\nout = getoutput(cmd)") == ["IPython.utils",
+                                                                                             "getoutput"]
+    for runner in ("import pexpect", "import jupyter_client", "from nbclient import NotebookClient"):
+        assert review(runner), runner
+    for honest in ('results_file = "losses.csv"', "state = torch.load(p, weights_only=True)",
+                   'handler.setFormatter(logging.Formatter("%(message)s"))', "if file == 3:\n    pass"):
+        assert review(honest) == [], honest
+    assert review("torch.load(p, weights_only=False)") == ["weights_only="]

@@ -35,6 +35,7 @@ import reprlib
 import sys
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -326,38 +327,48 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
         print(f"{assignment}: {report.passed} of {report.total} cases passed.")
         if watch.called:
             names = " and ".join(sorted(watch.called))
-            print(_wrap(f"Note: your function calls the package's own {names}, which the grader blocks: "
-                        "every case that calls it scores no points there. Write the computation yourself."
-                        .split()))
+            print(_wrap(f"Note: your function calls the package's own {names}, which the grader blocks: it "
+                        "runs your function where the package's code is not available, and a blocked call scores "
+                        "0 for the whole assignment. Write the computation with torch and Python.".split()))
     return report
 
 
 class _PackageCalls:
-    """A context that records which of the package functions assignment ``name`` blocks in the grader
-    (``grading.BLOCKED``) are called inside it: a function that wraps the package's answer passes the
-    student's checker but scores 0 when graded, so the checker says so. Not used for the package's own
-    function handed in whole (the checker notes that one already)."""
+    """A context that records the package functions called inside it whose code the grader's copy of the
+    package does not hold (``grading.is_sealed``: every one but the grader's own and a few setup helpers): a
+    function that uses the package passes the student's checker but scores 0 when graded, so the checker says
+    so. Not used for the package's own function handed in whole (the checker notes that one already)."""
 
     def __init__(self, name: str, fn: Callable):
         from .grading import BLOCKED, is_package_version
 
         self.called: set[str] = set()
-        self.codes: dict[Any, str] = {}
-        if is_package_version(name, fn):
-            return
-        for spec in BLOCKED.get(name, []):
-            module, attr = spec.split(":")
-            blocked = getattr(importlib.import_module(module), attr)
-            for f in {blocked, inspect.unwrap(blocked)}:
-                code = getattr(f, "__code__", None)
-                if code is not None:
-                    self.codes[code] = blocked.__name__
+        self.root = str(Path(__file__).resolve().parent.parent)
+        self.seen: dict[Any, str] = {}  # code object -> its qualified name if sealed, else ''
+        # watch a graded assignment's function only (an ungraded exercise's answer may use the package)
+        self.codes = name in BLOCKED and not is_package_version(name, fn)
+
+    def _sealed(self, code) -> str:
+        found = self.seen.get(code)
+        if found is None:
+            from .grading import is_sealed
+
+            found, path = "", Path(code.co_filename)
+            if path.is_relative_to(self.root) and path.suffix == ".py":
+                module = ".".join(("attention_book", *path.relative_to(self.root).with_suffix("").parts))
+                qualname = getattr(code, "co_qualname", code.co_name)  # Python 3.10: the bare name
+                if is_sealed(module.removesuffix(".__init__"), qualname):
+                    found = qualname.split(".<locals>.")[0]
+            self.seen[code] = found
+        return found
 
     def _profile(self, frame, event, arg):
-        # the outermost call only: the package's bleu calling its bleu_parts is one call of bleu
-        if event == "call" and frame.f_code in self.codes and (frame.f_back is None
-                                                               or frame.f_back.f_code not in self.codes):
-            self.called.add(self.codes[frame.f_code])
+        # the outermost call only: the package's bleu calling its bleu_parts is one call of bleu; a nested
+        # function or a generator (resumed from the standard library's Counter) was reached through its parent
+        if event == "call" and (name := self._sealed(frame.f_code)) and "<" not in getattr(
+                frame.f_code, "co_qualname", frame.f_code.co_name) and (
+                frame.f_back is None or not self._sealed(frame.f_back.f_code)):
+            self.called.add(name)
 
     def __enter__(self):
         self.before = sys.getprofile()

@@ -47,7 +47,7 @@ import torch
 
 from . import IN_PLACE, Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
 
-__all__ = ["BLOCKED", "BlockedAnswer", "blocked_names", "is_package_version", "package_without", "hidden_arguments", "resolve", "run_hidden",
+__all__ = ["BLOCKED", "SEALED_KEEP", "BlockedAnswer", "blocked_names", "is_package_version", "is_sealed", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
            "dump_data", "load_data", "grading_cases", "in_place_rule", "case_results", "describe_value"]
 
@@ -105,6 +105,20 @@ TORCH_BLOCKED: dict[str, dict[str, str]] = {
                  "im2col": "torch's unfold (F.unfold, nn.Unfold)", "unfold": "torch's Tensor.unfold"},
     "masked_cross_entropy": {op: "F.cross_entropy or F.nll_loss with a reduction other than \"none\" or with "
                                  "its ignore_index" for op in ("nll_loss_forward", "nll_loss2d_forward")},
+}
+# The sandbox's copy of the package is sealed: every function and method of it, apart from the grader's own
+# (``assignments``) and those below, keeps no code there, and calling one raises BlockedAnswer. The lists above
+# name the routes someone found, and a fresh attacker (r7) found more: chapter 10's tile planner and its window
+# figure both draw chapter 3's mask, and chapter 3's attention core does chapter 10's merge. No graded function
+# needs the package (each is written with torch and Python), so none keeps it. Kept whole (module: qualified
+# names, None for every one): what runs while the package is imported, and what the notebooks' setup cells
+# call, which tests/test_grade_sealed.py traces.
+SEALED_KEEP: dict[str, frozenset[str] | None] = {
+    "attention_book.core.config": None,  # sized, book_seed, seed_everything, describe_run, small_model_threads
+    "attention_book.book.claims": None,  # claim and glue, the chapters' bookkeeping cells
+    "attention_book.core.plot": frozenset({"use_book_style", "_page_figures_in_ipython"}),
+    "attention_book.core.train": frozenset({"use_progress_bar"}),  # a decorator, run at import
+    "attention_book.data.registry": frozenset({"DataFile.__post_init__", "register"}),  # the datasets, at import
 }
 STATUSES = ("ok", "raised", "not_implemented", "package", "missing", "blocked", "too_large")
 DATA_MAGIC = b"ABGRADE1"  # the first bytes of every file dump_data writes
@@ -176,7 +190,95 @@ def package_without(names, dest: Path) -> Path:
         path = target.joinpath(*module.split(".")[1:]).with_suffix(".py")
         code = _without_definitions(path.read_text(encoding="utf-8"), sorted(set(attrs)), module)
         path.write_text(code, encoding="utf-8")
+    for path in sorted(target.rglob("*.py")):
+        module = ".".join(path.relative_to(target.parent).with_suffix("").parts).removesuffix(".__init__")
+        if is_sealed(module):
+            path.write_text(_without_code(path.read_text(encoding="utf-8"), SEALED_KEEP.get(module) or frozenset()),
+                            encoding="utf-8")
     return Path(dest)
+
+
+def is_sealed(module: str, qualname: str = "") -> bool:
+    """Does the sandbox's copy of the package hold no code for function ``qualname`` of ``module`` (or, with no
+    ``qualname``, for some function of it)? Every module but the grader's own and SEALED_KEEP's."""
+    if module == "attention_book.assignments" or module.startswith("attention_book.assignments."):
+        return False
+    keep = SEALED_KEEP.get(module, frozenset())
+    return keep is not None and (not qualname or qualname.split(".<locals>.")[0] not in keep)
+
+
+@functools.lru_cache(maxsize=1)
+def sealed_functions() -> frozenset[str]:
+    """The qualified names of the package's functions and methods that the sandbox's copy holds no code for
+    (what a stand-in of :func:`_without_code` may name)."""
+    root = Path(__file__).resolve().parent.parent
+    names = set()
+    for path in root.rglob("*.py"):
+        module = ".".join(("attention_book", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+
+        def visit(node, prefix):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    if is_sealed(module, prefix + child.name):
+                        names.add(prefix + child.name)
+                elif isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}{child.name}.")
+                elif not isinstance(child, ast.Lambda):
+                    visit(child, prefix)
+
+        if is_sealed(module):
+            visit(ast.parse(path.read_text(encoding="utf-8")), "")
+    return frozenset(names)
+
+
+_RAISES = "raise __import__('attention_book.assignments.grading', fromlist=['_']).BlockedAnswer({!r})"
+_LAMBDA = ("(lambda *_args, **_kwargs: (_ for _ in ()).throw(__import__('attention_book.assignments.grading', "
+           "fromlist=['_']).BlockedAnswer({!r})))")
+
+
+def _without_code(code: str, keep: frozenset[str]) -> str:
+    """``code`` with the body of every function and method (at any depth of classes; a nested function goes
+    with its parent's body) and every lambda outside a function replaced by a raise of BlockedAnswer; the
+    signatures, decorators, classes and module-level values stay, so the module still imports. ``keep``: the
+    qualified names whose code stays."""
+    spans: list[tuple[int, int, int, int, str]] = []  # (line, column, end line, end column, replacement)
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                if name not in keep:
+                    first, last = child.body[0], child.body[-1]
+                    inline = first.lineno == child.lineno  # def f(x): return x
+                    spans.append((first.lineno, first.col_offset if inline else 0, last.end_lineno,
+                                  last.end_col_offset, ("" if inline else " " * first.col_offset)
+                                  + _RAISES.format(name)))
+                visit_defaults(child)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.Lambda):
+                spans.append((child.lineno, child.col_offset, child.end_lineno, child.end_col_offset,
+                              _LAMBDA.format(prefix + "<lambda>")))
+            else:
+                visit(child, prefix)
+
+    def visit_defaults(fn) -> None:  # a lambda in a default or a decorator runs outside the body
+        for part in [*fn.decorator_list, *fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]:
+            visit(ast.Module(body=[ast.Expr(part)], type_ignores=[]), "")
+
+    visit(ast.parse(code), "")
+    lines = code.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def at(line: int, col: int) -> int:  # ast's columns count UTF-8 bytes
+        return starts[line - 1] + len(lines[line - 1].encode("utf-8")[:col].decode("utf-8", errors="ignore"))
+
+    for line, col, end_line, end_col, text in sorted(spans, reverse=True):
+        # from the last span back: the text before a span is never changed, so its positions hold
+        code = code[:at(line, col)] + text + code[at(end_line, end_col):]
+    return code
 
 
 def _torch_guard(name: str):
@@ -800,7 +902,9 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
         met = [r for r in records if r["status"] == "blocked"]
         if met:
             called = met[0].get("name")
-            called = called if isinstance(called, str) and called in blocked_names(name) else ""
+            # a name the feedback may say: one of the package's (the record is written in the student's process)
+            called = called if isinstance(called, str) and (called in blocked_names(name)
+                                                            or called in sealed_functions()) else ""
             torch_words = set(TORCH_BLOCKED.get(name, {}).values())
             whole = ("blocked", (f"your function used {called}, which this assignment's text forbids" if called
                                  in torch_words else f"your function called the package's {called}, which this "
