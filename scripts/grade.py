@@ -93,7 +93,7 @@ if _MISSING is not None:
              "`make grade GRADE_PYTHON=/path/to/python`, or run `/path/to/python scripts/grade.py ...`")
 
 from attention_book.assignments import assignment_names
-from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, BlockedAnswer, JudgeServer,
+from attention_book.assignments.grading import (IN_PLACE, RESULTS_LIMIT, TORCH_BLOCKED, BlockedAnswer, JudgeServer,
                                                 dump_data, grading_cases, hidden_arguments, package_without)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1848,10 +1848,13 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
         if r.get("canvas_late"):  # i15: the student heard nothing of it
             lines += ["Canvas marked this file late. Your instructor applies the late policy once they have its "
                       "submission time, so these points may change.", ""]
-        if r.get("review") and hidden_details:  # the LMS's feedback; on Gradescope its REVIEW test says it
+        decided = course is not None and (o := course.overrides.get((unicodedata.normalize(
+            "NFC", r.get("key", "")), r["assignment"]))) is not None and o.points is not None
+        # the LMS's feedback (on Gradescope its REVIEW test says it), until the instructor has decided (i16)
+        if r.get("review") and hidden_details and not decided:
             lines += [REVIEW_WORDS.format(words=", ".join(r["review"])) + (
                 " These points are not uploaded until then." if course is not None and held_out(r, course)
-                == "review" else " Your points stand until then." if not r.get("override") else ""), ""]
+                == "review" else " Your points stand until then."), ""]
         lines += other_files(r)
         if r.get("cell_error"):  # the score stands, but the student's own Run All stops at that cell
             lines += ["One of your cells raised an error:", "", fenced(r["cell_error"]), ""]
@@ -1916,10 +1919,17 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 lines += [f"**One mistake explains all {len(failed)} failed cases:**", "", fenced(same), ""]
             lines += ["The cases: " + cases_line(failed) + ".", ""]
             step = next_step(r, named=True)
-            if r["status"] == "graded":
+            called = re.match(r"your function called the package's (\S+), which", same)
+            if r["status"] == "graded" and failed[0].get("status") == "blocked" and called:
+                # the checker passes such a function in the student's session, where the package is whole: "fix
+                # the failed cases it shows" pointed at none (a fresh instructor, i16)
+                step = (f"Write the function with torch and Python, without calling the package's "
+                        f"{called.group(1)}: in your own session the package is whole, so your checker cell passes, "
+                        "and its report says so in a Note above its cases; the grader's copy of the package has no "
+                        "code to call. Then hand the notebook in again.")
+            elif r["status"] == "graded":
                 step = step.replace(", and the causes named above,", (
-                    (", and write the function without what its text forbids (" if same.startswith("your function used")
-                     else ", and write the function yourself instead of calling the package's (") + same + ")," if
+                    ", and write the function without what its text forbids (" + same + ")," if
                     failed[0].get("status") == "blocked" else ", and the cause named above (" + same + "),"))
             lines += what_to_do(step)
             continue
@@ -2199,7 +2209,10 @@ def late_basis(course, submitted, due, extended: bool = False, excused: bool = F
 REVIEW_CODE = re.compile(r"\b(threading|_thread|subprocess|multiprocessing|concurrent\.futures|os\.fork|os\.system|"
                          r"os\.popen|os\.exec\w*|os\.spawn\w*|ctypes|_python_dispatch|_disable_current_modes|"
                          r"assignments\.grading|assignments import grading|TORCH_BLOCKED|_forbidden|"
-                         r"__import__|importlib|_decomp|_refs|as_strided)\b")
+                         r"__import__|importlib|_decomp|_refs|as_strided|"
+                         # attacker r8: the forbidden operation outside torch's dispatcher (numpy's strided
+                         # windows, an ONNX runtime's loss with its ignore_index)
+                         r"stride_tricks|sliding_window_view|onnx\w*|InferenceSession)\b")
 # and code that names what it runs only at run time, which hides any word above from a word match: a name
 # built from strings (getattr, vars, __dict__, attrgetter), source run from a string (exec, eval, compile,
 # base64, a file written then imported), torch's operator registry, and IPython's magics and shell lines
@@ -2590,6 +2603,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
     # a times-file line that matches no student of this run changes nobody: said, with the near name (as the
     # overrides file does; a fresh instructor, i10, wrote 'Ivo Late' for 'Ivo Late_1000009_assignsubmission_file')
     known = {unicodedata.normalize("NFC", k) for k in keys} | set(by_roster.values())
+    handed_in = {name for r in rows if r.get("key") and r["status"] != "not submitted"
+                 for name in (unicodedata.normalize("NFC", r["key"]), by_roster.get(r["key"]))}
     by_id = {str(info.id).strip(): folder for folder, info in (roster or {}).items() if str(info.id).strip()}
     for who, what in sorted(times):
         if who not in known:
@@ -2599,18 +2614,32 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
             # "see ignored.csv" only where it has a file of theirs (i15: Oki handed in nothing this week)
             theirs = uid is not None and any(re.match(rf"{re.escape(uid.group(1))}(?:_LATE)?_{uid.group(2)}_",
                                                       Path(str(rel)).name) for rel, _ in ignored)
+            student = by_id.get(uid.group(2)) if uid else None
+            if student is None:  # the nearest key of the run, for a line in another form (Moodle's Full name)
+                close = course_mod.near(who, known, cutoff=0.5)
+                student = re.search(r"'(.*)'", close).group(1) if close else None
+            # a student who handed in nothing this week: their line is right, or changes nothing; said once,
+            # not as a WARNING (a fresh instructor, i16: "fix" advice for a line already in the right form)
+            if student is not None and not theirs and student not in handed_in:
+                print(f"times file {course.times_file}: {who!r} ({what}) is {student!r}, who handed in nothing "
+                      "in this download: the line is not used in this run")
+                continue
             hint = (f" (user id {uid.group(2)} is the roster's {by_id[uid.group(2)]!r}, who has no graded notebook "
-                    + ("in this run: see ignored.csv for a file of theirs)" if theirs else
-                       "in this run and no file in this download)") if uid and uid.group(2) in by_id
+                    "in this run: see ignored.csv for a file of theirs)" if uid and uid.group(2) in by_id
                     else course_mod.near(who, known, cutoff=0.5))
-            line = (f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
-                    + hint + ": the student column is the "
-                    "whole folder name (a Moodle folder's Full name_participant id_assignsubmission_file), or "
-                    "the file's name key and user id (smithjohn_103)")
-            print(line)
-            print(line, file=sys.stderr)
+            warn(f"WARNING: times file {course.times_file}: {who!r} ({what}) matches no student of this run"
+                 + hint + ": the student column is the whole folder name (a Moodle folder's Full name_participant "
+                 "id_assignsubmission_file), or the file's name key and user id (smithjohn_103)")
 
     no_time = []
+    # the review flag is for what the student's process can reach: under bubblewrap that is the sealed package,
+    # where no answer is, so only the in-call torch blocks (TORCH_BLOCKED) can be got past and only their
+    # assignments are read (i16: a correct masked_softmax held for printing to stderr); in another sandbox the
+    # grading Python's own package is readable, so every assignment is read
+    kind = sandbox_note.get("kind", "")
+    if kind not in ("bubblewrap", "user", "none", "refused"):  # nothing ran (all resumed): as this machine grades
+        kind = Sandbox.detect(int(memory_gb * 2**30), fallback_user).kind
+    sealed_only = kind == "bubblewrap"
     chapter_of: dict[str, frozenset] = {}  # each reference notebook's own cells, for the review flag
     for r in rows:
         r.setdefault("seconds", 0.0)
@@ -2620,7 +2649,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         r["login"], r["section"] = students[r["key"]]["login"], students[r["key"]]["section"]
         r["secret_id"] = key_id if r.get("seed", "") != "" else ""
         r.pop("review", None)
-        if r.get("path") and r["status"] not in ("not submitted", "misnamed file", "refused"):
+        if r.get("path") and r["status"] not in ("not submitted", "misnamed file", "refused") and (
+                r["assignment"] in TORCH_BLOCKED or not sealed_only):
             if r["notebook"] not in chapter_of:
                 with contextlib.suppress(OSError, ValueError):
                     chapter_of[r["notebook"]] = frozenset(chapter_sources(json.loads(
@@ -2630,7 +2660,8 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
                 print(f"REVIEW: {r['key']} {r['assignment']}: its code uses {', '.join(review)} (threads, "
                       "processes and the grading module get past the in-call blocks: read it; "
                       "book/instructors.md, 'What a grade is')"
-                      + ("; held out of the uploads ([course] hold_flagged)" if course.hold_flagged else ""))
+                      + ("; held out of the uploads ([course] hold_flagged)" if held_out(r, course) == "review"
+                         else ""))
         when = submitted_at(r)
         score_row(r, course, when)
         # a row with no points to take (kernel died, not implemented, 0 points) is left out: a fresh instructor
@@ -2670,9 +2701,9 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         for r in no_time:
             print(f"  no submission time: {clean(display_name(r['student']), 160)} {r['assignment']}")
         print("=" * 78)
-        print(f"WARNING: {counted(len(no_time), 'graded notebook')} with a due date and no submission time, no "
-              "late policy applied: " + ", ".join(f"{clean(display_name(r['student']), 80)} {r['assignment']}"
-                                                  for r in no_time), file=sys.stderr)
+        elsewhere(f"WARNING: {counted(len(no_time), 'graded notebook')} with a due date and no submission time, "
+                  "no late policy applied: " + ", ".join(f"{clean(display_name(r['student']), 80)} "
+                                                         f"{r['assignment']}" for r in no_time))
     if canvas_late:
         print(f"WARNING: {counted(len(canvas_late), 'graded notebook')} Canvas marked late (_LATE_ in the file "
               "name), with no submission time to count the days: no late policy was applied to them (a times file "
@@ -2707,11 +2738,10 @@ def _grade_locked(submissions, out_csv, timeout, reference, memory_gb, seed, dis
         else:
             line += ("name each assignment's grading worksheet in the course file (moodle_worksheet; "
                      "book/instructors.md, \"Moodle's grading worksheet\") and run again with --resume")
-            print(f"WARNING: {line}")
-            print(f"WARNING: {line}", file=sys.stderr)
+            warn(f"WARNING: {line}")
     elif course.roster is None and not partial and lms_notes:
-        print(f"WARNING: {NO_ROSTER}", file=sys.stderr)
         print(NO_ROSTER)
+        elsewhere(f"WARNING: {NO_ROSTER}")
     print(("PARTIAL (interrupted): " if partial else "") +
           f"Wrote {counted(len(rows), 'row')} to {out_csv}, gradebook.csv,{canvas}{moodle} feedback/ and "
           f"gradescope/ in {out_dir}, "
@@ -3078,8 +3108,24 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
         line = (f"REFUSED in {zip_name}: {clean(display_name(name), 160)}: {why} (left out: return this feedback "
                 "by hand, from feedback/)")
         print(line)
-        print(f"WARNING: {line}", file=sys.stderr)
+        elsewhere(f"WARNING: {line}")
     return moodle_worksheets(export_rows, course, out_dir, partial)
+
+
+def elsewhere(line: str) -> None:
+    """``line`` (a WARNING the run has printed) on stderr too, where stderr is not where stdout goes: a log of
+    the output and a terminal both get it, and a terminal or a `2>&1` log gets it once (a fresh instructor,
+    i16: every WARNING came twice in a row)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        if os.path.sameopenfile(sys.stdout.fileno(), sys.stderr.fileno()):
+            return
+    print(line, file=sys.stderr)
+
+
+def warn(line: str) -> None:
+    """A WARNING: printed, and on stderr where that is somewhere else (:func:`elsewhere`)."""
+    print(line)
+    elsewhere(line)
 
 
 def held_out(row: dict, course) -> str:
@@ -3148,8 +3194,7 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
                    "it downloaded from the Moodle assignment these submissions came from?") if participant else \
                 "the submissions did not come as Moodle's download in folders, whose participant ids it matches"
             line = f"WARNING: {target.name} not written for {sheet.path}: {why}"
-            print(line)
-            print(line, file=sys.stderr)
+            warn(line)
             said.append(line)
             continue
         scale = lms_export.worksheet_maximum_problem(sheet, course.assignment(name).points)
@@ -3157,8 +3202,7 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
             line = f"WARNING: {target.name} not written for {sheet.path}: {scale}"
-            print(line)
-            print(line, file=sys.stderr)
+            warn(line)
             said.append(line)
             continue
         text, notes, filled = lms_export.moodle_worksheet(sheet, mine, participant)
@@ -3172,8 +3216,8 @@ def moodle_worksheets(rows: list[dict], course, out_dir: Path, partial: bool) ->
               "\"Moodle's grading worksheet\")" + (f"; {counted(len(missing), 'folder')} not in the worksheet, "
                                                   "listed above" if missing else ""))
         if missing:
-            print(f"WARNING: {counted(len(missing), 'Moodle folder')} not in {sheet.path} (not graded in "
-                  f"{target.name}): " + "; ".join(clean(n, 200) for n in missing), file=sys.stderr)
+            elsewhere(f"WARNING: {counted(len(missing), 'Moodle folder')} not in {sheet.path} (not graded in "
+                      f"{target.name}): " + "; ".join(clean(n, 200) for n in missing))
     return said
 
 

@@ -126,8 +126,8 @@ def _gradebook(rows: list[dict], students: list[dict], course, columns: list[tup
 # language's decimal separator for "."; "7.5" reads as 7.5 in every language).
 WORKSHEET_COMMENTS = "Feedback comments"  # get_string('pluginname', 'assignfeedback_comments')
 WORKSHEET_MAX, WORKSHEET_LOCK = "Maximum grade", "Grade can be changed"  # optional columns, read for warnings
-WORKSHEET_COMMENT = re.compile(r"[0-9.]+ of [0-9.]+ points \(autograded\)\. Your feedback: feedback\.html, "
-                               r"under Feedback files\.")
+WORKSHEET_COMMENT = re.compile(r"[0-9.]+ of [0-9.]+ points \((?:autograded|set by your instructor)\)\. Your "
+                               r"feedback: feedback\.html, under Feedback files\.")
 
 
 def _number(points: float) -> str:
@@ -136,11 +136,12 @@ def _number(points: float) -> str:
     return f"{round(float(points), 5):.5f}".rstrip("0").rstrip(".")
 
 
-def worksheet_comment(points: float, max_points: float) -> str:
-    """The worksheet's Feedback comments cell: the points, and where the feedback is. Digits and fixed words
-    only: nothing a student wrote, nothing Moodle would render as markup."""
-    return f"{_number(points)} of {_number(max_points)} points (autograded). Your feedback: feedback.html, " \
-           "under Feedback files."
+def worksheet_comment(points: float, max_points: float, decided: bool = False) -> str:
+    """The worksheet's Feedback comments cell: the points, who gave them (``decided``: an override's, not the
+    grader's; a fresh instructor, i16), and where the feedback is. Digits and fixed words only: nothing a
+    student wrote, nothing Moodle would render as markup."""
+    return (f"{_number(points)} of {_number(max_points)} points ({'set by your instructor' if decided else 'autograded'})"
+            ". Your feedback: feedback.html, under Feedback files.")
 
 
 def worksheet_maximum_problem(sheet: Worksheet, points: float) -> str:
@@ -211,7 +212,8 @@ def moodle_worksheet(sheet: Worksheet, rows: list[dict], participant: dict[str, 
         if comment_col >= 0:
             cell = row[comment_col]
             if not cell.strip() or WORKSHEET_COMMENT.fullmatch(cell):
-                row[comment_col] = worksheet_comment(r["points"], r["max_points"])
+                row[comment_col] = worksheet_comment(r["points"], r["max_points"],
+                                                     str(r.get("override", "")).startswith("override: points"))
             else:
                 notes.append(f"participant {pid} ({keys[0]!r}): the Feedback comments already there are kept")
     buffer = io.StringIO()

@@ -408,7 +408,7 @@ def test_every_student_gets_what_their_outputs_earn(graded):
         assert r["passed"] == 0 and r["total"] == total and r["points"] == 0.0, r
     assert "package's own function" in row(graded, "max-hands-in-package")["reason"]
     assert "called the package's masked_softmax, which this assignment blocks" in detail(graded, "ned-wraps-package")
-    assert "called the package's tiled_forward, which this assignment blocks" in detail(graded, "ola-wraps-tiled")
+    assert "called the package's tiled_attention, which this assignment blocks" in detail(graded, "ola-wraps-tiled")
     # stops after two honest cases: scored over every case, never more than the honest code
     r = row(graded, "kai-stops-after-two")
     assert (r["passed"], r["total"], r["status"]) == (stops[0], total, "graded"), r
@@ -495,7 +495,8 @@ def test_files_are_well_formed_and_formula_safe(graded):
     assert points["bob"] == "10.0" and points["erin-loop"] == "0.0" and status["erin-loop"] == "timeout"
     assert len(points) == graded["count"]
     assert points["a b"] == "10.0" and points["x\\x0ay"] == "" and status["x y"] == "refused"
-    assert status["pay-dag"] == "flagged; REVIEW: its code uses .write, assignments.grading" and points["pay-dag"] == ""
+    # its code's words are not read for masked_softmax under bubblewrap (the package is sealed: i16)
+    assert status["pay-dag"] == "flagged" and points["pay-dag"] == ""
     stems = sorted(p.stem for p in (out / "feedback").glob("*.md"))
     assert len(stems) == graded["count"] and len({s.rsplit("-", 1)[0] for s in stems if s.startswith("a_b")}) == 1
     feedback = next((out / "feedback").glob("carl-wrong-*.md")).read_text()

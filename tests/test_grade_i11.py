@@ -264,12 +264,20 @@ def test_code_that_gets_past_the_in_call_blocks_is_flagged_for_review(tmp_path, 
     ref, course_file = _moodle_class(tmp_path, monkeypatch)
     subs = _download(tmp_path / "dl", "4411", "4412")
     (subs / _folder("4412") / "ch03_exercises.ipynb").write_text(nb("import subprocess"))
-    out = _grade(tmp_path, subs, ref, course_file)
+    # the flag is read where the student's process could get past a block: under bubblewrap, where the package
+    # is sealed, only for the assignments whose text forbids a torch function (a fresh instructor, i16: a
+    # correct masked_softmax that printed to stderr was flagged and held); chapter 3's is not one of them
+    with monkeypatch.context() as patch:
+        patch.setattr(grade, "TORCH_BLOCKED", {**grade.TORCH_BLOCKED, "masked_softmax": {}})
+        out = _grade(tmp_path, subs, ref, course_file)
     book = {r["Student"]: r for r in csv.DictReader((out / "gradebook.csv").open(encoding="utf-8"))}
     assert book[_folder("4412")]["ch03 masked_softmax status"] == "graded; REVIEW: its code uses subprocess", book
     assert "REVIEW" not in book[_folder("4411")]["ch03 masked_softmax status"]
     assert book[_folder("4412")]["ch03 masked_softmax (10 pts)"] == "10.0"
     assert f"REVIEW: {_folder('4412')} masked_softmax: its code uses subprocess" in capsys.readouterr().out
+    out = _grade(tmp_path, subs, ref, course_file)
+    book = {r["Student"]: r for r in csv.DictReader((out / "gradebook.csv").open(encoding="utf-8"))}
+    assert book[_folder("4412")]["ch03 masked_softmax status"] == "graded", book
 
 
 def test_a_raw_cell_is_read_as_code(tmp_path):

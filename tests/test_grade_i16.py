@@ -42,6 +42,8 @@ def _class(tmp_path, monkeypatch, hold: bool, override: str = "") -> Path:
 
     fake_grading(monkeypatch)
     monkeypatch.setattr(grade, "Grader", Passing)
+    # as for an assignment whose text forbids a torch function: under bubblewrap only those are read
+    monkeypatch.setattr(grade, "TORCH_BLOCKED", {**grade.TORCH_BLOCKED, "masked_softmax": {}})
     grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
                 course_file=tmp_path / "c.toml")
     return tmp_path / "out"
@@ -76,13 +78,17 @@ def test_hold_flagged_is_true_or_false(tmp_path):
         grade.course_mod.load_course(tmp_path / "c.toml")
 
 
-def test_an_overrides_points_release_the_hold(tmp_path, monkeypatch):
-    """Read, then decided: the override's points go to the upload, and nothing is said to be held."""
+def test_an_overrides_points_release_the_hold(tmp_path, monkeypatch, capsys):
+    """Read, then decided: the override's points go to the upload, and nothing is said to be held (i16: the
+    console still said held, and the feedback still said the instructor will read it)."""
     out = _class(tmp_path, monkeypatch, True, "ann,masked_softmax,8,read it: its thread only prints")
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("REVIEW: ann")]
+    assert "held" not in line, line
     assert _canvas(out) == {"ann1": "8.0", "bob1": "10.0"}, (out / "canvas.csv").read_text()
     assert "held out" not in (out / "gradebook.csv").read_text()
     page = next(p for p in (out / "feedback").iterdir() if p.name.startswith("ann")).read_text()
     assert "not uploaded" not in page and "Your instructor changed this grade" in page, page
+    assert "will read it" not in page, page
 
 
 def test_bleu_that_counts_every_ngram_as_a_match_is_named(tmp_path):
@@ -118,14 +124,16 @@ def test_bleu_that_counts_every_ngram_as_a_match_is_named(tmp_path):
 
 
 def test_a_times_line_of_a_student_with_no_file_at_all_does_not_point_at_ignored_csv(tmp_path, capsys):
-    """i15 A2: "see ignored.csv for a file of theirs" for a student who handed in nothing this week."""
+    """i15 A2: "see ignored.csv for a file of theirs" for a student who handed in nothing this week; i16: and a
+    WARNING to fix a line already in the right form. The line is right and unused: said once, plainly."""
     from test_grade_i11 import _bea_with_times
 
     _bea_with_times(tmp_path, "someone_999_1_ch03_exercises.ipynb", "kochbea_102")
-    out = capsys.readouterr().out
-    (line,) = [x for x in out.splitlines() if x.startswith("WARNING: times file")]
-    assert "user id 102 is the roster's 'kochbea', who has no graded notebook in this run and no file in this " \
-           "download" in line and "ignored.csv" not in line, line
+    said = capsys.readouterr()
+    assert "WARNING: times file" not in said.out + said.err, said
+    (line,) = [x for x in said.out.splitlines() if x.startswith("times file")]
+    assert line.endswith("'kochbea_102' (ch03_exercises.ipynb) is 'kochbea', who handed in nothing in this "
+                         "download: the line is not used in this run"), line
 
 
 def test_attacker_r7s_runners_are_words_and_its_false_positives_are_not(tmp_path):
@@ -145,3 +153,64 @@ def test_attacker_r7s_runners_are_words_and_its_false_positives_are_not(tmp_path
                    'handler.setFormatter(logging.Formatter("%(message)s"))', "if file == 3:\n    pass"):
         assert review(honest) == [], honest
     assert review("torch.load(p, weights_only=False)") == ["weights_only="]
+
+
+def test_under_bubblewrap_only_the_assignments_with_torch_blocks_are_read(tmp_path, monkeypatch, capsys):
+    """i16: a correct masked_softmax that printed to stderr (`file=`) was flagged and its grade held, though the
+    sealed package holds nothing its process could reach; patchify's and masked_cross_entropy's torch blocks
+    live in that process, so theirs are still read."""
+    monkeypatch.setattr(grade.Sandbox, "detect", staticmethod(lambda *a, **k: type("Box", (), {"kind": "bubblewrap"})()))
+    _class(tmp_path, monkeypatch, True)
+    monkeypatch.setattr(grade, "TORCH_BLOCKED", {k: v for k, v in grade.TORCH_BLOCKED.items() if k != "masked_softmax"})
+    grade.grade(tmp_path / "subs", tmp_path / "again" / "grades.csv", 10, tmp_path / "ref", secret="s" * 40,
+                course_file=tmp_path / "c.toml")
+    assert _canvas(tmp_path / "again") == {"ann1": "10.0", "bob1": "10.0"}
+    assert "REVIEW" not in (tmp_path / "again" / "gradebook.csv").read_text()
+
+
+def test_attacker_r8s_routes_outside_the_dispatcher_are_words(tmp_path):
+    """Attacker r8 (6f1cf44): numpy's sliding_window_view as patchify's unfold, and onnxruntime's
+    SoftmaxCrossEntropyLoss with its ignore_index, both outside torch's dispatcher: 10/10, no flag."""
+    def review(code: str, assignment: str) -> list[str]:
+        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
+                                                      "nbformat": 4}))
+        return sorted(grade.review_counts(tmp_path / "a.ipynb", assignment))
+
+    assert review("w = np.lib.stride_tricks.sliding_window_view(x, (2, 2), axis=(2, 3))", "patchify") == [
+        "sliding_window_view", "stride_tricks"]
+    assert review("import onnxruntime as ort\ns = ort.InferenceSession(model)", "masked_cross_entropy") == [
+        "InferenceSession", "onnxruntime"]
+
+
+def test_the_students_checker_blocks_what_the_text_forbids_as_the_grader_does(capsys):
+    """Attacker r8: a mean F.cross_entropy passed the student's checker (5 of 5) and scored 0 when graded; the
+    checker now blocks the torch functions the assignment's text forbids, and says so."""
+    import torch.nn.functional as F
+
+    import attention_book as ab
+
+    def masked_cross_entropy(logits, labels, pad_id):
+        keep = labels != pad_id
+        return F.cross_entropy(logits[keep], labels[keep])
+
+    report = ab.assignments.check_masked_cross_entropy(masked_cross_entropy)
+    out = capsys.readouterr().out
+    assert report.passed == 0 and "the assignment's text forbids it" in out and "package" not in out, out
+
+
+def test_a_package_lambda_is_named_in_the_checkers_note(capsys):
+    """Attacker r8: a graded function calling one of the package's module-level lambdas (lm_tasks' task table)
+    passed the checker with no Note and scored 0 when graded."""
+    import math
+
+    import attention_book as ab
+    from attention_book.experiments.lm_tasks import TEXT_TASKS
+
+    def warmup_cosine(step, warmup, max_steps):
+        steps = TEXT_TASKS["<copy>"]([min(step, max_steps)])[0]
+        ramp = 1.0 if warmup == 0 else min(1.0, steps / warmup)
+        return float(ramp * (1 + math.cos(math.pi * steps / max_steps)) / 2)
+
+    ab.assignments.check_warmup_cosine(warmup_cosine)
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("Note: your function calls the package's own lm_tasks.<lambda>, which the grader blocks"), out

@@ -86,6 +86,22 @@ def test_the_sealed_copy_imports_and_sets_a_notebook_up(tmp_path):
         "every function of the copy's tiled.py is a raise, and nothing else"
 
 
+def test_the_setup_cell_and_a_figure_run_in_a_kernel_on_the_sealed_copy(tmp_path):
+    """Attacker r8: in an IPython kernel ``use_book_style`` wires the inline figures through the book's plot code,
+    which was sealed; every notebook's setup cell stopped at its first line, and chapter 10's ``dev`` was never
+    defined (an honest merge_states that used it scored 0). Run as a kernel runs it."""
+    package_without(["merge_softmax"], tmp_path / "pkg")
+    cells = ["import matplotlib\nmatplotlib.use('Agg')",
+             "import torch\nimport attention_book as ab\n" + SETUP.replace("; ", "\n") + "\ndev = ab.small_model_threads()",
+             "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig",
+             "print('dev', dev)"]
+    code = ("from IPython.core.interactiveshell import InteractiveShell\nshell = InteractiveShell.instance()\n"
+            f"print([shell.run_cell(c).success for c in {cells!r}])")
+    run = _python(code, tmp_path / "pkg")
+    assert run.returncode == 0 and "[True, True, True, True]" in run.stdout and "dev cpu" in run.stdout, \
+        run.stdout[-3000:] + run.stderr[-2000:]
+
+
 @pytest.mark.parametrize("call", ["ab.models.tiled.tile_plan(4, 4, 1, 1)", "ab.DotProductAttention()",
                                   "ab.experiments.long_context.window_figure(2, None)",
                                   "ab.models.kernels.log_kernel", "ab.load_corpus()"])

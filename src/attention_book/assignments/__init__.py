@@ -286,10 +286,15 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
     results: list[tuple[str, bool, str]] = []
     not_implemented = False
     watch = _PackageCalls(assignment, fn)
+    from .grading import BlockedAnswer, torch_guard
+
+    # the torch functions the assignment's text forbids are blocked here too (attacker r8: a mean
+    # F.cross_entropy passed the checker and scored 0 when graded, with nothing said before)
+    forbid = _Reusable(lambda: torch_guard(assignment))
     for case in cases:
         before = [a.clone() if isinstance(a, torch.Tensor) else None for a in case.args] if case.unchanged else []
         try:
-            with watch:
+            with watch, forbid:
                 got = fn(*case.args, **case.kwargs)
             written = any(b is not None and not same_values(a, b) for a, b in zip(case.args, before))
             for a, b in zip(case.args, before):
@@ -299,6 +304,9 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
         except NotImplementedError:
             not_implemented = True
             why = NOT_DONE
+        except BlockedAnswer as err:  # a torch function the text forbids: blocked here as the grader blocks it
+            results.append((case.name, False, str(err)))
+            continue
         except Exception as err:  # the learner's code raised: say where, and only that
             frame = traceback.extract_tb(err.__traceback__)[-1]
             why = f"raised {type(err).__name__}: {err} (line {frame.lineno} in {frame.name})"
@@ -322,15 +330,30 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
                          f"(0 of {report.total} cases passed)."]))
             print(_wrap(_NOT_DONE_TAIL.split()))
             return report
-        for name, ok, why in results:
-            print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
-        print(f"{assignment}: {report.passed} of {report.total} cases passed.")
-        if watch.called:
+        if watch.called:  # first, where it is seen: under nine ticks it was missed (a fresh instructor, i16)
             names = " and ".join(sorted(watch.called))
             print(_wrap(f"Note: your function calls the package's own {names}, which the grader blocks: it "
                         "runs your function where the package's code is not available, and a blocked call scores "
                         "0 for the whole assignment. Write the computation with torch and Python.".split()))
+        for name, ok, why in results:
+            print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
+        print(f"{assignment}: {report.passed} of {report.total} cases passed"
+              + (" here, and 0 when graded (see the Note above)." if watch.called else "."))
     return report
+
+
+class _Reusable:
+    """A context made afresh by ``make`` at each entry (a generator-based context manager is single-use)."""
+
+    def __init__(self, make: Callable):
+        self.make, self.stack = make, []
+
+    def __enter__(self):
+        self.stack.append(self.make())
+        return self.stack[-1].__enter__()
+
+    def __exit__(self, *exc):
+        return self.stack.pop().__exit__(*exc)
 
 
 class _PackageCalls:
@@ -365,10 +388,13 @@ class _PackageCalls:
     def _profile(self, frame, event, arg):
         # the outermost call only: the package's bleu calling its bleu_parts is one call of bleu; a nested
         # function or a generator (resumed from the standard library's Counter) was reached through its parent
-        if event == "call" and (name := self._sealed(frame.f_code)) and "<" not in getattr(
-                frame.f_code, "co_qualname", frame.f_code.co_name) and (
+        qualname = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        if event == "call" and (name := self._sealed(frame.f_code)) and "<locals>" not in qualname and \
+                not qualname.endswith(("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")) and (
                 frame.f_back is None or not self._sealed(frame.f_back.f_code)):
-            self.called.add(name)
+            # a lambda by its module (attacker r8: a module-level lambda of core.train went unreported)
+            self.called.add(name if not name.endswith("<lambda>") else
+                            f"{Path(frame.f_code.co_filename).stem}.{name}")
 
     def __enter__(self):
         self.before = sys.getprofile()

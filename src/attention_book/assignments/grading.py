@@ -14,10 +14,12 @@ the expected values never enter the student's kernel, so a forged log line, a
 self-made ``run_checks`` call, a patched checker or a walk up the call stack finds
 nothing to copy.
 
-The package the sandbox sees is a copy (:func:`package_without`) in which the
+The package the sandbox sees is a sealed copy (:func:`package_without`): the
 package's own answer to each graded assignment (``BLOCKED``) is replaced by a
-function that raises: reloading the module or executing its file gives that
-function again, because the answer is not in the copy at all.
+function that raises, and every other function and method keeps its signature
+but no code (``SEALED_KEEP`` lists the few that keep theirs): reloading a module
+or executing its file gives those stand-ins again, because the code is not in the
+copy at all.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import torch
 
 from . import IN_PLACE, Case, Diagnosis, Report, collect_cases, hidden_cases, same_values
 
-__all__ = ["BLOCKED", "SEALED_KEEP", "BlockedAnswer", "blocked_names", "is_package_version", "is_sealed", "package_without", "hidden_arguments", "resolve", "run_hidden",
+__all__ = ["BLOCKED", "SEALED_KEEP", "TORCH_BLOCKED", "torch_guard", "BlockedAnswer", "blocked_names", "is_package_version", "is_sealed", "package_without", "hidden_arguments", "resolve", "run_hidden",
            "load_results", "judge", "JudgeServer", "judge_isolated", "serve_judge", "GradingError", "RESULTS_LIMIT",
            "dump_data", "load_data", "grading_cases", "in_place_rule", "case_results", "describe_value"]
 
@@ -116,7 +118,9 @@ TORCH_BLOCKED: dict[str, dict[str, str]] = {
 SEALED_KEEP: dict[str, frozenset[str] | None] = {
     "attention_book.core.config": None,  # sized, book_seed, seed_everything, describe_run, small_model_threads
     "attention_book.book.claims": None,  # claim and glue, the chapters' bookkeeping cells
-    "attention_book.core.plot": frozenset({"use_book_style", "_page_figures_in_ipython"}),
+    # use_book_style and the inline figures it routes through fit_page in a kernel (attacker r8: sealed, the
+    # setup cell stopped at its first line and ch10's `dev` was never defined); plotting only, no attention
+    "attention_book.core.plot": None,
     "attention_book.core.train": frozenset({"use_progress_bar"}),  # a decorator, run at import
     "attention_book.data.registry": frozenset({"DataFile.__post_init__", "register"}),  # the datasets, at import
 }
@@ -138,9 +142,11 @@ class GradingError(ValueError):
 class BlockedAnswer(RuntimeError):
     """Raised by the stand-in of a package function that the graded assignment blocks."""
 
-    def __init__(self, name: str):
-        super().__init__(f"the package's own {name} is not available while this assignment is graded: "
-                         "the grade is for your implementation")
+    def __init__(self, name: str, forbidden: bool = False):
+        # ``forbidden``: a torch function the assignment's text forbids (TORCH_BLOCKED), not the package's
+        super().__init__(f"{name}: the assignment's text forbids it, so it is blocked while your function runs"
+                         if forbidden else f"the package's own {name} is not available while this assignment is "
+                         "graded: the grade is for your implementation")
         self.name = name
 
 
@@ -160,7 +166,8 @@ def blocked_names(name: str) -> set[str]:
 
 def package_without(names, dest: Path) -> Path:
     """Copy the package into ``dest/attention_book`` with the package's answers to the assignments
-    ``names`` replaced by functions that raise. Returns ``dest`` (the directory to put on sys.path)."""
+    ``names`` replaced by functions that raise, and every function the grader does not need sealed
+    (:func:`is_sealed`, :func:`_without_code`). Returns ``dest`` (the directory to put on sys.path)."""
     source = Path(__file__).resolve().parent.parent
     target = Path(dest) / "attention_book"
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -267,7 +274,7 @@ def _without_code(code: str, keep: frozenset[str]) -> str:
             visit(ast.Module(body=[ast.Expr(part)], type_ignores=[]), "")
 
     visit(ast.parse(code), "")
-    lines = code.splitlines(keepends=True)
+    lines = re.split(r"(?<=\n)", code)  # ast's lines end at \n only (str.splitlines also at a form feed: r8)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line))
@@ -281,7 +288,7 @@ def _without_code(code: str, keep: frozenset[str]) -> str:
     return code
 
 
-def _torch_guard(name: str):
+def torch_guard(name: str):
     """A context in which the torch operations assignment ``name`` forbids (``TORCH_BLOCKED``) raise
     :class:`BlockedAnswer`."""
     rules = TORCH_BLOCKED.get(name, {})
@@ -299,7 +306,7 @@ def _torch_guard(name: str):
                 op = func.overloadpacket.__name__
                 words = rules.get(op)
                 if words is not None and _forbidden(op, args, kwargs):
-                    raise BlockedAnswer(words)
+                    raise BlockedAnswer(words, forbidden=True)
                 return func(*args, **kwargs)
 
         with Forbid(), _ReducedLoss(rules):
@@ -334,7 +341,7 @@ class _ReducedLoss:
                               for i, k in ((3, "size_average"), (5, "reduce"))]
                     reduction = kwargs.get("reduction", args[losses[func]] if len(args) > losses[func] else "mean")
                     if reduction != "none" or any(v is not None for v in legacy):
-                        raise BlockedAnswer(words)
+                        raise BlockedAnswer(words, forbidden=True)
                 return func(*args, **kwargs)
 
         self.mode = Reduced()
@@ -680,7 +687,7 @@ def run_hidden(name: str, fn: Any, cases_path: str, out_path: str) -> None:
         for case in spec["cases"]:
             args, kwargs = case["args"], case["kwargs"]
             try:
-                with _torch_guard(name):
+                with torch_guard(name):
                     got = call(*args, **kwargs)
             except NotImplementedError:  # a failed case; the other cases still run
                 records.append({"status": "not_implemented"})
