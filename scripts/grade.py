@@ -1924,13 +1924,15 @@ def feedback_markdown(student: dict, rows: list[dict], hidden_details: bool = Tr
                 # the checker passes such a function in the student's session, where the package is whole: "fix
                 # the failed cases it shows" pointed at none (a fresh instructor, i16)
                 step = (f"Write the function with torch and Python, without calling the package's "
-                        f"{called.group(1)}: in your own session the package is whole, so your checker cell passes, "
-                        "and its report says so in a Note above its cases; the grader's copy of the package has no "
-                        "code to call. Then hand the notebook in again.")
+                        f"{called.group(1)}: in your own session the package is whole, so the call works there, and "
+                        "your checker cell's report says so in a Note above its cases; the grader's copy of the "
+                        "package has no code to call. Then hand the notebook in again")
+            elif r["status"] == "graded" and failed[0].get("status") == "blocked":
+                # what the text forbids, said once above (i17: the step repeated the whole reason)
+                step = step.replace(", and the causes named above,",
+                                    ", and write the function without what its text forbids (named above),")
             elif r["status"] == "graded":
-                step = step.replace(", and the causes named above,", (
-                    ", and write the function without what its text forbids (" + same + ")," if
-                    failed[0].get("status") == "blocked" else ", and the cause named above (" + same + "),"))
+                step = step.replace(", and the causes named above,", ", and the cause named above (" + same + "),")
             lines += what_to_do(step)
             continue
         numbered: dict[str, int] = {}
@@ -2122,7 +2124,8 @@ def review_tests(rows: list[dict], visibility: str) -> list[dict]:
 
 
 FIELDS = ["student", "login", "section", "notebook", "assignment", "status", "passed", "total", "score", "points",
-          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note", "handed_in", "override"]
+          "max_points", "late_days", "penalty", "seed", "secret_id", "sha256", "seconds", "reason", "note", "handed_in", "override",
+          "held"]  # held: why the uploads leave the grade out ("late", "review"; held_out), '' when they carry it
 
 
 @functools.lru_cache(maxsize=64)
@@ -2242,7 +2245,7 @@ REVIEW_DYNAMIC = re.compile(r"(?<![.\w])(exec|eval|compile|getattr|setattr|delat
                             r"forkserver|multiprocessing_context|QueueListener|Thread\w*|\w+Thread|"
                             # attacker r7: a fresh Python started through IPython's or Jupyter's own runners
                             r"getoutput|getstatusoutput|pexpect|jupyter_client|nbclient|nbconvert|"
-                            r"start_new_kernel|KernelManager|IPython\.utils)\b|(\bfile\s*=(?!=)|"
+                            r"start_new_kernel|KernelManager|IPython\.utils)\b|(\bfile\s*=(?!=)(?!\s*sys\.std(?:err|out)\b)|"
                             # r7's false positives: torch.load's safe weights_only=True, results_file = ...
                             r"\bweights_only\s*=\s*(?!True\b))")
 # a magic or shell line, and a shell line's output assigned (r5: ``log = !cmd``); ``!=`` starting a line is Python
@@ -2251,8 +2254,12 @@ MAGIC_LINE = re.compile(r"^[ \t]*(%%?\w+|!(?!=))|=[ \t]*(!)(?!=)", re.MULTILINE)
 # im2col and nll_loss_forward, pixel_unshuffle; soft-label cross-entropy with a reduction is blocked at the
 # call now, grading._ReducedLoss, so one_hot, which an honest loss may use, is no longer a word: attacker r4)
 REVIEW_TORCH = {"patchify": re.compile(r"\b(unfold|Unfold|conv[123]d|conv_transpose[123]d|Conv[123]d|"
-                                       r"ConvTranspose[123]d|_?convolution\w*|pixel_unshuffle|im2col)\b"),
-                "masked_cross_entropy": re.compile(r"\b(ignore_index)\b")}  # nll_loss: allowed with "none" (r5)
+                                       r"ConvTranspose[123]d|_?convolution\w*|pixel_unshuffle|im2col|"
+                                       r"sklearn|extract_patches\w*)\b"),  # attacker r9: scikit-learn's patches
+                # nll_loss: allowed with "none" (r5); ignore_index as a keyword or a key, not a variable of that
+                # name (r9's false positive); r9's losses outside the two blocked ones
+                "masked_cross_entropy": re.compile(r"[(,]\s*(ignore_index)\s*=(?!=)|([\"']ignore_index[\"'])|"
+                                                   r"\b(kl_div|KLDivLoss|sklearn|log_loss)\b")}
 
 
 def without_comments(text: str) -> str:
@@ -2269,6 +2276,29 @@ def without_comments(text: str) -> str:
                 lines[row - 1] = lines[row - 1][:col] + " " * (end - col) + lines[row - 1][end:]
     except (tokenize.TokenError, SyntaxError, IndentationError, IndexError):
         return text
+    return "".join(lines)
+
+
+def without_docstrings(text: str) -> str:
+    """``text`` with every string that stands alone as a statement (a docstring) blanked: it runs nothing (i17:
+    a patchify docstring restating "no unfold, no convolution" was flagged and held); the text as it is when it
+    does not parse (a cell with magics)."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return text
+    lines = re.split(r"(?<=\n)", text)
+    spans = [(n.lineno, n.col_offset, n.end_lineno, n.end_col_offset) for n in ast.walk(tree)
+             if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)]
+    for line, col, end_line, end_col in sorted(spans, reverse=True):
+        if line == end_line:
+            row = lines[line - 1].encode("utf-8")
+            lines[line - 1] = (row[:col] + b'""' + row[end_col:]).decode("utf-8", errors="replace")
+        else:
+            first, last = lines[line - 1].encode("utf-8"), lines[end_line - 1].encode("utf-8")
+            lines[line - 1:end_line] = [(first[:col] + b'""' + last[end_col:]).decode("utf-8", errors="replace")]
     return "".join(lines)
 
 
@@ -2289,13 +2319,13 @@ def review_counts(path, assignment: str = "", chapter: frozenset | set = frozens
                 continue
             src = cell.get("source", "")
             # as Python reads identifiers (NFKC: a fresh attacker's 'ｓｕｂｐｒｏｃｅｓｓ' runs as subprocess)
-            text = without_comments(unicodedata.normalize("NFKC", "".join(map(str, src)) if isinstance(src, list)
-                                                          else str(src)))
+            text = without_docstrings(without_comments(unicodedata.normalize(
+                "NFKC", "".join(map(str, src)) if isinstance(src, list) else str(src))))
             words = [m.group(1) for m in REVIEW_CODE.finditer(text)]
             words += [next(g for g in m.groups() if g) for m in REVIEW_DYNAMIC.finditer(text)]
             words += ["!shell" if (m.group(1) or "!") == "!" else m.group(1) for m in MAGIC_LINE.finditer(text)]
             if assignment in REVIEW_TORCH:
-                words += [m.group(1) for m in REVIEW_TORCH[assignment].finditer(text)]
+                words += [next(g for g in m.groups() if g) for m in REVIEW_TORCH[assignment].finditer(text)]
             words += ["import *" for _ in re.finditer(r"\bfrom\s+attention_book\S*\s+import\s+\*", text)]
             for word in words:
                 found[word] = found.get(word, 0) + 1
@@ -2766,7 +2796,7 @@ def earlier_grades(out_csv: Path) -> dict[tuple[str, str], tuple[str, str]]:
             # by the student's login where the roster gives one: a Canvas student's key is their file's name key
             # in a week they handed in (kimtwo_105) and the roster's folder in a week they did not (kimtwo), and
             # a lost grade read "no earlier grade" (a fresh instructor, i15)
-            return {(r.get("login") or r["student"], r["assignment"]): (r["points"], r["status"])
+            return {(r.get("login") or r["student"], r["assignment"]): (r["points"], r["status"], r.get("held") or "")
                     for r in csv.DictReader(f)}
     return {}
 
@@ -2776,22 +2806,27 @@ def grade_changes(before: dict, rows: list[dict]) -> list[str]:
     line that counts them and says what to upload again: an extra case, a weight or a resubmission changes
     grades an earlier upload put in the LMS (a fresh instructor, issue 37: every grade silently replaced)."""
     lines = []
+
+    def said(points: str, status: str, held: str) -> str:
+        return f"{points or 'no points'} ({status}{', held out of the uploads' if held else ''})"
+
     for r in rows:
-        now = ("" if r.get("points") is None else f"{r['points']:g}", r["status"])
+        now = ("" if r.get("points") is None else f"{r['points']:g}", r["status"], r.get("held") or "")
         was = before.get((safe(r["login"]) if r.get("login") else safe(r["student"]), r["assignment"]))
         if was is None:
             was_text = "no earlier grade"
         else:
+            was = (*was, "")[:3]  # (points, status, held); a folder graded before "held" was recorded: ''
             with contextlib.suppress(ValueError):
-                was = (f"{float(was[0]):g}" if was[0] else "", was[1])
+                was = (f"{float(was[0]):g}" if was[0] else "", was[1], was[2])
             if was == now:
                 continue
-            was_text = f"was {was[0] or 'no points'} ({was[1]})"
+            was_text = "was " + said(*was)
         lines.append(f"changed: {clean(display_name(r['student']), 120)} {r['assignment']}: {was_text}, now "
-                     f"{now[0] or 'no points'} ({now[1]})")
+                     + said(*now))
     # a folder that held another download's grades: every graded row of an assignment is gone (i14: week 4's
     # download graded into week 3's folder turned every week 3 grade into 'not submitted')
-    gone = sorted({a for (_, a), (_, status) in before.items() if status != "not submitted"}
+    gone = sorted({a for (_, a), (_, status, *_) in before.items() if status != "not submitted"}
                   - {r["assignment"] for r in rows if r["status"] != "not submitted"})
     if lines:
         lines.append(f"{counted(len(lines), 'grade')} changed since the last run into this folder: upload "
@@ -3004,6 +3039,8 @@ def write_outputs(rows, out_csv, students, course, columns, ignored, unmatched, 
     """grades.csv, gradebook.csv, canvas.csv, moodle.csv, feedback/, gradescope/, ignored.csv, the feedback zips
     and the Moodle worksheets (:func:`moodle_worksheets`), each written atomically. When ``partial`` the gradebook is gradebook.partial.csv and no LMS export is written."""
     out_dir = out_csv.parent
+    for r in rows:  # what the uploads leave out, kept with the grade: a release is a change to upload (i17)
+        r["held"] = held_out(r, course)
     # handed_in: the name the student gave the file (a misnamed file's row names the expected notebook in
     # `notebook`, and a fresh instructor looked for the file handed in there); the LMS files are unchanged
     rows_out = [dict(r, handed_in=r.get("handed_in") or (display_name(handed_name(r["path"], r.get("key") or ""))

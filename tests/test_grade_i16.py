@@ -195,7 +195,11 @@ def test_the_students_checker_blocks_what_the_text_forbids_as_the_grader_does(ca
 
     report = ab.assignments.check_masked_cross_entropy(masked_cross_entropy)
     out = capsys.readouterr().out
-    assert report.passed == 0 and "the assignment's text forbids it" in out and "package" not in out, out
+    flat = " ".join(out.split())
+    # said once, first, with what the grader does (a fresh learner, l1: the same line under five cases)
+    assert report.passed == 0 and flat.startswith("Note: your function uses F.cross_entropy or F.nll_loss"), out
+    assert flat.count("this assignment's text forbids") == 1 and "package" not in out, out
+    assert "0 for the whole assignment" in flat and flat.endswith("and 0 when graded (see the Note above)."), out
 
 
 def test_a_package_lambda_is_named_in_the_checkers_note(capsys):
@@ -214,3 +218,71 @@ def test_a_package_lambda_is_named_in_the_checkers_note(capsys):
     ab.assignments.check_warmup_cosine(warmup_cosine)
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("Note: your function calls the package's own lm_tasks.<lambda>, which the grader blocks"), out
+
+
+def test_a_release_by_override_is_a_change_to_upload(tmp_path, monkeypatch, capsys):
+    """i17: the run that released two holds said "no grade changed since the last run into this folder", so
+    nothing said to upload again. grades.csv keeps why a grade is held, and a release is a `changed:` line."""
+    out = _class(tmp_path, monkeypatch, True)
+    held = {r["student"]: r["held"] for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
+    assert held == {"ann_101": "review", "bob_102": ""}, held
+    capsys.readouterr()
+    (tmp_path / "o.csv").write_text("student,assignment,points,note\nann,masked_softmax,10,read it: only prints\n")
+    text = (tmp_path / "c.toml").read_text()
+    (tmp_path / "c.toml").write_text('[overrides]\nfile = "o.csv"\n' + text)
+    grade.grade(tmp_path / "subs", out / "grades.csv", 10, tmp_path / "ref", secret="s" * 40,
+                course_file=tmp_path / "c.toml")
+    said = capsys.readouterr().out
+    assert "changed: ann_101 masked_softmax: was 10 (graded, held out of the uploads), now 10 (graded)" in said, said
+    assert "1 grade changed since the last run into this folder: upload" in said, said
+
+
+def test_a_docstring_and_a_print_to_stderr_are_not_read_by_the_flag(tmp_path):
+    """i17: a patchify docstring restating "no unfold, no convolution" and a debug print to stderr were flagged
+    and held; neither runs anything. A string that is used (getattr's name) is still read."""
+    def review(code: str) -> list[str]:
+        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
+                                                      "nbformat": 4}))
+        return sorted(grade.review_counts(tmp_path / "a.ipynb", "patchify"))
+
+    assert review('def patchify(X, p):\n    """Patches with reshape only: no unfold, no convolution."""\n'
+                  '    print(X.shape, file=sys.stderr)\n    return X\n') == []
+    assert review('op = getattr(F, "unfold")') == ["getattr", "unfold"]
+    assert review('print(src, file=handle)') == ["file="]
+
+
+def test_attacker_r9s_routes_are_words_and_a_variable_named_ignore_index_is_not(tmp_path):
+    """Attacker r9 (8c258fd): scikit-learn's extract_patches_2d for patchify, its log_loss and F.kl_div for
+    masked_cross_entropy, 10/10 with no flag; and an honest `ignore_index = pad_id` variable was flagged."""
+    def review(code: str, assignment: str) -> list[str]:
+        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
+                                                      "nbformat": 4}))
+        return sorted(grade.review_counts(tmp_path / "a.ipynb", assignment))
+
+    assert review("from sklearn.feature_extraction.image import extract_patches_2d", "patchify") == [
+        "extract_patches_2d", "sklearn"]
+    assert review("loss = F.kl_div(logp, target, reduction='sum')", "masked_cross_entropy") == ["kl_div"]
+    assert review("ignore_index = pad_id\nkeep = labels != ignore_index", "masked_cross_entropy") == []
+    assert review("F.cross_entropy(x, y, ignore_index=pad)", "masked_cross_entropy") == ["ignore_index"]
+    assert review("F.cross_entropy(x, y, **{'ignore_index': pad})", "masked_cross_entropy") == ["'ignore_index'"]
+
+
+def test_a_sealed_lambda_is_named_in_the_feedback(tmp_path):
+    """Attacker r9: a blocked package lambda got the generic 'a package function' and 'fix the failed cases'."""
+    import os
+    import subprocess
+
+    from attention_book.assignments.grading import (case_results, dump_data, hidden_arguments, load_results,
+                                                    package_without)
+
+    package_without(["warmup_cosine"], tmp_path / "pkg")
+    (tmp_path / "c.bin").write_bytes(dump_data(hidden_arguments("warmup_cosine", 3, "n")))
+    code = ("import math\nfrom attention_book.experiments.lm_tasks import TEXT_TASKS\n"
+            "def warmup_cosine(step, warmup, max_steps):\n    return float(TEXT_TASKS['<copy>']([step])[0])\n"
+            "from attention_book.assignments.grading import run_hidden\n"
+            f"run_hidden('warmup_cosine', warmup_cosine, {str(tmp_path / 'c.bin')!r}, {str(tmp_path / 'o.bin')!r})")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(tmp_path / "pkg")))
+    assert run.returncode == 0, run.stderr[-2000:]
+    cases = case_results("warmup_cosine", 3, "n", load_results((tmp_path / "o.bin").read_bytes()))
+    assert cases[0]["why"].startswith("your function called the package's lm_tasks.<lambda>, which"), cases[0]

@@ -222,7 +222,10 @@ def compare(expected: Any, atol: float = 1e-5, rtol: float = 1e-4) -> Callable[[
                 return f"the result contains NaN: {describe(got)}"
             if not torch.allclose(got.detach().to(expected.dtype).cpu(), expected.cpu(), atol=atol, rtol=rtol):
                 worst = (got.detach().to(expected.dtype).cpu() - expected.cpu()).abs().max().item()
-                return f"expected {describe(expected)}, got {describe(got)} (largest difference {worst:.3g})"
+                want, have = describe(expected), describe(got)
+                if want == have:  # a summary that reads the same twice (a fresh learner, l1: noise)
+                    return f"the values differ from the expected ones (largest difference {worst:.3g})"
+                return f"expected {want}, got {have} (largest difference {worst:.3g})"
             return None
         if isinstance(expected, float):
             if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
@@ -291,6 +294,7 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
     # the torch functions the assignment's text forbids are blocked here too (attacker r8: a mean
     # F.cross_entropy passed the checker and scored 0 when graded, with nothing said before)
     forbid = _Reusable(lambda: torch_guard(assignment))
+    forbidden: set[str] = set()  # what the text forbids that the function used
     for case in cases:
         before = [a.clone() if isinstance(a, torch.Tensor) else None for a in case.args] if case.unchanged else []
         try:
@@ -305,7 +309,8 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
             not_implemented = True
             why = NOT_DONE
         except BlockedAnswer as err:  # a torch function the text forbids: blocked here as the grader blocks it
-            results.append((case.name, False, str(err)))
+            forbidden.add(str(err.name))
+            results.append((case.name, False, "blocked: see the Note above"))
             continue
         except Exception as err:  # the learner's code raised: say where, and only that
             frame = traceback.extract_tb(err.__traceback__)[-1]
@@ -335,10 +340,15 @@ def run_checks(assignment: str, fn: Callable, cases: Sequence[Case], verbose: bo
             print(_wrap(f"Note: your function calls the package's own {names}, which the grader blocks: it "
                         "runs your function where the package's code is not available, and a blocked call scores "
                         "0 for the whole assignment. Write the computation with torch and Python.".split()))
+        for words in sorted(forbidden):  # said once, with what the grader does (a fresh learner, l1)
+            print(_wrap(f"Note: your function uses {words}, which this assignment's text forbids. Here and when "
+                        "graded that call is blocked, and a blocked call scores 0 for the whole assignment. Write "
+                        "the computation without it.".split()))
         for name, ok, why in results:
             print(f"  {'✔' if ok else '✘'} {name}" + ("" if ok else f": {why}"))
         print(f"{assignment}: {report.passed} of {report.total} cases passed"
-              + (" here, and 0 when graded (see the Note above)." if watch.called else "."))
+              + (" here, and 0 when graded (see the Note above)." if watch.called else
+                 ", and 0 when graded (see the Note above)." if forbidden else "."))
     return report
 
 

@@ -200,8 +200,8 @@ def package_without(names, dest: Path) -> Path:
     for path in sorted(target.rglob("*.py")):
         module = ".".join(path.relative_to(target.parent).with_suffix("").parts).removesuffix(".__init__")
         if is_sealed(module):
-            path.write_text(_without_code(path.read_text(encoding="utf-8"), SEALED_KEEP.get(module) or frozenset()),
-                            encoding="utf-8")
+            path.write_text(_without_code(path.read_text(encoding="utf-8"), SEALED_KEEP.get(module) or frozenset(),
+                                          module), encoding="utf-8")
     return Path(dest)
 
 
@@ -243,7 +243,7 @@ _LAMBDA = ("(lambda *_args, **_kwargs: (_ for _ in ()).throw(__import__('attenti
            "fromlist=['_']).BlockedAnswer({!r})))")
 
 
-def _without_code(code: str, keep: frozenset[str]) -> str:
+def _without_code(code: str, keep: frozenset[str], module: str = "") -> str:
     """``code`` with the body of every function and method (at any depth of classes; a nested function goes
     with its parent's body) and every lambda outside a function replaced by a raise of BlockedAnswer; the
     signatures, decorators, classes and module-level values stay, so the module still imports. ``keep``: the
@@ -265,7 +265,7 @@ def _without_code(code: str, keep: frozenset[str]) -> str:
                 visit(child, f"{prefix}{child.name}.")
             elif isinstance(child, ast.Lambda):
                 spans.append((child.lineno, child.col_offset, child.end_lineno, child.end_col_offset,
-                              _LAMBDA.format(prefix + "<lambda>")))
+                              _LAMBDA.format(f"{module.rsplit('.', 1)[-1]}.{prefix}<lambda>".lstrip("."))))
             else:
                 visit(child, prefix)
 
@@ -911,7 +911,8 @@ def case_results(name: str, offset: int, nonce: str, data: dict, extra: str | No
             called = met[0].get("name")
             # a name the feedback may say: one of the package's (the record is written in the student's process)
             called = called if isinstance(called, str) and (called in blocked_names(name)
-                                                            or called in sealed_functions()) else ""
+                                                            or called in sealed_functions()
+                                                            or re.fullmatch(r"\w+\.(?:\w+\.)*<lambda>", called)) else ""
             torch_words = set(TORCH_BLOCKED.get(name, {}).values())
             whole = ("blocked", (f"your function used {called}, which this assignment's text forbids" if called
                                  in torch_words else f"your function called the package's {called}, which this "
