@@ -3,6 +3,7 @@ no way to keep a flagged notebook's grade out of the uploads until it is read.""
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import sys
 from pathlib import Path
@@ -47,6 +48,12 @@ def _class(tmp_path, monkeypatch, hold: bool, override: str = "") -> Path:
     grade.grade(subs, tmp_path / "out" / "grades.csv", 10, reference, secret="s" * 40,
                 course_file=tmp_path / "c.toml")
     return tmp_path / "out"
+
+
+def _review(tmp_path: Path, code: str, assignment: str) -> list[str]:
+    """The review flag's words for a notebook of one code cell ``code``, graded as ``assignment``."""
+    (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}], "nbformat": 4}))
+    return sorted(grade.review_counts(tmp_path / "a.ipynb", assignment))
 
 
 def _canvas(out: Path) -> dict[str, str]:
@@ -140,10 +147,7 @@ def test_attacker_r7s_runners_are_words_and_its_false_positives_are_not(tmp_path
     """Attacker r7 (85a078e): IPython's getoutput started a fresh Python that ran F.unfold outside the guard,
     10/10 with no flag; and an honest `results_file = ...`, torch.load's safe `weights_only=True` and
     `logging.Formatter` were flagged."""
-    def review(code: str) -> list[str]:
-        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
-                                                      "nbformat": 4}))
-        return sorted(grade.review_counts(tmp_path / "a.ipynb", "patchify"))
+    review = functools.partial(_review, tmp_path, assignment="patchify")
 
     assert review("from IPython.utils.process import getoutput\nout = getoutput(cmd)") == ["IPython.utils",
                                                                                              "getoutput"]
@@ -171,10 +175,7 @@ def test_under_bubblewrap_only_the_assignments_with_torch_blocks_are_read(tmp_pa
 def test_attacker_r8s_routes_outside_the_dispatcher_are_words(tmp_path):
     """Attacker r8 (6f1cf44): numpy's sliding_window_view as patchify's unfold, and onnxruntime's
     SoftmaxCrossEntropyLoss with its ignore_index, both outside torch's dispatcher: 10/10, no flag."""
-    def review(code: str, assignment: str) -> list[str]:
-        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
-                                                      "nbformat": 4}))
-        return sorted(grade.review_counts(tmp_path / "a.ipynb", assignment))
+    review = functools.partial(_review, tmp_path)
 
     assert review("w = np.lib.stride_tricks.sliding_window_view(x, (2, 2), axis=(2, 3))", "patchify") == [
         "sliding_window_view", "stride_tricks"]
@@ -240,10 +241,7 @@ def test_a_release_by_override_is_a_change_to_upload(tmp_path, monkeypatch, caps
 def test_a_docstring_and_a_print_to_stderr_are_not_read_by_the_flag(tmp_path):
     """i17: a patchify docstring restating "no unfold, no convolution" and a debug print to stderr were flagged
     and held; neither runs anything. A string that is used (getattr's name) is still read."""
-    def review(code: str) -> list[str]:
-        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
-                                                      "nbformat": 4}))
-        return sorted(grade.review_counts(tmp_path / "a.ipynb", "patchify"))
+    review = functools.partial(_review, tmp_path, assignment="patchify")
 
     assert review('def patchify(X, p):\n    """Patches with reshape only: no unfold, no convolution."""\n'
                   '    print(X.shape, file=sys.stderr)\n    return X\n') == []
@@ -254,10 +252,7 @@ def test_a_docstring_and_a_print_to_stderr_are_not_read_by_the_flag(tmp_path):
 def test_attacker_r9s_routes_are_words_and_a_variable_named_ignore_index_is_not(tmp_path):
     """Attacker r9 (8c258fd): scikit-learn's extract_patches_2d for patchify, its log_loss and F.kl_div for
     masked_cross_entropy, 10/10 with no flag; and an honest `ignore_index = pad_id` variable was flagged."""
-    def review(code: str, assignment: str) -> list[str]:
-        (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}],
-                                                      "nbformat": 4}))
-        return sorted(grade.review_counts(tmp_path / "a.ipynb", assignment))
+    review = functools.partial(_review, tmp_path)
 
     assert review("from sklearn.feature_extraction.image import extract_patches_2d", "patchify") == [
         "extract_patches_2d", "sklearn"]
